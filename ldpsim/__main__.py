@@ -1,0 +1,4 @@
+from ldpsim.cli import main
+import sys
+
+sys.exit(main())
