@@ -28,9 +28,9 @@ def _as_float(name: str, value: Any) -> float:
 def check_positive(name: str, value: Any, *, allow_inf: bool = False) -> float:
     """Return ``value`` as a float if it is > 0 (and finite unless ``allow_inf``)."""
     out = _as_float(name, value)
-    upper = "inf]" if allow_inf else "inf)"
     if out <= 0 or (math.isinf(out) and not allow_inf):
-        raise LdpsimError(f"{name} must be in (0, {upper}, got {value!r}")
+        valid = "(0, inf] (inf allowed)" if allow_inf else "(0, inf), finite"
+        raise LdpsimError(f"{name} must be > 0, valid range {valid}; got {value!r}")
     return out
 
 
@@ -46,7 +46,7 @@ def check_open_unit(name: str, value: Any) -> float:
     """Return ``value`` as a float if it lies in the open interval (0, 1)."""
     out = _as_float(name, value)
     if not 0.0 < out < 1.0:
-        raise LdpsimError(f"{name} must be in (0, 1), got {value!r}")
+        raise LdpsimError(f"{name} must be in the open interval (0, 1); got {value!r}")
     return out
 
 

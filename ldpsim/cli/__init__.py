@@ -22,8 +22,15 @@ from ldpsim import __version__
 from ldpsim._checks import LdpsimError
 
 
+class _Parser(argparse.ArgumentParser):
+    """ArgumentParser whose errors are one line (no usage dump), exit status 2."""
+
+    def error(self, message: str):  # noqa: D102
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="ldpsim",
         description=(
             "Simulate federated learning under local differential privacy at scale "

@@ -1,0 +1,56 @@
+"""Pure maths of privacy: clipping, local randomizers, calibration (and accounting).
+
+Importable and useful on its own, without :mod:`ldpsim.fl`.
+"""
+
+from ldpsim.privacy.calibration import (
+    Calibration,
+    ClassicGaussianRangeWarning,
+    analytic_gaussian_delta,
+    analytic_gaussian_sigma,
+    calibrate,
+    classic_gaussian_sigma,
+    laplace_scale,
+    mindspore_gaussian_sigma,
+    sensitivity,
+)
+from ldpsim.privacy.clipping import (
+    clip_by_global_norm,
+    clip_by_l1_norm,
+    clip_per_layer,
+    global_norm,
+    per_layer_bound,
+)
+from ldpsim.privacy.mechanisms import (
+    Privatized,
+    add_gaussian_noise,
+    add_laplace_noise,
+    gaussian_noise,
+    gaussian_randomizer,
+    laplace_noise,
+    laplace_randomizer,
+)
+
+__all__ = [
+    "Calibration",
+    "ClassicGaussianRangeWarning",
+    "Privatized",
+    "add_gaussian_noise",
+    "add_laplace_noise",
+    "analytic_gaussian_delta",
+    "analytic_gaussian_sigma",
+    "calibrate",
+    "classic_gaussian_sigma",
+    "clip_by_global_norm",
+    "clip_by_l1_norm",
+    "clip_per_layer",
+    "gaussian_noise",
+    "gaussian_randomizer",
+    "global_norm",
+    "laplace_noise",
+    "laplace_randomizer",
+    "laplace_scale",
+    "mindspore_gaussian_sigma",
+    "per_layer_bound",
+    "sensitivity",
+]
