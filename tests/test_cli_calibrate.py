@@ -39,6 +39,13 @@ def test_classic_warning_on_stderr(capsys):
     assert "only proven for epsilon < 1" in capsys.readouterr().err
 
 
+def _exit_code(argv):
+    try:
+        return main(argv)
+    except SystemExit as exc:  # argparse errors exit directly
+        return exc.code
+
+
 @pytest.mark.parametrize(
     "argv,needle",
     [
@@ -51,13 +58,6 @@ def test_classic_warning_on_stderr(capsys):
         (["--epsilon", "1", "--clip", "1"], "delta"),
     ],
 )
-def _exit_code(argv):
-    try:
-        return main(argv)
-    except SystemExit as exc:  # argparse errors exit directly
-        return exc.code
-
-
 def test_bad_input_exit_2_one_line(argv, needle, capsys):
     assert _exit_code(["calibrate", *argv]) == 2
     err = capsys.readouterr().err.strip()
