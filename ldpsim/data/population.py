@@ -66,8 +66,13 @@ def decode_inputs(x: jax.Array) -> jax.Array:
 
 
 def _compact_inputs(x: np.ndarray) -> np.ndarray:
-    """Store float inputs that are exact multiples of 1/255 in [0, 1] as uint8 (lossless)."""
+    """Lossless compact storage: float multiples of 1/255 in [0, 1] -> uint8, small token ids -> int8."""
     x = np.asarray(x)
+    if np.issubdtype(x.dtype, np.integer) and x.dtype != np.uint8:
+        # Token ids: int8 when they fit (decoded back to int32).
+        if x.size and x.min() >= 0 and x.max() < 128:
+            return x.astype(np.int8)
+        return x.astype(np.int32)
     if x.dtype == np.uint8 or not np.issubdtype(x.dtype, np.floating):
         return x
     if x.size and (x.min() < 0.0 or x.max() > 1.0):
