@@ -1,0 +1,420 @@
+"""A federated round in ONE jitted kernel, and the driver that runs a simulation.
+
+A round (:func:`make_round_fn`)::
+
+    cohort ids (host-sampled, padded to a multiple of the chunk, with a mask)
+      -> lax.scan over chunks of the cohort:
+           gather the chunk's data from the population
+           vmap over the chunk: local_update (ldpsim.fl.client) + privatize
+           accumulate Σw·clipped, Σw·noise, Σw, Σw², counts   (memory O(chunk × model))
+      -> aggregate Δ̄ = (Σw·clipped + Σw·noise)/Σw, server optimizer step, metrics
+
+Randomness by position: client ``c`` in round ``t`` uses
+``k = fold_in(fold_in(root_key, t), c)``, split into a training and a noise key, so the
+noise does not depend on the chunk size, the cohort order or the padding, and two
+seeds never share client noise.  σ, C and the learning rates are traced
+(:class:`RoundHyper`): sweeping ε never recompiles and a sweep may ``vmap`` the round
+over an ε axis.
+
+:func:`simulate` is the one obvious entry point: config in, metrics history out.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from ldpsim._checks import LdpsimError
+from ldpsim.fl import metrics as metrics_lib
+from ldpsim.fl import server as server_lib
+from ldpsim.fl.config import SimulationConfig
+from ldpsim.fl.privatize import privatize
+
+PyTree = Any
+
+__all__ = [
+    "RoundHyper", "ServerState", "build_data", "client_key", "init_state", "make_eval_fn", "make_round_fn",
+    "noise_scale", "sample_cohort", "simulate",
+]
+
+
+class RoundHyper(NamedTuple):
+    """The traced hyperparameters of a round (float32 scalars; vmappable over a sweep axis).
+
+    Attributes:
+        sigma: per-coordinate scale of each client's noise: the Gaussian std σ or the
+            Laplace scale b (0: no noise).
+        clip: clip bound C (L2; L1 for Laplace).
+        client_lr: local learning rate.
+        server_lr: server learning rate.
+    """
+
+    sigma: jax.Array
+    clip: jax.Array
+    client_lr: jax.Array
+    server_lr: jax.Array
+
+    @classmethod
+    def create(cls, *, sigma: float, clip: float, client_lr: float, server_lr: float
+               ) -> "RoundHyper":
+        f = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
+        return cls(f(sigma), f(clip), f(client_lr), f(server_lr))
+
+
+class ServerState(NamedTuple):
+    """What persists across rounds: global params, server optimizer state, root key."""
+
+    params: PyTree
+    opt_state: Any
+    key: jax.Array
+
+
+def init_state(params: PyTree, key: jax.Array, *, server_optimizer: str = "fedavg",
+               server_momentum: float = 0.9) -> ServerState:
+    """Initial :class:`ServerState` (the optimizer state does not depend on the lr)."""
+    opt = server_lib.server_optimizer(server_optimizer, 1.0, momentum=server_momentum)
+    return ServerState(params, opt.init(params), key)
+
+
+def client_key(root_key: jax.Array, round_idx: jax.typing.ArrayLike,
+               client_id: jax.typing.ArrayLike) -> jax.Array:
+    """``fold_in(fold_in(root_key, round), client_id)``: the key of one client in one round."""
+    return jax.random.fold_in(jax.random.fold_in(root_key, round_idx), client_id)
+
+
+def make_round_fn(*, apply_fn: Callable, mechanism: str = "gaussian",
+                  client_optimizer: str = "sgd", server_optimizer: str = "fedavg",
+                  server_momentum: float = 0.9, local_steps: int | None = 1,
+                  local_epochs: int | None = None, batch_size: int = 16,
+                  weighting: str = "examples", chunk_size: int = 128,
+                  client_update: Callable | None = None) -> Callable:
+    """Build the pure round function ``round_fn(state, population, round_idx, ids, mask, hyper)``.
+
+    Args:
+        apply_fn: the model's ``(params, x) -> logits``.
+        mechanism: ``"gaussian"``, ``"laplace"`` or ``"none"`` (no noise drawn).
+        client_optimizer: ``"sgd"``, ``"momentum"`` or ``"adam"``.
+        server_optimizer: ``"fedavg"``, ``"fedavgm"``, ``"fedadam"``, ``"fedyogi"``.
+        server_momentum: FedAvgM momentum.
+        local_steps, local_epochs: local work per client (exactly one is not None).
+        batch_size: local batch size.
+        weighting: ``"examples"`` (|D_k|) or ``"uniform"``.
+        chunk_size: clients per vmapped chunk (memory O(chunk × model)); a cohort shorter
+            than this is one chunk.
+        client_update: the one-client trainer, default :func:`ldpsim.fl.client.local_update`
+            (same signature; research code may substitute its own).
+
+    Returns:
+        ``round_fn(state, population, round_idx, cohort_ids, cohort_mask, hyper) ->
+        (state, RoundMetrics)``, pure and jittable: ``cohort_ids`` int32[m],
+        ``cohort_mask`` bool[m] (False = padding slot, contributes nothing), ``hyper``
+        a :class:`RoundHyper`.  ``m`` need not be a multiple of ``chunk_size``.
+    """
+    from ldpsim.fl import client as client_lib
+
+    if client_update is None:
+        client_update = client_lib.local_update
+    noise_factor = math.sqrt(2.0) if mechanism == "laplace" else 1.0
+
+    def one_client(params, x, y, count, key, hyper):
+        train_key, noise_key = jax.random.split(key)
+        opt = client_lib.client_optimizer(client_optimizer, hyper.client_lr)
+        delta, cm = client_update(params, x, y, count, apply_fn=apply_fn, optimizer=opt,
+                                  batch_size=batch_size, key=train_key,
+                                  local_steps=local_steps, local_epochs=local_epochs)
+        priv = privatize(noise_key, delta, clip=hyper.clip, scale=hyper.sigma,
+                         mechanism=mechanism)
+        return priv, cm.loss
+
+    def round_fn(state: ServerState, population, round_idx, cohort_ids, cohort_mask,
+                 hyper: RoundHyper):
+        params = state.params
+        ids = jnp.asarray(cohort_ids, jnp.int32)
+        mask = jnp.asarray(cohort_mask, bool)
+        m = ids.shape[0]
+        chunk = min(chunk_size, m)
+        n_chunks = -(-m // chunk)
+        pad = n_chunks * chunk - m
+        if pad:
+            ids = jnp.concatenate([ids, jnp.zeros((pad,), jnp.int32)])
+            mask = jnp.concatenate([mask, jnp.zeros((pad,), bool)])
+
+        def body(sums, chunk_in):
+            c_ids, c_mask = chunk_in
+            x, y, counts = population.gather(c_ids)
+            keys = jax.vmap(lambda c: client_key(state.key, round_idx, c))(c_ids)
+            priv, loss = jax.vmap(one_client, in_axes=(None, 0, 0, 0, 0, None))(
+                params, x, y, counts, keys, hyper)
+            include = c_mask & priv.finite
+            w = server_lib.aggregation_weights(counts, include, weighting)
+            add = lambda a, b: jax.tree_util.tree_map(jnp.add, a, b)  # noqa: E731
+            sums = metrics_lib.CohortSums(
+                clean=add(sums.clean, server_lib.weighted_sum(w, priv.clipped)),
+                noise=add(sums.noise, server_lib.weighted_sum(w, priv.noise)),
+                weight=sums.weight + jnp.sum(w),
+                weight_sq=sums.weight_sq + jnp.sum(w * w),
+                clients=sums.clients + jnp.sum(c_mask, dtype=jnp.int32),
+                clipped=sums.clipped + jnp.sum(include & priv.was_clipped, dtype=jnp.int32),
+                nonfinite=sums.nonfinite + jnp.sum(c_mask & ~priv.finite, dtype=jnp.int32),
+                loss=sums.loss + jnp.sum(jnp.where(include, loss, 0.0)),
+                examples=sums.examples + jnp.sum(jnp.where(include, counts, 0)
+                                                 ).astype(jnp.float32),
+            )
+            return sums, None
+
+        sums, _ = lax.scan(body, metrics_lib.CohortSums.zeros(params),
+                           (ids.reshape(n_chunks, chunk), mask.reshape(n_chunks, chunk)))
+        clean, noise, round_metrics = metrics_lib.finalize_metrics(
+            sums, noise_factor * hyper.sigma)
+        aggregate = jax.tree_util.tree_map(jnp.add, clean, noise)
+        opt = server_lib.server_optimizer(server_optimizer, hyper.server_lr,
+                                          momentum=server_momentum)
+        new_params, opt_state = server_lib.server_update(params, state.opt_state, aggregate, opt)
+        return ServerState(new_params, opt_state, state.key), round_metrics
+
+    return round_fn
+
+
+def make_eval_fn(apply_fn: Callable, batch_size: int = 500) -> Callable:
+    """``evaluate(params, x, y) -> (accuracy, mean cross-entropy)`` over a whole test set.
+
+    Batched with ``lax.map`` (memory O(batch)); the last batch is padded and masked, so
+    the result is exact for any test-set size.
+    """
+    import optax
+
+    def evaluate(params, x, y):
+        n = x.shape[0]
+        b = min(batch_size, n)
+        nb = -(-n // b)
+        pad = nb * b - n
+        valid = jnp.arange(nb * b) < n
+        xp = jnp.concatenate([x, jnp.zeros((pad,) + x.shape[1:], x.dtype)]) if pad else x
+        yp = jnp.concatenate([y, jnp.zeros((pad,), y.dtype)]) if pad else y
+
+        def one(batch):
+            xb, yb, vb = batch
+            logits = apply_fn(params, xb)
+            ce = optax.softmax_cross_entropy_with_integer_labels(logits, yb)
+            correct = (jnp.argmax(logits, -1) == yb)
+            return (jnp.sum(jnp.where(vb, correct, False), dtype=jnp.float32),
+                    jnp.sum(jnp.where(vb, ce, 0.0)))
+
+        correct, ce = lax.map(one, (xp.reshape((nb, b) + x.shape[1:]), yp.reshape(nb, b),
+                                    valid.reshape(nb, b)))
+        return jnp.sum(correct) / n, jnp.sum(ce) / n
+
+    return evaluate
+
+
+def sample_cohort(seed: int, round_idx: int, population: int, clients_per_round: int,
+                  sampling: str = "uniform", capacity: int | None = None
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Sample one round's cohort on the host, reproducibly from ``(seed, round_idx)``.
+
+    Args:
+        seed, round_idx: seed the NumPy generator ``default_rng([seed, round_idx])``.
+        population: N.
+        clients_per_round: m (uniform: exactly m distinct clients; Poisson: each client
+            independently with probability m/N).
+        sampling: ``"uniform"`` or ``"poisson"``.
+        capacity: length of the returned arrays (padding slots have mask False);
+            defaults to the number sampled.  Grows if a Poisson draw exceeds it.
+
+    Returns:
+        ``(ids int32[capacity], mask bool[capacity])``; ids sorted ascending.
+    """
+    rng = np.random.default_rng([seed, round_idx, 0x636F68])  # "coh"
+    if sampling == "uniform":
+        ids = np.sort(rng.choice(population, size=clients_per_round, replace=False))
+    elif sampling == "poisson":
+        ids = np.flatnonzero(rng.random(population) < clients_per_round / population)
+    else:
+        raise ValueError(f"sampling must be uniform or poisson, got {sampling!r}")
+    size = max(int(capacity or 0), len(ids), 1)
+    out = np.zeros(size, np.int32)
+    out[: len(ids)] = ids
+    mask = np.arange(size) < len(ids)
+    return out, mask
+
+
+def noise_scale(config: SimulationConfig) -> tuple[float, float, str]:
+    """``(sigma, sensitivity, mechanism)`` for ``config`` via :mod:`ldpsim.privacy.calibration`.
+
+    ``sigma`` is the Gaussian std or the Laplace scale; ε = inf gives ``(0, nan, "none")``.
+    """
+    if not config.private:
+        return 0.0, math.nan, "none"
+    from ldpsim.privacy import calibration
+
+    cal = calibration.calibrate(
+        config.mechanism, epsilon=config.epsilon,
+        delta=config.delta if config.mechanism == "gaussian" else None,
+        clip=config.clip, neighbours=config.neighbours,
+        method=config.calibration if config.mechanism == "gaussian" else None)
+    sigma = cal.sigma if config.mechanism == "gaussian" else cal.scale
+    return float(sigma), float(cal.sensitivity), config.mechanism
+
+
+def _poisson_capacity(config: SimulationConfig) -> int:
+    """Fixed cohort capacity under Poisson sampling: exceeded with probability < 1e-9."""
+    from scipy import stats
+
+    q = config.clients_per_round / config.population
+    cap = int(stats.binom.ppf(1 - 1e-9, config.population, q))
+    chunk = config.chunk_size
+    return max(chunk * -(-cap // chunk), 1) if cap > chunk else max(cap, 1)
+
+
+def build_data(config: SimulationConfig) -> tuple[Any, np.ndarray, np.ndarray]:
+    """Load ``config.dataset`` and deal it to ``config.population`` clients.
+
+    Returns ``(population, x_test, y_test)``.  The population is a
+    :class:`~ldpsim.data.SampledPopulation` (IID, or Dirichlet(alpha) label skew), so N may
+    exceed the dataset size; it is seeded by ``config.seed``.
+
+    Raises:
+        LdpsimError: unknown dataset or missing files (the loader names the fix).
+    """
+    import ldpsim.data as data_lib
+    from ldpsim.data import SampledPopulation
+
+    loader = getattr(data_lib, "load_dataset", None)
+    if loader is not None:
+        ds = loader(config.dataset, data_dir=config.data_dir)
+    else:
+        from ldpsim.data.idx import IDX_DATASETS, load_idx_dataset
+
+        if config.dataset not in IDX_DATASETS:
+            raise LdpsimError(f"dataset must be one of {', '.join(IDX_DATASETS)}; "
+                              f"got {config.dataset!r}")
+        ds = load_idx_dataset(config.dataset, config.data_dir)
+    alpha = math.inf if config.partition == "iid" else config.alpha
+    population = SampledPopulation.create(
+        ds.x_train, ds.y_train, num_clients=config.population,
+        examples_per_client=config.examples_per_client, alpha=alpha,
+        seed=jax.random.fold_in(jax.random.key(config.seed), 0x706F70),  # "pop"
+        num_classes=ds.num_classes)
+    return population, ds.x_test, ds.y_test
+
+
+@functools.lru_cache(maxsize=32)
+def _compiled(model_name: str, input_shape: tuple[int, ...], num_classes: int,
+              mechanism: str, client_optimizer: str, server_optimizer: str,
+              server_momentum: float, local_steps: int | None, local_epochs: int | None,
+              batch_size: int, weighting: str, chunk_size: int):
+    """(model, jitted round, jitted eval) for one static setting, cached across runs.
+
+    Every traced knob (σ, C, learning rates, seed, round) is an argument, so runs that
+    differ only in those (an ε sweep, seeds) reuse one compilation.
+    """
+    from ldpsim.models import get_model
+
+    model = get_model(model_name, input_shape=input_shape, num_classes=num_classes)
+    round_fn = jax.jit(make_round_fn(
+        apply_fn=model.apply, mechanism=mechanism, client_optimizer=client_optimizer,
+        server_optimizer=server_optimizer, server_momentum=server_momentum,
+        local_steps=local_steps, local_epochs=local_epochs, batch_size=batch_size,
+        weighting=weighting, chunk_size=chunk_size))
+    return model, round_fn, jax.jit(make_eval_fn(model.apply))
+
+
+def simulate(config: SimulationConfig, *, progress: bool = False,
+             callback: Callable[[dict], None] | None = None, data: Any = None
+             ) -> list[dict]:
+    """Run the simulation described by ``config`` and return its metrics history.
+
+    Args:
+        config: a :class:`~ldpsim.fl.config.SimulationConfig`.
+        progress: show a tqdm progress bar (round, accuracy).
+        callback: called with each history row as soon as it exists (e.g. to write a CSV
+            incrementally).
+        data: optional ``(population, x_test, y_test)`` to use instead of
+            :func:`build_data` (research code, tests); ``config.population`` is then
+            informational and the population's own size is used.
+
+    Returns:
+        One dict per evaluated round (every ``eval_every`` rounds and the last), with the
+        DESIGN.md Results columns: dataset, model, mechanism, neighbours, epsilon, delta,
+        clip, sensitivity, sigma, clients_per_round, population, round, seed, accuracy,
+        loss, then the round's :class:`~ldpsim.fl.metrics.RoundMetrics` (noise_norm,
+        signal_norm, snr, cosine, clip_fraction, nonfinite_clients, clients, n_eff,
+        theory_noise_norm, train_loss), epsilon_spent (NaN: no accountant wired yet) and
+        wall_time (seconds since the start, compilation included).
+
+    Raises:
+        LdpsimError: bad configuration or data.
+    """
+    start = time.perf_counter()
+    if data is None:
+        data = build_data(config)
+    population, x_test, y_test = data
+    if config.clients_per_round > population.num_clients:
+        raise LdpsimError(f"clients_per_round must be <= population "
+                          f"({population.num_clients}), got {config.clients_per_round}")
+    sigma, sens, mechanism = noise_scale(config)
+    model, round_fn, evaluate = _compiled(
+        config.model, tuple(population.input_shape), int(population.num_classes), mechanism,
+        config.client_optimizer, config.server_optimizer, float(config.server_momentum),
+        None if config.local_epochs else config.local_steps, config.local_epochs,
+        config.batch_size, config.weighting, config.chunk_size)
+    root = jax.random.key(config.seed)
+    params = model.init(jax.random.fold_in(root, 0x696E6974),  # "init": never a round index
+                        jnp.zeros((1,) + tuple(population.input_shape), jnp.float32))
+    state = init_state(params, jax.random.fold_in(root, 0x726F756E),  # "roun"
+                       server_optimizer=config.server_optimizer,
+                       server_momentum=config.server_momentum)
+    hyper = RoundHyper.create(sigma=sigma, clip=config.clip, client_lr=config.client_lr,
+                              server_lr=config.server_lr)
+    x_test = jnp.asarray(x_test, jnp.float32)
+    y_test = jnp.asarray(y_test, jnp.int32)
+    capacity = (_poisson_capacity(config) if config.sampling == "poisson"
+                else config.clients_per_round)
+    base = {
+        "dataset": config.dataset, "model": config.model, "mechanism": mechanism,
+        "neighbours": config.neighbours, "epsilon": config.epsilon,
+        "delta": config.delta if mechanism == "gaussian" else math.nan, "clip": config.clip,
+        "sensitivity": sens, "sigma": sigma, "clients_per_round": config.clients_per_round,
+        "population": population.num_clients, "seed": config.seed,
+    }
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=config.rounds, desc="rounds", unit="round")
+    history: list[dict] = []
+    try:
+        for t in range(config.rounds):
+            ids, mask = sample_cohort(config.seed, t, population.num_clients,
+                                      config.clients_per_round, config.sampling, capacity)
+            state, rm = round_fn(state, population, jnp.int32(t), ids, mask, hyper)
+            if (t + 1) % config.eval_every == 0 or t == config.rounds - 1:
+                acc, loss = evaluate(state.params, x_test, y_test)
+                row = dict(base, round=t + 1, accuracy=float(acc), loss=float(loss))
+                row.update({k: _scalar(v) for k, v in rm._asdict().items()
+                            if k != "update_norm"})
+                row["epsilon_spent"] = math.nan
+                row["wall_time"] = time.perf_counter() - start
+                history.append(row)
+                if callback is not None:
+                    callback(row)
+                if bar is not None:
+                    bar.set_postfix(accuracy=f"{row['accuracy']:.4f}")
+            if bar is not None:
+                bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+    return history
+
+
+def _scalar(v: jax.Array) -> float | int:
+    a = np.asarray(v)
+    return int(a) if np.issubdtype(a.dtype, np.integer) else float(a)
