@@ -1,0 +1,151 @@
+"""Tests for ldpsim.models: shapes, parameter counts, and equality of the conv formulations."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from ldpsim import LdpsimError
+from ldpsim.models import conv2d, get_model, max_pool2x2, num_params
+
+KEY = jax.random.key(0)
+IMPLS = ("im2col", "patches", "taps", "xla")
+
+
+def _leaves_close(a, b, **tol):
+    for u, v in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b), strict=True):
+        np.testing.assert_allclose(np.asarray(u), np.asarray(v), **tol)
+
+
+def test_lenet5_parameter_count():
+    model = get_model("lenet5", input_shape=(28, 28, 1), num_classes=10)
+    params = model.init(KEY, jnp.zeros((1, 28, 28, 1)))
+    count = num_params(params)
+    print(f"LeNet-5 (28x28x1, first conv SAME, conv bias): {count:,} parameters")
+    # 5*5*1*6+6 + 5*5*6*16+16 + 400*120+120 + 120*84+84 + 84*10+10
+    assert count == 61_706 == model.num_params(params)
+    seed = get_model("lenet5", input_shape=(28, 28), num_classes=10, conv_bias=False)
+    assert num_params(seed.init(KEY, jnp.zeros((1, 28, 28)))) == 61_706 - 6 - 16
+    # 32x32 'VALID' (the seed's resized input) has the same 16*5*5 = 400 features.
+    valid = get_model("lenet5", input_shape=(32, 32, 1), num_classes=10, first_conv_padding="VALID")
+    assert num_params(valid.init(KEY, jnp.zeros((1, 32, 32, 1)))) == 61_706
+
+
+def test_lenet5_same_equals_valid_on_zero_padded_32x32():
+    """'SAME' on 28x28 is exactly 'VALID' on the image zero-padded to 32x32."""
+    same = get_model("lenet5", input_shape=(28, 28, 1), num_classes=10)
+    valid = get_model("lenet5", input_shape=(32, 32, 1), num_classes=10, first_conv_padding="VALID")
+    x = jax.random.normal(KEY, (3, 28, 28, 1))
+    params = same.init(KEY, x)
+    x32 = jnp.pad(x, ((0, 0), (2, 2), (2, 2), (0, 0)))
+    np.testing.assert_allclose(same.apply(params, x), valid.apply(params, x32), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("padding", ["SAME", "VALID"])
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("channels", [1, 3])
+def test_conv2d_matches_lax_reference(impl, padding, channels):
+    kx, kw = jax.random.split(jax.random.key(channels))
+    x = jax.random.normal(kx, (2, 9, 7, channels))
+    w = jax.random.normal(kw, (3, 5, channels, 4))
+    ref = jax.lax.conv_general_dilated(x, w, (1, 1), padding,
+                                       dimension_numbers=("NHWC", "HWIO", "NHWC"),
+                                       precision=jax.lax.Precision.HIGHEST)
+    out = conv2d(x, w, padding=padding, impl=impl)
+    assert out.shape == ref.shape
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_max_pool_impls_agree_and_match_numpy():
+    x = jax.random.normal(KEY, (2, 7, 6, 3))
+    ref = np.asarray(x)[:, :6, :6, :].reshape(2, 3, 2, 3, 2, 3).max(axis=(2, 4))
+    for impl in ("reshape", "window"):
+        np.testing.assert_array_equal(max_pool2x2(x, impl=impl), ref)
+
+
+def test_lenet5_impls_agree_in_value_and_gradient():
+    x = jax.random.normal(KEY, (4, 28, 28, 1))
+    y = jnp.arange(4) % 10
+    outs = []
+    for impl in IMPLS:
+        for pool in ("reshape", "window"):
+            model = get_model("lenet5", input_shape=(28, 28, 1), num_classes=10,
+                              conv_impl=impl, pool_impl=pool)
+            params = model.init(KEY, x)
+
+            def loss(p, model=model):
+                logits = model.apply(p, x)
+                return -jnp.mean(jax.nn.log_softmax(logits)[jnp.arange(4), y])
+
+            outs.append((model.apply(params, x), jax.grad(loss)(params)))
+    for logits, grads in outs[1:]:
+        np.testing.assert_allclose(logits, outs[0][0], rtol=1e-4, atol=1e-5)
+        _leaves_close(grads, outs[0][1], rtol=1e-3, atol=1e-5)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_lenet5_vmap_over_per_client_params(impl):
+    model = get_model("lenet5", input_shape=(28, 28, 1), num_classes=10, conv_impl=impl)
+    keys = jax.random.split(KEY, 3)
+    x = jax.random.normal(KEY, (3, 2, 28, 28, 1))
+    params = jax.vmap(lambda k: model.init(k, x[0]))(keys)
+    batched = jax.jit(jax.vmap(model.apply))(params, x)
+    for c in range(3):
+        one = jax.tree_util.tree_map(lambda leaf, c=c: leaf[c], params)
+        np.testing.assert_allclose(batched[c], model.apply(one, x[c]), rtol=1e-4, atol=1e-5)
+
+
+def test_logreg_is_affine_softmax_regression():
+    model = get_model("logreg", input_shape=(28, 28), num_classes=10)
+    x = jax.random.normal(KEY, (5, 28, 28))
+    params = model.init(KEY, x)
+    assert num_params(params) == 784 * 10 + 10
+    w, b = params["out"]["kernel"], params["out"]["bias"]
+    ref = np.asarray(x).reshape(5, -1) @ np.asarray(w) + np.asarray(b)
+    np.testing.assert_allclose(model.apply(params, x), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_mlp_shapes_and_count():
+    model = get_model("mlp", input_shape=(28, 28, 1), num_classes=10)
+    params = model.init(KEY, jnp.zeros((1, 28, 28, 1)))
+    assert num_params(params) == (784 * 200 + 200) + (200 * 200 + 200) + (200 * 10 + 10)
+    custom = get_model("mlp", input_shape=(60,), num_classes=3, hidden=(7,))
+    p = custom.init(KEY, jnp.zeros((1, 60)))
+    assert num_params(p) == 60 * 7 + 7 + 7 * 3 + 3
+    assert custom.apply(p, jnp.ones((4, 60))).shape == (4, 3)
+
+
+def test_apply_accepts_flat_rows():
+    model = get_model("lenet5", input_shape=(28, 28, 1), num_classes=10)
+    x = jax.random.normal(KEY, (2, 28, 28, 1))
+    params = model.init(KEY, x)
+    np.testing.assert_array_equal(model.apply(params, x.reshape(2, 784)), model.apply(params, x))
+
+
+@pytest.mark.parametrize(
+    "name, kw, match",
+    [
+        ("resnet", {}, "model must be one of"),
+        ("lenet5", {"input_shape": (8, 8, 1)}, "too small"),
+        ("lenet5", {"conv_impl": "fft"}, "conv_impl must be one of"),
+        ("lenet5", {"first_conv_padding": "FULL"}, "first_conv_padding"),
+        ("mlp", {"hidden": (0,)}, "hidden must be an integer"),
+    ],
+)
+def test_bad_model_options_raise(name, kw, match):
+    kw = {"input_shape": (28, 28, 1), "num_classes": 10, **kw}
+    with pytest.raises(LdpsimError, match=match):
+        get_model(name, **kw)
+
+
+def test_parameter_count_helper_matches_shapes():
+    model = get_model("lenet5", input_shape=(28, 28, 1), num_classes=10)
+    params = model.init(KEY, jnp.zeros((1, 28, 28, 1)))
+    shapes = jax.tree_util.tree_map(lambda a: a.shape, params)
+    assert shapes["conv1"]["kernel"] == (5, 5, 1, 6) and shapes["fc1"]["kernel"] == (400, 120)
+    assert num_params(params) == sum(math.prod(s) for s in jax.tree_util.tree_leaves(
+        shapes, is_leaf=lambda s: isinstance(s, tuple)))
