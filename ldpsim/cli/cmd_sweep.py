@@ -1,0 +1,172 @@
+"""``ldpsim sweep``: a grid of simulations (ε × clients per round × seeds × …) into one tidy CSV."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+
+ORDER = 30
+
+#: The quick default sweep (no --config, no grid flags): synthetic data, about 2 minutes on 2 CPU cores.
+DEFAULT_GRID = {"epsilon": "1,10,100,inf", "clients_per_round": "10,100", "seed": "0,1"}
+DEFAULT_RUN = {"dataset": "synthetic", "model": "mlp", "population": 200, "rounds": 20,
+               "delta": "1/population", "clip": 1.0}
+DEFAULT_OUT = Path("results/sweep.csv")
+
+_EPILOG = """\
+examples:
+  ldpsim sweep                                   # quick default sweep on synthetic data (+ plots)
+  ldpsim sweep --epsilon 1,10,100,inf --clients 10,100,1000 --seeds 0,1,2 \\
+      --dataset mnist --model lenet5 --population 3000 --rounds 30 --out results/mnist.csv
+  ldpsim sweep --config experiments/mindspore_lenet5.toml
+  ldpsim sweep --config experiments/mindspore_lenet5.toml --seeds 0    # flags override the file
+
+resuming: results are written cell by cell. Interrupt (Ctrl-C) and re-run the same command:
+finished cells are skipped. A results file written by a different sweep is refused; choose
+another --out or pass --overwrite.
+
+grid axes take comma-separated lists (epsilon accepts inf = no privacy); --axis FIELD=V1,V2
+adds any other run setting as an axis (e.g. --axis mechanism=gaussian,laplace or
+--axis neighbours=replace,add-remove). Fixed settings: the run options below, or
+--set FIELD=VALUE; --delta also accepts 1/population or 1/clients_per_round.
+"""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from ldpsim.cli.cmd_run import _OPTIONS
+
+    p = subparsers.add_parser(
+        "sweep",
+        help="grid of runs over epsilon x clients per round x seeds -> one resumable CSV (+ plots)",
+        description="Run a grid of federated simulations under local DP and write one tidy CSV, "
+                    "one row per run and evaluated round, incrementally and resumably.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--config", type=Path, default=None, help="TOML sweep file ([sweep], [grid], [run] tables)")
+    grid = p.add_argument_group("grid axes (comma-separated lists)")
+    grid.add_argument("--epsilon", "--epsilons", dest="grid_epsilon", default=None,
+                      help=f"per-round local epsilons, inf = no privacy (default {DEFAULT_GRID['epsilon']})")
+    grid.add_argument("--clients", "--clients-per-round", dest="grid_clients_per_round", default=None,
+                      help=f"clients per round (default {DEFAULT_GRID['clients_per_round']})")
+    grid.add_argument("--seeds", "--seed", dest="grid_seed", default=None,
+                      help=f"root seeds (default {DEFAULT_GRID['seed']})")
+    grid.add_argument("--axis", action="append", default=[], metavar="FIELD=V1,V2",
+                      help="another run setting as an axis (repeatable)")
+    fixed = p.add_argument_group("fixed run settings (default: the config file, else the quick sweep / "
+                                 "SimulationConfig defaults)")
+    skip = {"epsilon", "clients_per_round", "seed", "delta"}
+    for flag, field, typ, choices, help_ in _OPTIONS:
+        if field not in skip:
+            fixed.add_argument(flag, dest=f"set_{field}", type=typ, choices=choices, default=None, help=help_)
+    fixed.add_argument("--delta", dest="set_delta", default=None,
+                       help="delta: a number in (0, 1), 1/population or 1/clients_per_round")
+    fixed.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                       help="any other fixed run setting (repeatable)")
+    out = p.add_argument_group("output")
+    out.add_argument("--out", type=Path, default=None, help=f"results CSV (default: the config's out, else {DEFAULT_OUT})")
+    out.add_argument("--overwrite", action="store_true", help="replace an existing results file instead of resuming")
+    out.add_argument("--plots", action="store_true",
+                     help="after the sweep, write the four figures next to the CSV (<stem>_<kind>.png); "
+                          "on by default for the quick default sweep")
+    out.add_argument("--no-vmap", action="store_true",
+                     help="run the epsilon values one by one instead of as one vmapped program")
+    out.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    p.set_defaults(handler=run)
+
+
+def _parse_scalar(text: str):
+    """A CLI value as int, float or string (TOML-like)."""
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    low = text.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low in ("none", "null"):
+        return None
+    return text
+
+
+def _pairs(items, flag: str) -> list[tuple[str, str]]:
+    from ldpsim._checks import LdpsimError
+
+    out = []
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip() or not value.strip():
+            raise LdpsimError(f"{flag} expects FIELD=VALUE, got {item!r}")
+        out.append((name.strip().replace("-", "_"), value.strip()))
+    return out
+
+
+def build_config(args: argparse.Namespace):
+    """(SweepConfig, out path, plots?) from the command line and an optional TOML file."""
+    from ldpsim.fl.config import SimulationConfig
+    from ldpsim.sweep import SweepConfig, load_sweep_config, parse_list
+
+    if args.config is not None:
+        file_config, meta = load_sweep_config(args.config)
+        grid = dict(file_config.grid)
+        run = dict(file_config.base)
+        out = Path(meta["out"]) if meta.get("out") and args.out is None else args.out
+        plots = args.plots or bool(meta.get("plots", False))
+        name = meta.get("name")
+    else:
+        given = any(getattr(args, f"grid_{a}") is not None for a in DEFAULT_GRID) or args.axis
+        quick = not given and not any(v is not None for k, v in vars(args).items() if k.startswith("set_")) \
+            and not args.set
+        grid = {k: parse_list(v) for k, v in DEFAULT_GRID.items()}
+        run = dict(DEFAULT_RUN) if quick else {}
+        out, plots, name = args.out, args.plots or quick, ("quick" if quick else None)
+    for axis in DEFAULT_GRID:
+        value = getattr(args, f"grid_{axis}")
+        if value is not None:
+            grid[axis] = parse_list(value)
+    for field, values in _pairs(args.axis, "--axis"):
+        run.pop(field, None)
+        grid[field] = [_parse_scalar(v) for v in parse_list(values)]
+    for key, value in vars(args).items():
+        if key.startswith("set_") and value is not None:
+            field = key[4:]
+            grid.pop(field, None)
+            run[field] = _parse_scalar(value) if isinstance(value, str) and field == "delta" else value
+    for field, value in _pairs(args.set, "--set"):
+        grid.pop(field, None)
+        run[field] = _parse_scalar(value)
+    # Record every setting (SimulationConfig defaults included) so that the fingerprint
+    # pins the whole run, not only what was typed.
+    defaults = {f.name: f.default for f in dataclasses.fields(SimulationConfig)}
+    base = {k: v for k, v in {**defaults, **run}.items() if k not in grid and k not in ("seeds", "clients")}
+    config = SweepConfig(base=base, grid=grid, name=name)
+    return config, (out if out is not None else DEFAULT_OUT), plots
+
+
+def run(args: argparse.Namespace) -> int:
+    from ldpsim.sweep import run_sweep
+
+    config, out, plots = build_config(args)
+    cells = config.cells()
+    print(f"ldpsim sweep: {len(cells)} cells -> {out} (fingerprint {config.fingerprint()})", file=sys.stderr)
+    try:
+        summary = run_sweep(config, out, overwrite=args.overwrite, progress=not args.no_progress,
+                            vmap_epsilon=not args.no_vmap)
+    except KeyboardInterrupt:
+        print(f"ldpsim sweep: interrupted; finished cells are saved in {out}. "
+              "Re-run the same command to resume.", file=sys.stderr)
+        return 130
+    print(f"ran {summary.ran} cells ({summary.rows} rows), skipped {summary.skipped} finished, "
+          f"in {summary.seconds:.1f} s -> {summary.path}"
+          + (f" (dropped {summary.dropped_rows} rows of an interrupted cell)" if summary.dropped_rows else ""))
+    if plots:
+        from ldpsim.plots import KINDS, plot
+
+        for kind in KINDS:
+            path = Path(out).with_name(f"{Path(out).stem}_{kind}.png")
+            plot(out, kind, path)
+            print(f"wrote {path}")
+    return 0

@@ -1,0 +1,265 @@
+"""A sweep: fixed run settings × a grid of axes (ε × clients per round × seeds × …).
+
+A :class:`SweepConfig` holds ``base`` (settings shared by every run, i.e. fields of
+:class:`ldpsim.fl.config.SimulationConfig`) and ``grid`` (axis name -> values). The axes
+``epsilon``, ``clients_per_round`` and ``seed`` are required; any other run field may be an
+axis too (e.g. ``mechanism``, ``neighbours``, ``calibration``). Each point of the grid is a
+:class:`Cell` keyed by its axis values, so a resumed sweep recognises finished cells.
+
+The config is *normalised* (axis values parsed, sorted and de-duplicated, ``inf`` spelled
+``"inf"``) and hashed into a :meth:`SweepConfig.fingerprint`; a results file remembers the
+fingerprint of the sweep that wrote it, so that results of different sweeps are never mixed.
+
+File format (TOML, read with :mod:`tomllib`)::
+
+    [sweep]                     # optional: labels, not part of the fingerprint
+    name = "quick"
+    out = "results/quick.csv"   # default --out
+
+    [grid]                      # axes; seeds/clients are accepted as aliases
+    epsilon = [1, 10, 100, "inf"]
+    clients_per_round = [10, 100]
+    seed = [0, 1, 2]
+
+    [run]                       # fixed SimulationConfig fields
+    dataset = "synthetic"
+    model = "mlp"
+    rounds = 20
+    delta = "1/population"      # or "1/clients_per_round", resolved per cell
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+import json
+import math
+import tomllib
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ldpsim._checks import LdpsimError, check_positive, check_positive_int
+
+__all__ = ["Cell", "SweepConfig", "format_value", "load_sweep_config", "parse_epsilon", "parse_list"]
+
+REQUIRED_AXES = ("epsilon", "clients_per_round", "seed")
+ALIASES = {"seeds": "seed", "clients": "clients_per_round", "mechanisms": "mechanism"}
+DELTA_RULES = ("1/population", "1/clients_per_round")
+#: Fingerprint format; bump when the meaning of a normalised config changes.
+FORMAT = 1
+
+
+def parse_epsilon(value: Any) -> float:
+    """ε > 0 as a float; ``inf``/``"inf"``/``"∞"``/``"none"`` mean no privacy (``math.inf``)."""
+    if isinstance(value, str) and value.strip().lower() in ("inf", "infinity", "∞", "none", "nodp"):
+        return math.inf
+    return check_positive("epsilon", value, allow_inf=True)
+
+
+def _parse_seed(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or str(value).strip().lstrip("-") == "":
+        raise LdpsimError(f"seed must be an integer >= 0, got {value!r}")
+    try:
+        out = int(value)
+    except ValueError:
+        raise LdpsimError(f"seed must be an integer >= 0, got {value!r}") from None
+    if out < 0:
+        raise LdpsimError(f"seed must be an integer >= 0, got {value!r}")
+    return out
+
+
+_AXIS_PARSERS = {
+    "epsilon": parse_epsilon,
+    "clients_per_round": lambda v: check_positive_int("clients_per_round", v),
+    "seed": _parse_seed,
+}
+
+
+def format_value(value: Any) -> str:
+    """Canonical text of a value in cell keys and fingerprints (``10.0`` -> ``10``, inf -> ``inf``)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return f"{value:.17g}" if value != int(value) or abs(value) >= 1e16 else str(int(value))
+    return str(value)
+
+
+def _canonical(value: Any) -> Any:
+    """JSON-ready canonical form: numbers that are equal normalise to the same text."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, float):
+        if math.isinf(value):
+            return format_value(value)
+        return int(value) if value.is_integer() and abs(value) < 2**53 else value
+    if isinstance(value, int):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_canonical(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): _canonical(v) for k, v in sorted(value.items())}
+    raise LdpsimError(f"unsupported value {value!r} ({type(value).__name__}) in a sweep config")
+
+
+def _sort_key(value: Any) -> tuple:
+    return (0, value, "") if isinstance(value, (int, float)) and not isinstance(value, bool) else (1, 0, str(value))
+
+
+def parse_list(text: str) -> list[str]:
+    """Split a comma-separated CLI list (``"1,10,inf"`` -> ``["1", "10", "inf"]``)."""
+    items = [t.strip() for t in str(text).split(",")]
+    if not items or any(not t for t in items):
+        raise LdpsimError(f"expected a comma-separated list such as 1,10,100; got {text!r}")
+    return items
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    """One run of a sweep.
+
+    Attributes:
+        key: canonical text of the axis values, e.g. ``clients_per_round=10;epsilon=inf;seed=0``.
+        axes: axis name -> value of this cell.
+        params: the full run settings (``base`` with ``axes`` applied and rules such as
+            ``delta = "1/population"`` resolved).
+    """
+
+    key: str
+    axes: Mapping[str, Any]
+    params: Mapping[str, Any]
+
+    @property
+    def group_key(self) -> str:
+        """Key of the cell without its ε: cells that differ only in ε share one program."""
+        return ";".join(f"{k}={format_value(v)}" for k, v in sorted(self.axes.items()) if k != "epsilon")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SweepConfig:
+    """Fixed settings × grid of axes. Validated and normalised on construction.
+
+    Attributes:
+        base: run settings shared by every cell (SimulationConfig field -> value).
+        grid: axis -> values. ``epsilon`` (``inf`` = no privacy), ``clients_per_round`` and
+            ``seed`` are required; other fields may be axes too.
+        name: optional label (not part of the fingerprint).
+    """
+
+    base: Mapping[str, Any]
+    grid: Mapping[str, tuple]
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        grid: dict[str, tuple] = {}
+        for raw_name, values in dict(self.grid).items():
+            name = ALIASES.get(raw_name, raw_name)
+            if name in grid:
+                raise LdpsimError(f"grid axis {name!r} is given twice (as {raw_name!r} too)")
+            if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+                values = [values]
+            parse = _AXIS_PARSERS.get(name, lambda v: v)
+            parsed = [parse(v) for v in values]
+            if not parsed:
+                raise LdpsimError(f"grid axis {name!r} has no values; give at least one")
+            for v in parsed:
+                _canonical(v)  # rejects unsupported types early
+            unique = {format_value(v): v for v in parsed}
+            grid[name] = tuple(sorted(unique.values(), key=_sort_key))
+        missing = [a for a in REQUIRED_AXES if a not in grid]
+        if missing:
+            raise LdpsimError(
+                f"the sweep grid needs the axes {', '.join(REQUIRED_AXES)}; missing: {', '.join(missing)} "
+                "(e.g. --epsilon 1,10,inf --clients 10,100 --seeds 0,1)"
+            )
+        base = {ALIASES.get(k, k): v for k, v in dict(self.base).items()}
+        both = sorted(set(base) & set(grid))
+        if both:
+            raise LdpsimError(f"{', '.join(both)} given both as a fixed setting and as a grid axis; keep one")
+        delta = base.get("delta")
+        if isinstance(delta, str) and delta not in DELTA_RULES:
+            raise LdpsimError(f"delta must be a number in (0, 1) or one of {', '.join(DELTA_RULES)}; got {delta!r}")
+        for value in base.values():
+            _canonical(value)
+        object.__setattr__(self, "grid", grid)
+        object.__setattr__(self, "base", base)
+
+    # ------------------------------------------------------------------ identity
+
+    def normalized(self) -> dict[str, Any]:
+        """The JSON-ready canonical form that :meth:`fingerprint` hashes."""
+        return {"format": FORMAT, "base": _canonical(self.base), "grid": _canonical(self.grid)}
+
+    def fingerprint(self) -> str:
+        """sha256 (16 hex digits) of the canonical JSON of :meth:`normalized`."""
+        text = json.dumps(self.normalized(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    # ------------------------------------------------------------------ cells
+
+    def cells(self) -> list[Cell]:
+        """Every cell, ε innermost so cells sharing a program are adjacent."""
+        names = [n for n in sorted(self.grid) if n not in ("epsilon", "clients_per_round", "seed")]
+        names += ["clients_per_round", "seed", "epsilon"]
+        out = []
+        for values in itertools.product(*(self.grid[n] for n in names)):
+            axes = dict(zip(names, values))
+            key = ";".join(f"{k}={format_value(axes[k])}" for k in sorted(axes))
+            out.append(Cell(key=key, axes=axes, params=self._params(axes)))
+        return out
+
+    def _params(self, axes: Mapping[str, Any]) -> dict[str, Any]:
+        params = {**self.base, **axes}
+        delta = params.get("delta")
+        if delta == "1/population":
+            if "population" not in params:
+                raise LdpsimError('delta = "1/population" needs population to be set in [run] or the grid')
+            params["delta"] = 1.0 / float(params["population"])
+        elif delta == "1/clients_per_round":
+            params["delta"] = 1.0 / float(params["clients_per_round"])
+        return params
+
+    def describe_difference(self, other: Mapping[str, Any]) -> str:
+        """Human-readable differences between this config and another's :meth:`normalized` form."""
+        mine = self.normalized()
+        diffs = []
+        for section in ("base", "grid"):
+            a, b = other.get(section, {}) or {}, mine[section]
+            for k in sorted(set(a) | set(b)):
+                if a.get(k) != b.get(k):
+                    there = json.dumps(a[k]) if k in a else "(unset)"
+                    here = json.dumps(b[k]) if k in b else "(unset)"
+                    diffs.append(f"{section}.{k}: {there} there vs {here} here")
+        if other.get("format") != mine["format"]:
+            diffs.append(f"format: {other.get('format')} there vs {mine['format']} here")
+        return "; ".join(diffs) or "(no difference in settings)"
+
+
+def load_sweep_config(path: str | Path) -> tuple[SweepConfig, dict[str, Any]]:
+    """Read a TOML sweep file.
+
+    Returns:
+        ``(config, meta)``: the :class:`SweepConfig` (tables ``[grid]`` and ``[run]``) and
+        the ``[sweep]`` table (labels such as ``name``, ``out``, ``plots``).
+
+    Raises:
+        LdpsimError: missing file, TOML syntax error, unknown table or bad values.
+    """
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise LdpsimError(f"sweep config {str(path)!r} not found") from None
+    except tomllib.TOMLDecodeError as err:
+        raise LdpsimError(f"sweep config {str(path)!r} is not valid TOML: {err}") from None
+    unknown = sorted(set(data) - {"sweep", "grid", "run"})
+    if unknown:
+        raise LdpsimError(f"sweep config {str(path)!r}: unknown table(s) {', '.join(unknown)}; use [sweep], [grid], [run]")
+    if "grid" not in data:
+        raise LdpsimError(f"sweep config {str(path)!r} has no [grid] table (epsilon, clients_per_round, seed)")
+    meta = dict(data.get("sweep", {}))
+    config = SweepConfig(base=data.get("run", {}), grid=data["grid"], name=meta.get("name"))
+    return config, meta
