@@ -1,0 +1,239 @@
+"""Tests of ldpsim.privacy.sampling: exact generator, accurate transform, N(0, 1) law.
+
+Statistical tests use fixed keys (so they are deterministic); each tolerance is
+derived from the sampling error, and the comment states the probability that a
+correct sampler would fail it over a random choice of key.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import special, stats
+
+from ldpsim._checks import LdpsimError
+from ldpsim.privacy import sampling
+
+N_BIG = 1 << 21  # 2,097,152 samples for the distribution tests
+
+
+@pytest.fixture(scope="module")
+def big_sample() -> np.ndarray:
+    x = jax.jit(lambda k: sampling.normal(k, (N_BIG,)))(jax.random.key(20240601))
+    return np.asarray(x, dtype=np.float64)
+
+
+# ---------------------------------------------------------------- exact maths
+
+
+def test_threefry_is_bit_exact_jax_threefry():
+    # fold_in(k, j) is threefry_2x32(k, (0, j)) in JAX: our unrolled hash must agree.
+    key = jax.random.key(7)
+    kd = jax.random.key_data(key)
+    j = jnp.array([0, 1, 2, 12345, 2**32 - 1], dtype=jnp.uint32)
+    x0, x1 = sampling.threefry2x32(kd[0], kd[1], jnp.zeros_like(j), j)
+    ref = np.stack([np.asarray(jax.random.key_data(jax.random.fold_in(key, int(i)))) for i in j])
+    np.testing.assert_array_equal(np.asarray(x0), ref[:, 0])
+    np.testing.assert_array_equal(np.asarray(x1), ref[:, 1])
+
+
+def test_upper_probit_matches_scipy_over_full_range():
+    # p from 2**-64 (the smallest the sampler produces) to 1/2, log-spaced plus dense near 1/2.
+    p = np.exp(np.linspace(np.log(2.0**-64), np.log(0.5), 400_001))
+    p = np.concatenate([p, 0.5 - np.linspace(0.0, 0.1, 100_001)[1:]]).astype(np.float32)
+    z = np.asarray(jax.jit(sampling.upper_probit)(jnp.asarray(p)), np.float64)
+    exact = -special.ndtri(p.astype(np.float64))
+    pos = exact > 1e-3
+    assert np.max(np.abs(z[pos] / exact[pos] - 1.0)) < 4e-7
+    assert np.max(np.abs(z - exact)) < 2.5e-6  # absolute, includes the far tail (|z| ~ 9)
+    assert np.all(z >= 0.0)
+    assert np.all(np.diff(z[: 400_001]) <= 1e-6)  # monotone (p increasing) up to rounding
+
+
+def test_extreme_bits_reach_nine_sigma_with_sign():
+    b0 = jnp.array([0x00000000, 0x80000000, 0x7FFFFFFF, 0xFFFFFFFF], dtype=jnp.uint32)
+    b1 = jnp.array([0x00000000, 0x00000001, 0xFFFFFFFF, 0xFFFFFFFF], dtype=jnp.uint32)
+    z = np.asarray(sampling.normal_from_bits(b0, b1), np.float64)
+    z_max = -special.ndtri(2.0**-64)  # ~9.08
+    np.testing.assert_allclose(z[:2], [z_max, -z_max], rtol=4e-7)
+    assert abs(z[2]) < 1e-6 and abs(z[3]) < 1e-6  # p just below 1/2
+    assert np.signbit(z[3]) and not np.signbit(z[2])
+
+
+# ---------------------------------------------------------------- distribution
+
+
+def test_ks_against_standard_normal(big_sample):
+    # False-failure rate 1e-6: p-value of the one-sample KS test is uniform under H0.
+    assert stats.kstest(big_sample, "norm").pvalue > 1e-6
+    # ... and the same test has the power to see a 2% scale error at this n.
+    assert stats.kstest(big_sample * 1.02, "norm").pvalue < 1e-6
+
+
+def test_first_four_moments(big_sample):
+    n = big_sample.size
+    mean = big_sample.mean()
+    var = big_sample.var()
+    skew = stats.skew(big_sample)
+    exkurt = stats.kurtosis(big_sample)  # excess kurtosis, 0 for a Gaussian
+    # Standard errors under N(0,1): 1/√n, √(2/n), √(6/n), √(24/n). Tolerance 5 SE each:
+    # two-sided false-failure rate 5.7e-7 per moment.
+    assert abs(mean) < 5 / np.sqrt(n)
+    assert abs(var - 1.0) < 5 * np.sqrt(2 / n)
+    assert abs(skew) < 5 * np.sqrt(6 / n)
+    assert abs(exkurt) < 5 * np.sqrt(24 / n)
+
+
+@pytest.mark.parametrize("t", [1.0, 2.0, 3.0, 4.0])
+def test_tail_frequencies(big_sample, t):
+    # Count of |z| > t is Binomial(n, q), q = 2(1 - Φ(t)); tolerance 5 SE
+    # (false-failure rate 5.7e-7 per level, normal approximation: n·q ≥ 130).
+    n = big_sample.size
+    q = 2 * stats.norm.sf(t)
+    count = np.sum(np.abs(big_sample) > t)
+    assert abs(count - n * q) < 5 * np.sqrt(n * q * (1 - q))
+
+
+def test_matches_reference_sampler_two_sample():
+    # fast vs jax.random.normal on different keys: two-sample KS, false-failure rate 1e-6.
+    a = np.asarray(sampling.normal(jax.random.key(1), (1 << 19,)))
+    b = np.asarray(sampling.normal(jax.random.key(2), (1 << 19,), impl="threefry"))
+    assert stats.ks_2samp(a, b).pvalue > 1e-6
+
+
+# ---------------------------------------------------------------- independence
+
+
+def _client_noise(root, rnd, clients, dim):
+    k = jax.random.fold_in(root, rnd)
+    keys = jax.vmap(lambda c: jax.random.fold_in(k, c))(clients)
+    return jax.vmap(lambda kk: sampling.normal(kk, (dim,)))(keys)
+
+
+@pytest.fixture(scope="module")
+def two_rounds():
+    root = jax.random.key(99)
+    clients = jnp.arange(256, dtype=jnp.uint32)
+    f = jax.jit(_client_noise, static_argnums=(3,))
+    z0 = np.asarray(f(root, 0, clients, 8192), np.float64)
+    z1 = np.asarray(f(root, 1, clients, 8192), np.float64)
+    return z0, z1
+
+
+def _pair_correlations(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    a = (a - a.mean(1, keepdims=True)) / a.std(1, keepdims=True)
+    b = (b - b.mean(1, keepdims=True)) / b.std(1, keepdims=True)
+    return np.mean(a * b, axis=1)
+
+
+@pytest.mark.parametrize("pairing", ["adjacent clients", "consecutive rounds"])
+def test_no_correlation_between_clients_or_rounds(two_rounds, pairing):
+    z0, z1 = two_rounds
+    a, b = (z0[:-1], z0[1:]) if pairing == "adjacent clients" else (z0, z1)
+    d = a.shape[1]
+    r = _pair_correlations(a, b)
+    m = r.size
+    # Under independence √d·r ≈ N(0,1) (d = 8192), so mean(d·r²) ≈ 1 with SE √(2/m):
+    # 5 SE, false-failure rate 5.7e-7. The max over m pairs stays below 5.5
+    # (Bonferroni: m·P(|N|>5.5) < 1e-5).
+    assert abs(np.mean(d * r**2) - 1.0) < 5 * np.sqrt(2 / m)
+    assert np.max(np.abs(np.sqrt(d) * r)) < 5.5
+
+
+def test_sum_over_clients_has_variance_n(two_rounds):
+    # Independent clients: Σ_c z_c ~ N(0, n) per coordinate (noise "cancellation" relies on it).
+    # mean over d coordinates of (Σ z)²/n ≈ 1 with SE √(2/d); 5 SE, false-failure 5.7e-7.
+    z0, _ = two_rounds
+    n, d = z0.shape
+    s = z0.sum(0)
+    assert abs(np.mean(s**2) / n - 1.0) < 5 * np.sqrt(2 / d)
+
+
+# ---------------------------------------------------------------- determinism / transforms
+
+
+def test_same_key_same_noise_different_key_different_noise():
+    k = jax.random.key(5)
+    a = np.asarray(sampling.normal(k, (10_000,)))
+    np.testing.assert_array_equal(a, np.asarray(sampling.normal(k, (10_000,))))
+    b = np.asarray(sampling.normal(jax.random.fold_in(k, 1), (10_000,)))
+    assert np.mean(a == b) < 1e-3
+
+
+def test_raw_and_typed_keys_agree_and_prefix_property():
+    a = sampling.normal(jax.random.PRNGKey(3), (6,))
+    b = sampling.normal(jax.random.key(3), (6,))
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    long = sampling.normal(jax.random.key(3), (2, 5))
+    np.testing.assert_array_equal(np.asarray(long).ravel()[:6], np.asarray(a))
+
+
+def test_jit_and_vmap():
+    keys = jax.random.split(jax.random.key(11), 4)
+    eager = np.stack([np.asarray(sampling.normal(k, (3, 7))) for k in keys])
+    batched = np.asarray(jax.jit(jax.vmap(lambda k: sampling.normal(k, (3, 7))))(keys))
+    # XLA may contract a*b+c into an FMA inside a fused kernel: 1-2 ulp differences.
+    np.testing.assert_allclose(batched, eager, rtol=1e-6, atol=1e-7)
+
+
+def test_noise_of_a_client_does_not_depend_on_its_chunk():
+    root = jax.random.key(2024)
+    f = jax.jit(_client_noise, static_argnums=(3,))
+    chunk_a = np.asarray(f(root, 4, jnp.arange(0, 16, dtype=jnp.uint32), 1000))
+    chunk_b = np.asarray(f(root, 4, jnp.arange(8, 40, dtype=jnp.uint32), 1000))
+    alone = np.asarray(f(root, 4, jnp.arange(12, 13, dtype=jnp.uint32), 1000))
+    np.testing.assert_array_equal(chunk_a[8:16], chunk_b[:8])
+    np.testing.assert_allclose(alone[0], chunk_a[12], rtol=1e-6, atol=1e-7)
+
+
+def test_threefry_impl_is_jax_random_normal():
+    k = jax.random.key(8)
+    np.testing.assert_array_equal(
+        np.asarray(sampling.normal(k, (4, 3), impl="threefry")),
+        np.asarray(jax.random.normal(k, (4, 3))),
+    )
+
+
+def test_low_precision_dtype_is_rounded_float32():
+    k = jax.random.key(9)
+    z16 = sampling.normal(k, (100,), jnp.bfloat16)
+    assert z16.dtype == jnp.bfloat16
+    np.testing.assert_array_equal(
+        np.asarray(z16), np.asarray(sampling.normal(k, (100,)).astype(jnp.bfloat16))
+    )
+
+
+def test_normal_like_is_one_flat_draw_split_into_leaves():
+    k = jax.random.key(10)
+    tree = {"w": jnp.zeros((3, 4), jnp.bfloat16), "b": jnp.zeros((5,), jnp.int32), "s": jnp.zeros(())}
+    noise = sampling.normal_like(k, tree)
+    assert jax.tree_util.tree_structure(noise) == jax.tree_util.tree_structure(tree)
+    assert noise["w"].dtype == jnp.bfloat16 and noise["b"].dtype == jnp.float32
+    flat = np.asarray(sampling.normal(k, (18,)))
+    leaves = jax.tree_util.tree_leaves(noise)  # dict order: b, s, w
+    got = np.concatenate([np.asarray(x, np.float32).ravel() for x in leaves])
+    np.testing.assert_allclose(got[:6], flat[:6])
+    np.testing.assert_allclose(got[6:], flat[6:], rtol=1e-2)  # bfloat16 leaf
+    ref = sampling.normal_like(k, tree, impl="threefry", dtype=jnp.float32)
+    assert all(x.dtype == jnp.float32 for x in jax.tree_util.tree_leaves(ref))
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: sampling.normal(jax.random.key(0), (3,), impl="ziggurat"), "impl"),
+        (lambda: sampling.normal(jax.random.key(0), (3,), jnp.int32), "dtype"),
+        (lambda: sampling.normal(jax.random.split(jax.random.key(0), 2), (3,)), "shape"),
+        (lambda: sampling.normal(jax.random.key(0, impl="rbg"), (3,)), "threefry"),
+    ],
+)
+def test_bad_input_is_rejected(call, match):
+    with pytest.raises(LdpsimError, match=match):
+        call()
+
+
+def test_rbg_key_works_with_reference_impl():
+    z = sampling.normal(jax.random.key(0, impl="rbg"), (3,), impl="threefry")
+    assert z.shape == (3,)
