@@ -28,12 +28,13 @@ _OPTIONS = (
     ("--dataset", "dataset", str, None, "dataset name (mnist, fashion_mnist, ...)"),
     ("--data-dir", "data_dir", str, None, "folder with the dataset files (None: the "
                                           "loader's default folder)"),
-    ("--partition", "partition", str, ("iid", "dirichlet"), "how examples go to clients"),
-    ("--alpha", "alpha", float, None, "Dirichlet label-skew concentration (--partition "
-                                      "dirichlet)"),
+    ("--partition", "partition", str, ("iid", "dirichlet", "shards", "natural", "sampled"),
+     "how examples go to clients (sampled: virtual population of any size)"),
+    ("--alpha", "alpha", float, None, "Dirichlet label-skew concentration for dirichlet and "
+                                      "sampled partitions (inf = IID)"),
     ("--model", "model", str, None, "model: lenet5, mlp, logreg"),
     ("--population", "population", int, None, "number of clients N"),
-    ("--examples-per-client", "examples_per_client", int, None, "examples per client"),
+    ("--examples-per-client", "examples_per_client", int, None, "examples per client (sampled partition)"),
     ("--clients-per-round", "clients_per_round", int, None, "cohort size m per round"),
     ("--rounds", "rounds", int, None, "federated rounds"),
     ("--epsilon", "epsilon", float, None, "per-round local epsilon; inf = no privacy"),

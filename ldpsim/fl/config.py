@@ -26,7 +26,7 @@ CLIENT_OPTIMIZERS = ("sgd", "momentum", "adam")
 SERVER_OPTIMIZERS = ("fedavg", "fedavgm", "fedadam", "fedyogi")
 WEIGHTINGS = ("examples", "uniform")
 SAMPLINGS = ("uniform", "poisson")
-PARTITIONS = ("iid", "dirichlet")
+PARTITIONS = ("iid", "dirichlet", "shards", "natural", "sampled")  # ldpsim.data.PARTITIONS
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -37,14 +37,16 @@ class SimulationConfig:
         dataset: dataset name understood by :mod:`ldpsim.data` (e.g. ``"mnist"``,
             ``"synthetic"``).
         data_dir: folder holding the real dataset files (``None``: the loader's default).
-        partition: how examples are dealt to clients: ``"iid"`` (each client samples its
-            examples uniformly from the training set) or ``"dirichlet"`` (label skew: each
-            client's label distribution ~ Dirichlet(alpha), Hsu et al. 2019).
-        alpha: Dirichlet concentration of the ``"dirichlet"`` partition.
+        partition: how the training set is dealt to clients, by
+            :func:`ldpsim.data.make_population`: ``"iid"``, ``"dirichlet"`` (label skew,
+            Hsu et al. 2019), ``"shards"`` (McMahan et al. 2017), ``"natural"`` (writer /
+            device) or ``"sampled"`` (a virtual population of any size: each client draws
+            ``examples_per_client`` examples from its own Dirichlet(alpha) label mix).
+        alpha: Dirichlet concentration for ``"dirichlet"`` and ``"sampled"`` (inf = IID).
         model: model name for :func:`ldpsim.models.get_model` (``"lenet5"``, ``"mlp"``,
             ``"logreg"``).
         population: number of clients N.
-        examples_per_client: examples held by each client (padded size).
+        examples_per_client: examples held by each client of a ``"sampled"`` population.
         clients_per_round: cohort size m (expected size under Poisson sampling).
         rounds: number of federated rounds.
         epsilon: per-client, per-round local DP budget; ``math.inf`` disables privacy
@@ -78,7 +80,7 @@ class SimulationConfig:
     dataset: str = "synthetic"
     data_dir: str | None = None
     partition: str = "iid"
-    alpha: float = 0.5
+    alpha: float = math.inf
     model: str = "lenet5"
     population: int = 1000
     examples_per_client: int = 32
@@ -125,7 +127,7 @@ class SimulationConfig:
         object.__setattr__(self, "epsilon", check_positive("epsilon", self.epsilon,
                                                            allow_inf=True))
         check_choice("partition", self.partition, PARTITIONS)
-        object.__setattr__(self, "alpha", check_positive("alpha", self.alpha))
+        object.__setattr__(self, "alpha", check_positive("alpha", self.alpha, allow_inf=True))
         object.__setattr__(self, "clip", check_positive("clip", self.clip, allow_inf=True))
         if self.private and math.isinf(self.clip):
             raise LdpsimError(

@@ -276,32 +276,25 @@ def _poisson_capacity(config: SimulationConfig) -> int:
 def build_data(config: SimulationConfig) -> tuple[Any, np.ndarray, np.ndarray]:
     """Load ``config.dataset`` and deal it to ``config.population`` clients.
 
-    Returns ``(population, x_test, y_test)``.  The population is a
-    :class:`~ldpsim.data.SampledPopulation` (IID, or Dirichlet(alpha) label skew), so N may
-    exceed the dataset size; it is seeded by ``config.seed``.
+    Uses :func:`ldpsim.data.load_dataset` and :func:`ldpsim.data.make_population`
+    (partition ``config.partition``, Dirichlet ``config.alpha``, seeded by
+    ``config.seed``).  FedProx ``synthetic`` data is generated for ``config.population``
+    devices.  Returns ``(population, x_test, y_test)``.
 
     Raises:
-        LdpsimError: unknown dataset or missing files (the loader names the fix).
+        LdpsimError: unknown dataset or partition, missing files (the loader names the fix).
     """
-    import ldpsim.data as data_lib
-    from ldpsim.data import SampledPopulation
+    from ldpsim import data as data_lib
 
-    loader = getattr(data_lib, "load_dataset", None)
-    if loader is not None:
-        ds = loader(config.dataset, data_dir=config.data_dir)
-    else:
-        from ldpsim.data.idx import IDX_DATASETS, load_idx_dataset
-
-        if config.dataset not in IDX_DATASETS:
-            raise LdpsimError(f"dataset must be one of {', '.join(IDX_DATASETS)}; "
-                              f"got {config.dataset!r}")
-        ds = load_idx_dataset(config.dataset, config.data_dir)
-    alpha = math.inf if config.partition == "iid" else config.alpha
-    population = SampledPopulation.create(
-        ds.x_train, ds.y_train, num_clients=config.population,
-        examples_per_client=config.examples_per_client, alpha=alpha,
-        seed=jax.random.fold_in(jax.random.key(config.seed), 0x706F70),  # "pop"
-        num_classes=ds.num_classes)
+    kwargs = {}
+    if config.dataset.lower().replace("-", "_").startswith("synthetic"):
+        kwargs = {"num_clients": config.population, "seed": config.seed}
+    ds = data_lib.load_dataset(config.dataset, config.data_dir, **kwargs)
+    population = data_lib.make_population(
+        ds, config.partition,
+        None if config.partition == "natural" else config.population,
+        alpha=config.alpha, examples_per_client=config.examples_per_client,
+        seed=config.seed)
     return population, ds.x_test, ds.y_test
 
 
@@ -346,8 +339,12 @@ def simulate(config: SimulationConfig, *, progress: bool = False,
         clip, sensitivity, sigma, clients_per_round, population, round, seed, accuracy,
         loss, then the round's :class:`~ldpsim.fl.metrics.RoundMetrics` (noise_norm,
         signal_norm, snr, cosine, clip_fraction, nonfinite_clients, clients, n_eff,
-        theory_noise_norm, train_loss), epsilon_spent (NaN: no accountant wired yet) and
-        wall_time (seconds since the start, compilation included).
+        theory_noise_norm, train_loss), max_participation (most rounds any one client
+        has taken part in so far), epsilon_spent (that client's LDP ε at total δ =
+        ``config.delta``: exact composition of Gaussians, Balle & Wang 2018 Thm. 8, via
+        :class:`ldpsim.privacy.accounting.LdpAccountant`; basic composition k·ε for
+        Laplace; NaN without privacy) and wall_time (seconds since the start,
+        compilation included).
 
     Raises:
         LdpsimError: bad configuration or data.
@@ -384,6 +381,8 @@ def simulate(config: SimulationConfig, *, progress: bool = False,
         "sensitivity": sens, "sigma": sigma, "clients_per_round": config.clients_per_round,
         "population": population.num_clients, "seed": config.seed,
     }
+    accountant = _accountant(mechanism, sigma, sens, config.delta)
+    participation = np.zeros(population.num_clients, np.int64)
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -395,12 +394,15 @@ def simulate(config: SimulationConfig, *, progress: bool = False,
             ids, mask = sample_cohort(config.seed, t, population.num_clients,
                                       config.clients_per_round, config.sampling, capacity)
             state, rm = round_fn(state, population, jnp.int32(t), ids, mask, hyper)
+            participation[ids[mask]] += 1
             if (t + 1) % config.eval_every == 0 or t == config.rounds - 1:
                 acc, loss = evaluate(state.params, x_test, y_test)
                 row = dict(base, round=t + 1, accuracy=float(acc), loss=float(loss))
                 row.update({k: _scalar(v) for k, v in rm._asdict().items()
                             if k != "update_norm"})
-                row["epsilon_spent"] = math.nan
+                k_max = int(participation.max())
+                row["max_participation"] = k_max
+                row["epsilon_spent"] = accountant.epsilon(k_max) if accountant else math.nan
                 row["wall_time"] = time.perf_counter() - start
                 history.append(row)
                 if callback is not None:
@@ -413,6 +415,17 @@ def simulate(config: SimulationConfig, *, progress: bool = False,
         if bar is not None:
             bar.close()
     return history
+
+
+def _accountant(mechanism: str, sigma: float, sensitivity: float, delta: float):
+    """LDP accountant of one client: exact Gaussian composition, basic for Laplace."""
+    if mechanism == "none":
+        return None
+    from ldpsim.privacy.accounting import LdpAccountant
+
+    if mechanism == "gaussian":
+        return LdpAccountant(sigma, sensitivity, delta, mechanism="gaussian", method="analytic")
+    return LdpAccountant(sigma, sensitivity, None, mechanism="laplace", method="basic")
 
 
 def _scalar(v: jax.Array) -> float | int:
