@@ -216,8 +216,8 @@ def test_cli_sweep_with_engine_schema_resume_and_vmap(tmp_path, capsys):
     assert main(args) == 0  # resume: nothing to do
     assert "ran 0 cells" in capsys.readouterr().out
     # The vmapped ε axis gives the same results as running the cells one by one.
-    assert main(args[:-3] + ["--out", str(tmp_path / "seq.csv"), "--no-vmap", "--no-progress"]) == 0
-    a, b = _rows(out), _rows(tmp_path / "seq.csv")
+    assert main(args[:-3] + ["--out", str(tmp_path / "vmap.csv"), "--vmap-epsilon", "--no-progress"]) == 0
+    a, b = _rows(out), _rows(tmp_path / "vmap.csv")
     pd.testing.assert_frame_equal(a, b, check_exact=False, rtol=1e-4, atol=1e-6)
     # A different sweep into the same file is refused with exit status 2.
     assert main([*args[:2], "5", *args[3:]]) == 2

@@ -144,10 +144,11 @@ class EngineRunner:
     """Runs sweep cells with the simulation engine (see the module docstring).
 
     Args:
-        vmap_epsilon: run the finite ε values of a group as one vmapped program.
+        vmap_epsilon: run the finite ε values of a group as one vmapped program (off by
+            default: slower than one by one on CPU, see benchmarks/sweep_vmap_epsilon.py).
     """
 
-    def __init__(self, *, vmap_epsilon: bool = True) -> None:
+    def __init__(self, *, vmap_epsilon: bool = False) -> None:
         self.vmap_epsilon = vmap_epsilon
         self._data_key: tuple | None = None
         self._data: Any = None

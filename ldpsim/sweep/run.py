@@ -68,7 +68,7 @@ def run_sweep(
     runner: Runner | None = None,
     overwrite: bool = False,
     progress: bool = True,
-    vmap_epsilon: bool = True,
+    vmap_epsilon: bool = False,
 ) -> SweepSummary:
     """Run every cell of ``config`` that ``out`` does not already hold, writing each as it finishes.
 
@@ -83,7 +83,9 @@ def run_sweep(
         overwrite: discard an existing results file instead of resuming it.
         progress: show tqdm bars over cells and rounds (on stderr).
         vmap_epsilon: let the default runner run the ε values of a group in one vmapped
-            program (results equal running them one by one, up to float rounding).
+            program (results equal running them one by one, up to float rounding). Off by
+            default: on the 2-core CPU it measured 5× slower than one by one (MLP, m = 100,
+            benchmarks/sweep_vmap_epsilon.py); cells still share one compilation.
 
     Returns:
         A :class:`SweepSummary`.
