@@ -10,7 +10,12 @@ Building blocks (each importable on its own for research code):
   :func:`make_eval_fn`, :func:`sample_cohort`, :class:`RoundHyper`, :class:`ServerState`.
 * :class:`RoundMetrics`, :func:`finalize_metrics`, :func:`theory_noise_norm`.
 
-And the one obvious entry point: :func:`simulate` (``SimulationConfig`` in, history out).
+And the one obvious entry point, ``ldpsim.fl.simulate.simulate(config)``
+(:class:`SimulationConfig` in, history rows out); ``ldpsim.fl.simulate`` itself is the
+module (a package attribute cannot be both), so import the function from it::
+
+    from ldpsim.fl import SimulationConfig
+    from ldpsim.fl.simulate import simulate
 
 Names are loaded lazily so that importing :mod:`ldpsim.fl.config` (e.g. for the CLI's
 ``--help``) does not import JAX.
@@ -43,7 +48,6 @@ _EXPORTS = {
     "make_round_fn": "simulate",
     "noise_scale": "simulate",
     "sample_cohort": "simulate",
-    "simulate": "simulate",
     "ClientMetrics": "client",
     "client_optimizer": "client",
     "local_update": "client",

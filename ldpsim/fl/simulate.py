@@ -10,7 +10,9 @@ A round (:func:`make_round_fn`)::
       -> aggregate Δ̄ = (Σw·clipped + Σw·noise)/Σw, server optimizer step, metrics
 
 Randomness by position: client ``c`` in round ``t`` uses
-``k = fold_in(fold_in(root_key, t), c)``, split into a training and a noise key, so the
+``k = fold_in(fold_in(root_key, t), c)`` (``root_key = ServerState.key``; :func:`simulate`
+sets it to ``fold_in(key(seed), "roun")`` and initialises the model from another
+``fold_in`` of ``key(seed)``), split into a training and a noise key, so the
 noise does not depend on the chunk size, the cohort order or the padding, and two
 seeds never share client noise.  σ, C and the learning rates are traced
 (:class:`RoundHyper`): sweeping ε never recompiles and a sweep may ``vmap`` the round
