@@ -1,0 +1,229 @@
+"""DP-SGD inside each client: sample-level DP for one client's local training.
+
+:func:`dp_local_update` is :func:`ldpsim.fl.client.local_update` with every local step
+made differentially private as in MindArmour's ``DPModel`` (ALGORITHMS §2.3) and the
+FL+DP article (seed 004, step 3: each participant adds DP noise while training
+locally): the step's batch is split into ``M = micro_batches`` chunks, each chunk's
+gradient is clipped to L2 norm ``C``, the clipped gradients are summed, Gaussian
+noise ``N(0, (z·C)² I)`` is added and the sum is divided by ``M``
+(:func:`ldpsim.privacy.dpsgd.dp_aggregate`), then the client optimizer steps.
+Batching, masking, padding exactness and step counting are exactly those of
+``local_update`` (its module docstring); a chunk with no valid row has gradient 0.
+
+It composes with the engine's other privacy layers because they act on different
+things: the engine's client-level local randomizer (:func:`ldpsim.fl.privatize.privatize`)
+clips and noises the *update* this function returns, and server-side noise would be
+added to the aggregate. Each guarantee holds for its own neighbouring relation.
+
+Formal guarantee (one client, its own dataset of ``n`` rows, clip ``C``, multiplier
+``z``): one local step is the Gaussian mechanism on the sum of clipped micro-batch
+gradients. Replacing one example changes one chunk, so the sum moves by at most
+``2C`` and the batch composition is unchanged (the shuffle depends on row positions
+and the key only). Every example is used once per local epoch, so after ``k`` epochs
+touched the client's released update is (ε, δ)-DP for replace-one-example neighbours
+with ε that of ``k`` Gaussians of multiplier ``z/2`` (exact: one Gaussian of
+multiplier ``z/(2√k)``, Balle & Wang 2018, Thm. 8); see :func:`dp_client_epsilon`
+with ``method="shuffle"``. The usual DP-SGD figure assumes Poisson sampling with
+``q = B/n`` (add/remove one example, Abadi et al. 2016, arXiv:1607.00133), which the
+shuffled batches only approximate: ``method="rdp"`` / ``"pld"``.
+
+References:
+    Abadi et al., "Deep Learning with Differential Privacy", CCS 2016 (arXiv:1607.00133), Alg. 1.
+    McMahan et al., "Learning Differentially Private Recurrent Language Models", ICLR 2018
+    (arXiv:1710.06963) — the user-level counterpart applied to the update.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import optax
+from jax import lax
+
+from ldpsim._checks import (
+    LdpsimError,
+    check_choice,
+    check_nonnegative,
+    check_open_unit,
+    check_positive,
+    check_positive_int,
+)
+from ldpsim.fl.client import ClientMetrics, _epoch_permutation, num_local_steps
+from ldpsim.privacy.dpsgd import dp_aggregate
+
+Params = Any
+
+__all__ = ["DP_CLIENT_METHODS", "dp_client_epsilon", "dp_local_update", "make_dp_client_update"]
+
+DP_CLIENT_METHODS = ("rdp", "pld", "shuffle")
+_MAX_UNROLL = 16
+_NOISE_SALT = 0x64707367  # "dpsg": the noise key is fold_in(key, salt) of the training key
+
+
+def _is_concrete(x: Any) -> bool:
+    return not isinstance(x, jax.core.Tracer)
+
+
+def dp_local_update(params: Params, x: jax.Array, y: jax.Array, count: jax.Array, *,
+                    apply_fn: Callable[[Params, jax.Array], jax.Array],
+                    optimizer: optax.GradientTransformation, batch_size: int, key: jax.Array,
+                    local_steps: int | None = None, local_epochs: int | None = None,
+                    unroll: int | bool | None = None, micro_batches: int,
+                    clip_norm: jax.typing.ArrayLike, noise_multiplier: jax.typing.ArrayLike,
+                    noise_key: jax.Array | None = None) -> tuple[Params, ClientMetrics]:
+    """Train one client with DP-SGD and return ``(W_local − W_global, metrics)``.
+
+    Same signature and semantics as :func:`ldpsim.fl.client.local_update` plus the DP
+    arguments; jittable and vmappable (``clip_norm`` and ``noise_multiplier`` may be
+    traced, so sweeping them never recompiles). With ``noise_multiplier = 0`` and a
+    clip bound no chunk reaches, it equals ``local_update`` (up to float rounding).
+
+    Args:
+      params, x, y, count, apply_fn, optimizer, batch_size, key, local_steps,
+        local_epochs, unroll: as in :func:`ldpsim.fl.client.local_update`.
+      micro_batches: static number M of chunks per batch; must divide ``batch_size``
+        (``M = batch_size``: per-example clipping).
+      clip_norm: L2 clip bound ``C > 0`` of each chunk's mean-loss gradient.
+      noise_multiplier: ``z ≥ 0``; noise std on the sum of clipped chunks is ``z·C``.
+      noise_key: key of the DP noise (default ``fold_in(key, 0x64707367)``).
+
+    Returns:
+      ``(delta, metrics)``; ``metrics.loss`` is the mean over the steps taken of the
+      batch loss over valid rows (before each step's update).
+
+    Raises:
+      LdpsimError: bad micro_batches / clip_norm / noise_multiplier, or the arguments
+        :func:`~ldpsim.fl.client.local_update` rejects.
+    """
+    max_examples = x.shape[0]
+    slots = num_local_steps(max_examples=max_examples, batch_size=batch_size,
+                            local_steps=local_steps, local_epochs=local_epochs)
+    M = check_positive_int("micro_batches", micro_batches)
+    B = batch_size
+    if B % M:
+        raise LdpsimError(f"batch_size ({B}) must be a multiple of micro_batches, got {M}")
+    if _is_concrete(clip_norm):
+        check_positive("clip_norm", clip_norm)
+    if _is_concrete(noise_multiplier):
+        check_nonnegative("noise_multiplier", noise_multiplier)
+    if noise_key is None:
+        noise_key = jax.random.fold_in(key, _NOISE_SALT)
+    dp_opt = optax.chain(
+        dp_aggregate(jnp.asarray(clip_norm, jnp.float32),
+                     jnp.asarray(noise_multiplier, jnp.float32), key=noise_key),
+        optimizer)
+    x = jnp.asarray(x, jnp.float32)
+    y = jnp.asarray(y, jnp.int32)
+    n = jnp.clip(jnp.asarray(count, jnp.int32), 0, max_examples)
+    batches_per_epoch = jnp.maximum((n + B - 1) // B, 1)
+    total = jnp.int32(local_steps) if local_steps is not None else local_epochs * batches_per_epoch
+    total = jnp.where(n > 0, total, 0)
+
+    def chunk_loss(p, xb, yb, mask):
+        ce = optax.losses.softmax_cross_entropy_with_integer_labels(apply_fn(p, xb), yb)
+        valid = jnp.sum(mask)
+        return jnp.sum(jnp.where(mask, ce, 0.0)) / jnp.maximum(valid, 1).astype(ce.dtype)
+
+    def step(carry, s):
+        p, opt_state, loss_sum = carry
+        epoch, j = s // batches_per_epoch, s % batches_per_epoch
+        perm = _epoch_permutation(key, epoch, n, max_examples)
+        pos = j * B + jnp.arange(B, dtype=jnp.int32)
+        mask = pos < n
+        idx = perm[jnp.minimum(pos, max_examples - 1)]
+        xb = jnp.where(mask.reshape((B,) + (1,) * (x.ndim - 1)), x[idx], 0.0)
+        yb = jnp.where(mask, y[idx], 0)
+        split = lambda a: a.reshape((M, B // M) + a.shape[1:])  # noqa: E731
+        losses, grads = jax.vmap(jax.value_and_grad(chunk_loss), in_axes=(None, 0, 0, 0))(
+            p, split(xb), split(yb), split(mask))
+        valid = jnp.sum(split(mask), axis=1).astype(jnp.float32)
+        loss = jnp.sum(losses * valid) / jnp.maximum(jnp.sum(valid), 1.0)
+        updates, new_state = dp_opt.update(grads, opt_state, p)
+        new_p = optax.apply_updates(p, updates)
+        active = s < total
+        keep = lambda new, old: jnp.where(active, new, old)  # noqa: E731
+        p = jax.tree_util.tree_map(keep, new_p, p)
+        opt_state = jax.tree_util.tree_map(keep, new_state, opt_state)
+        return (p, opt_state, loss_sum + jnp.where(active, loss, 0.0)), None
+
+    if unroll is None:
+        unroll = True if slots <= _MAX_UNROLL else 1
+    carry = (params, dp_opt.init(params), jnp.zeros((), jnp.float32))
+    (local, _, loss_sum), _ = lax.scan(step, carry, jnp.arange(slots, dtype=jnp.int32),
+                                       unroll=unroll)
+    delta = jax.tree_util.tree_map(lambda a, b: a - b, local, params)
+    metrics = ClientMetrics(loss=loss_sum / jnp.maximum(total, 1).astype(jnp.float32),
+                            num_examples=n, num_steps=total)
+    return delta, metrics
+
+
+def make_dp_client_update(*, micro_batches: int, clip_norm: float, noise_multiplier: float
+                          ) -> Callable[..., tuple[Params, ClientMetrics]]:
+    """A ``client_update`` for :func:`ldpsim.fl.simulate.make_round_fn` doing DP-SGD locally.
+
+    Returns :func:`dp_local_update` with the DP arguments bound; it has exactly the
+    signature of :func:`ldpsim.fl.client.local_update`. The bound values are
+    compile-time constants of the round; to sweep them without recompiling, call
+    :func:`dp_local_update` with traced values instead (e.g. from the round's hyper).
+    """
+    M = check_positive_int("micro_batches", micro_batches)
+    C = check_positive("clip_norm", clip_norm)
+    z = check_nonnegative("noise_multiplier", noise_multiplier)
+    return functools.partial(dp_local_update, micro_batches=M, clip_norm=C,
+                             noise_multiplier=z)
+
+
+def dp_client_epsilon(*, noise_multiplier: float, batch_size: int, num_examples: int,
+                      steps: int, delta: float, method: str = "shuffle"):
+    """Sample-level ε of one client that took ``steps`` DP-SGD steps on its ``num_examples`` rows.
+
+    ``steps`` is the total over every round the client took part in (``rounds ×
+    local steps``): each round's update is a function of its steps' noisy gradients.
+
+    Methods:
+      ``"shuffle"`` (rigorous for :func:`dp_local_update`'s batching, no sampling
+      assumption): replace-one-example neighbours, sensitivity ``2C`` per step, each
+      example touched once per pass over the data, i.e. ``k = ceil(steps / ceil(n/B))``
+      times across consecutive passes (an upper bound when passes restart each round):
+      ε of ``k`` Gaussians with multiplier ``z/2``, exactly (dp_accounting).
+      ``"rdp"`` / ``"pld"``: the standard DP-SGD figure, Poisson sampling with
+      ``q = B/n`` (add/remove one example) via
+      :func:`ldpsim.privacy.accounting.dpsgd_epsilon`; shuffled batches only approximate it.
+
+    Returns:
+      A :class:`ldpsim.privacy.accounting.PrivacyReport`.
+    """
+    from ldpsim.privacy import accounting
+
+    check_choice("method", method, DP_CLIENT_METHODS)
+    z = check_nonnegative("noise_multiplier", noise_multiplier)
+    b = check_positive_int("batch_size", batch_size)
+    n = check_positive_int("num_examples", num_examples)
+    delta = check_open_unit("delta", delta)
+    if isinstance(steps, bool) or int(steps) != steps or steps < 0:
+        raise LdpsimError(f"steps must be an integer >= 0, got {steps!r}")
+    steps = int(steps)
+    if method != "shuffle":
+        if b >= n:
+            raise LdpsimError(f"batch_size must be < num_examples ({n}) for method={method!r} "
+                              f"(sampling rate q = B/n < 1), got {b}; use method='shuffle'")
+        return accounting.dpsgd_epsilon(noise_multiplier=z, batch_size=b, num_examples=n,
+                                        steps=steps, delta=delta, method=method)
+    per_pass = -(-n // b)
+    k = -(-steps // per_pass)
+    details = {"noise_multiplier": z, "batch_size": b, "num_examples": n, "steps": steps,
+               "passes": k}
+    neighbouring = "replace one example of the client (no sampling amplification)"
+    if k == 0:
+        return accounting.PrivacyReport(0.0, delta, "analytic", neighbouring, 0, details)
+    if z == 0:
+        return accounting.PrivacyReport(math.inf, delta, "analytic", neighbouring, k, details)
+    # k Gaussians of std zC and sensitivity 2C (ldp_epsilon composes them exactly).
+    rep = accounting.ldp_epsilon("gaussian", sensitivity=2.0, rounds=k, delta=delta, sigma=z,
+                                 method="analytic")
+    return dataclasses.replace(rep, neighbouring=neighbouring, details=details)
