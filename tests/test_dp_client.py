@@ -220,9 +220,12 @@ def test_plugs_into_the_round():
 
 def test_shuffle_epsilon_is_k_gaussians_of_half_multiplier():
     """n = 100, B = 10: 25 steps touch each example in ceil(25/10) = 3 passes."""
-    rep = dp_client_epsilon(noise_multiplier=2.0, batch_size=10, num_examples=100, steps=25,
-                            delta=1e-5, method="shuffle")
+    rep = dp_client_epsilon(noise_multiplier=2.0, batch_size=10, num_examples=100,
+                            local_steps=25, delta=1e-5, method="shuffle")
     assert rep.count == 3
+    # Each round starts a fresh pass: 3 rounds of 4 steps are 3 passes, not ceil(12/10) = 2.
+    assert dp_client_epsilon(noise_multiplier=2.0, batch_size=10, num_examples=100,
+                             local_steps=4, rounds=3, delta=1e-5).epsilon == rep.epsilon
     # Independent: PLD of three Gaussians with multiplier 1 (= z/2) composed by dp_accounting.
     acc = dp_accounting.pld.PLDAccountant()
     acc.compose(dp_accounting.GaussianDpEvent(1.0), 3)
@@ -234,7 +237,7 @@ def test_shuffle_epsilon_is_k_gaussians_of_half_multiplier():
 
 def test_poisson_epsilon_matches_dpsgd_epsilon():
     rep = dp_client_epsilon(noise_multiplier=1.1, batch_size=256, num_examples=60000,
-                            steps=14062, delta=1e-5, method="rdp")
+                            local_steps=7031, rounds=2, delta=1e-5, method="rdp")
     assert rep.epsilon == pytest.approx(2.5966, abs=1e-4)  # ALGORITHMS §4.5 / dp_accounting
     ref = dpsgd_epsilon(noise_multiplier=1.1, batch_size=256, num_examples=60000, steps=14062,
                         delta=1e-5, method="rdp")
@@ -242,18 +245,18 @@ def test_poisson_epsilon_matches_dpsgd_epsilon():
 
 
 def test_epsilon_edge_cases():
-    assert dp_client_epsilon(noise_multiplier=1.0, batch_size=4, num_examples=8, steps=0,
+    assert dp_client_epsilon(noise_multiplier=1.0, batch_size=4, num_examples=8, local_steps=0,
                              delta=1e-5).epsilon == 0.0
-    assert dp_client_epsilon(noise_multiplier=0.0, batch_size=4, num_examples=8, steps=3,
-                             delta=1e-5).epsilon == math.inf
-    more = dp_client_epsilon(noise_multiplier=1.0, batch_size=4, num_examples=8, steps=8,
-                             delta=1e-5).epsilon
-    less = dp_client_epsilon(noise_multiplier=1.0, batch_size=4, num_examples=8, steps=2,
-                             delta=1e-5).epsilon
+    assert dp_client_epsilon(noise_multiplier=0.0, batch_size=4, num_examples=8,
+                             local_steps=3, delta=1e-5).epsilon == math.inf
+    more = dp_client_epsilon(noise_multiplier=1.0, batch_size=4, num_examples=8,
+                             local_steps=8, delta=1e-5).epsilon
+    less = dp_client_epsilon(noise_multiplier=1.0, batch_size=4, num_examples=8,
+                             local_steps=2, delta=1e-5).epsilon
     assert more > less > 0
     with pytest.raises(LdpsimError, match="batch_size"):
-        dp_client_epsilon(noise_multiplier=1.0, batch_size=8, num_examples=8, steps=2,
+        dp_client_epsilon(noise_multiplier=1.0, batch_size=8, num_examples=8, local_steps=2,
                           delta=1e-5, method="rdp")
     with pytest.raises(LdpsimError, match="method"):
-        dp_client_epsilon(noise_multiplier=1.0, batch_size=4, num_examples=8, steps=2,
+        dp_client_epsilon(noise_multiplier=1.0, batch_size=4, num_examples=8, local_steps=2,
                           delta=1e-5, method="basic")

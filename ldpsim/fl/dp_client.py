@@ -19,11 +19,12 @@ Formal guarantee (one client, its own dataset of ``n`` rows, clip ``C``, multipl
 ``z``): one local step is the Gaussian mechanism on the sum of clipped micro-batch
 gradients. Replacing one example changes one chunk, so the sum moves by at most
 ``2C`` and the batch composition is unchanged (the shuffle depends on row positions
-and the key only). Every example is used once per local epoch, so after ``k`` epochs
-touched the client's released update is (ε, δ)-DP for replace-one-example neighbours
+and the key only). Every example is used at most once per pass over the data, so after
+``k`` passes the client's released update is (ε, δ)-DP for replace-one-example neighbours
 with ε that of ``k`` Gaussians of multiplier ``z/2`` (exact: one Gaussian of
 multiplier ``z/(2√k)``, Balle & Wang 2018, Thm. 8); see :func:`dp_client_epsilon`
-with ``method="shuffle"``. The usual DP-SGD figure assumes Poisson sampling with
+with ``method="shuffle"`` (each round starts a fresh pass, so ``k`` counts passes per
+round times rounds). The usual DP-SGD figure assumes Poisson sampling with
 ``q = B/n`` (add/remove one example, Abadi et al. 2016, arXiv:1607.00133), which the
 shuffled batches only approximate: ``method="rdp"`` / ``"pld"``.
 
@@ -179,20 +180,22 @@ def make_dp_client_update(*, micro_batches: int, clip_norm: float, noise_multipl
 
 
 def dp_client_epsilon(*, noise_multiplier: float, batch_size: int, num_examples: int,
-                      steps: int, delta: float, method: str = "shuffle"):
-    """Sample-level ε of one client that took ``steps`` DP-SGD steps on its ``num_examples`` rows.
+                      local_steps: int, rounds: int = 1, delta: float, method: str = "shuffle"):
+    """Sample-level ε of one client after ``rounds`` rounds of ``local_steps`` DP-SGD steps each.
 
-    ``steps`` is the total over every round the client took part in (``rounds ×
-    local steps``): each round's update is a function of its steps' noisy gradients.
+    The client holds ``num_examples`` rows; every round's update is a function of that
+    round's noisy gradients, so the guarantee composes over the rounds it took part in.
+    In a population of unequal clients, the smallest client is the worst case.
 
     Methods:
       ``"shuffle"`` (rigorous for :func:`dp_local_update`'s batching, no sampling
-      assumption): replace-one-example neighbours, sensitivity ``2C`` per step, each
-      example touched once per pass over the data, i.e. ``k = ceil(steps / ceil(n/B))``
-      times across consecutive passes (an upper bound when passes restart each round):
-      ε of ``k`` Gaussians with multiplier ``z/2``, exactly (dp_accounting).
+      assumption): replace-one-example neighbours, sensitivity ``2C`` per step, and an
+      example is in at most one batch per pass over the client's data; a round of ``K``
+      steps makes ``ceil(K / ceil(n/B))`` passes (each round starts a fresh pass), so
+      ``k = rounds · ceil(K / ceil(n/B))``: ε of ``k`` Gaussians with multiplier ``z/2``,
+      exactly (dp_accounting). For ``local_epochs=E`` pass ``local_steps = E·ceil(n/B)``.
       ``"rdp"`` / ``"pld"``: the standard DP-SGD figure, Poisson sampling with
-      ``q = B/n`` (add/remove one example) via
+      ``q = B/n`` (add/remove one example) over ``rounds · K`` steps via
       :func:`ldpsim.privacy.accounting.dpsgd_epsilon`; shuffled batches only approximate it.
 
     Returns:
@@ -205,19 +208,20 @@ def dp_client_epsilon(*, noise_multiplier: float, batch_size: int, num_examples:
     b = check_positive_int("batch_size", batch_size)
     n = check_positive_int("num_examples", num_examples)
     delta = check_open_unit("delta", delta)
-    if isinstance(steps, bool) or int(steps) != steps or steps < 0:
-        raise LdpsimError(f"steps must be an integer >= 0, got {steps!r}")
-    steps = int(steps)
+    for name, value in (("local_steps", local_steps), ("rounds", rounds)):
+        if isinstance(value, bool) or int(value) != value or value < 0:
+            raise LdpsimError(f"{name} must be an integer >= 0, got {value!r}")
+    local_steps, rounds = int(local_steps), int(rounds)
     if method != "shuffle":
         if b >= n:
             raise LdpsimError(f"batch_size must be < num_examples ({n}) for method={method!r} "
                               f"(sampling rate q = B/n < 1), got {b}; use method='shuffle'")
         return accounting.dpsgd_epsilon(noise_multiplier=z, batch_size=b, num_examples=n,
-                                        steps=steps, delta=delta, method=method)
+                                        steps=rounds * local_steps, delta=delta, method=method)
     per_pass = -(-n // b)
-    k = -(-steps // per_pass)
-    details = {"noise_multiplier": z, "batch_size": b, "num_examples": n, "steps": steps,
-               "passes": k}
+    k = rounds * -(-local_steps // per_pass)
+    details = {"noise_multiplier": z, "batch_size": b, "num_examples": n,
+               "local_steps": local_steps, "rounds": rounds, "passes": k}
     neighbouring = "replace one example of the client (no sampling amplification)"
     if k == 0:
         return accounting.PrivacyReport(0.0, delta, "analytic", neighbouring, 0, details)
