@@ -85,6 +85,10 @@ class DpsgdConfig:
         model: model name for :func:`ldpsim.models.get_model`.
         first_conv_padding: LeNet-5 only: ``"VALID"`` (the seed, on 32×32 inputs) or
             ``"SAME"`` (28×28 inputs); None: the model's default.
+        conv_bias: LeNet-5 only: convolutions with a bias (None: the model's default,
+            True; the seed has none).
+        kernel_init_stddev: if set, re-draw every ``kernel`` from a normal truncated at
+            ±2σ with this σ (the seed's ``TruncatedNormal(0.05)``); None: the model's init.
         epochs: training epochs.
         batch_size: batch size B (must be a multiple of ``micro_batches`` with DP).
         optimizer: ``"sgd"``, ``"momentum"`` (MindSpore ``nn.Momentum``) or ``"adam"``.
@@ -115,6 +119,8 @@ class DpsgdConfig:
     num_test: int | None = None
     model: str = "lenet5"
     first_conv_padding: str | None = None
+    conv_bias: bool | None = None
+    kernel_init_stddev: float | None = None
     epochs: int = 10
     batch_size: int = 256
     optimizer: str = "momentum"
@@ -147,6 +153,10 @@ class DpsgdConfig:
             if self.model != "lenet5":
                 raise LdpsimError(f"first_conv_padding applies to model='lenet5' only, got "
                                   f"model={self.model!r}")
+        if self.conv_bias is not None and self.model != "lenet5":
+            raise LdpsimError(f"conv_bias applies to model='lenet5' only, got model={self.model!r}")
+        if self.kernel_init_stddev is not None:
+            check_positive("kernel_init_stddev", self.kernel_init_stddev)
         for name in ("num_train", "num_test", "resize"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, check_positive_int(name, getattr(self, name)))
@@ -222,7 +232,7 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> DpsgdConfig
         take(doc, "")
     values.update({k: v for k, v in overrides.items() if v is not None})
     for k in ("clip_mechanism", "noise_decay", "noise_norm_bound", "num_train", "num_test",
-              "data_dir", "resize", "first_conv_padding"):
+              "data_dir", "resize", "first_conv_padding", "conv_bias", "kernel_init_stddev"):
         if values.get(k) in ("", "none", "None"):
             values[k] = None
     try:
@@ -367,6 +377,18 @@ def _load_data(config: DpsgdConfig):
             np.asarray(x_te, np.float32), np.asarray(y_te, np.int32), ds.num_classes)
 
 
+def _truncated_normal_kernels(params: Any, key: jax.Array, stddev: float) -> Any:
+    """Every leaf named ``kernel`` re-drawn as ``stddev · TruncatedNormal(−2, 2)``."""
+    flat, treedef = jax.tree_util.tree_flatten_with_path(params)
+    out = []
+    for i, (path, leaf) in enumerate(flat):
+        if getattr(path[-1], "key", None) == "kernel":
+            leaf = stddev * jax.random.truncated_normal(jax.random.fold_in(key, i), -2.0, 2.0,
+                                                        leaf.shape, leaf.dtype)
+        out.append(leaf)
+    return jax.tree_util.tree_unflatten(treedef, out)
+
+
 def _resize(x: np.ndarray, size: int) -> np.ndarray:
     """Bilinear resize of ``[n, H, W(, C)]`` images to ``size × size`` (jax.image.resize)."""
     shape = (x.shape[0], size, size) + x.shape[3:]
@@ -412,12 +434,15 @@ def train_dpsgd(config: DpsgdConfig, *, progress: bool = False,
     if steps_per_epoch < 1 or config.batch_size >= n:
         raise LdpsimError(f"batch_size must be < the number of training rows ({n}), "
                           f"got {config.batch_size}")
-    options = ({} if config.first_conv_padding is None
-               else {"first_conv_padding": config.first_conv_padding})
+    options = {k: getattr(config, k) for k in ("first_conv_padding", "conv_bias")
+               if getattr(config, k) is not None}
     model = get_model(config.model, input_shape=x_tr.shape[1:], num_classes=num_classes,
                       **options)
     root = jax.random.key(config.seed)
     params = model.init(jax.random.fold_in(root, 1), jnp.zeros((1,) + x_tr.shape[1:]))
+    if config.kernel_init_stddev is not None:
+        params = _truncated_normal_kernels(params, jax.random.fold_in(root, 4),
+                                           config.kernel_init_stddev)
     data_key = jax.random.fold_in(root, 2)
     optimizer = _optimizer(config, jax.random.fold_in(root, 3))
     opt_state = optimizer.init(params)
