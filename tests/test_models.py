@@ -81,7 +81,8 @@ def test_lenet5_impls_agree_in_value_and_gradient():
                 logits = model.apply(p, x)
                 return -jnp.mean(jax.nn.log_softmax(logits)[jnp.arange(4), y])
 
-            outs.append((model.apply(params, x), jax.grad(loss)(params)))
+            outs.append(jax.jit(lambda p, model=model, loss=loss: (model.apply(p, x),
+                                                                   jax.grad(loss)(p)))(params))
     for logits, grads in outs[1:]:
         np.testing.assert_allclose(logits, outs[0][0], rtol=1e-4, atol=1e-5)
         _leaves_close(grads, outs[0][1], rtol=1e-3, atol=1e-5)
