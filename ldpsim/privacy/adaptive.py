@@ -65,6 +65,11 @@ def _f32(x) -> jax.Array:
     return jnp.asarray(x, jnp.float32)
 
 
+def _checked(name: str, value, check):
+    """Validate ``value`` when it is concrete; pass traced values through unchanged."""
+    return value if isinstance(value, jax.core.Tracer) else check(name, value)
+
+
 # ----------------------------------------------------------------------------- MindSpore
 
 
@@ -106,9 +111,8 @@ def mindspore_clip(dp_norm_clip: float = 1.0, *, initial_clip: float = MINDSPORE
         ``participated`` (bool, scalar or ``[N]``) marks the clients that ran
         ``updateDpNormClip`` after it (only they change their bound).
     """
-    if not isinstance(dp_norm_clip, jax.Array):
-        check_positive("dp_norm_clip", dp_norm_clip)
-    check_positive("initial_clip", initial_clip)
+    _checked("dp_norm_clip", dp_norm_clip, check_positive)
+    _checked("initial_clip", initial_clip, check_positive)
     shape = () if num_clients is None else (check_positive_int("num_clients", num_clients),)
 
     def init() -> MindSporeClipState:
@@ -205,6 +209,7 @@ def quantile_clip(*, clients_per_round: float, initial_clip: float = 0.1,
 
     Args:
         clients_per_round: m > 0, the denominator.
+        (Every argument may be a traced array inside ``jit``; concrete values are checked.)
         initial_clip: C₀ > 0 (TFF: 0.1).
         target_quantile: γ in [0, 1] (TFF: 0.5).
         learning_rate: η ≥ 0 (TFF: 0.2).
@@ -216,23 +221,23 @@ def quantile_clip(*, clients_per_round: float, initial_clip: float = 0.1,
         ``update(state, key, bit_sum) -> (QuantileClipState, QuantileClipInfo)`` where
         ``bit_sum = Σ_i b_i`` over the round's clients (:func:`quantile_bits`, summed).
     """
-    m = check_positive("clients_per_round", clients_per_round)
-    c0 = check_positive("initial_clip", initial_clip)
-    gamma = check_unit_interval("target_quantile", target_quantile)
-    eta = check_nonnegative("learning_rate", learning_rate)
-    sb = check_nonnegative("clipped_count_stddev", clipped_count_stddev)
+    m = _checked("clients_per_round", clients_per_round, check_positive)
+    c0 = _checked("initial_clip", initial_clip, check_positive)
+    gamma = _checked("target_quantile", target_quantile, check_unit_interval)
+    eta = _checked("learning_rate", learning_rate, check_nonnegative)
+    sb = _checked("clipped_count_stddev", clipped_count_stddev, check_nonnegative)
 
     def init() -> QuantileClipState:
-        return QuantileClipState(jnp.asarray(c0, jnp.float32))
+        return QuantileClipState(_f32(c0))
 
     def update(state: QuantileClipState, key: jax.Array, bit_sum: jax.typing.ArrayLike
                ) -> tuple[QuantileClipState, QuantileClipInfo]:
-        noisy = _f32(bit_sum) + jnp.float32(sb) * jax.random.normal(key, (), jnp.float32)
-        frac = jnp.clip(noisy / jnp.float32(m) + 0.5, 0.0, 1.0)
+        noisy = _f32(bit_sum) + _f32(sb) * jax.random.normal(key, (), jnp.float32)
+        frac = jnp.clip(noisy / _f32(m) + 0.5, 0.0, 1.0)
         if geometric:
-            clip = state.clip * jnp.exp(-jnp.float32(eta) * (frac - jnp.float32(gamma)))
+            clip = state.clip * jnp.exp(-_f32(eta) * (frac - _f32(gamma)))
         else:
-            clip = jnp.maximum(state.clip - jnp.float32(eta) * (frac - jnp.float32(gamma)), 0.0)
+            clip = jnp.maximum(state.clip - _f32(eta) * (frac - _f32(gamma)), 0.0)
         return QuantileClipState(clip), QuantileClipInfo(frac)
 
     return AdaptiveClip(init, update)

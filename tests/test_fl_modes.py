@@ -1,0 +1,237 @@
+"""Privacy modes in the round (ldpsim.fl.modes): MindSpore, central, distributed, aggregate noise."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats
+
+from ldpsim.data import PaddedPopulation
+from ldpsim.fl import modes
+from ldpsim.fl.simulate import RoundHyper, init_state, make_round_fn
+from ldpsim.models import get_model
+from ldpsim.privacy import adaptive, server_dp
+
+FEATURES, CLASSES, MAX_EX, N = 6, 3, 8, 40
+
+
+def _population(seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(N, MAX_EX, FEATURES)).astype(np.float32)
+    y = rng.integers(0, CLASSES, size=(N, MAX_EX))
+    counts = rng.integers(1, MAX_EX + 1, size=N)
+    return PaddedPopulation.from_arrays(x, y, counts, num_classes=CLASSES, compact=False)
+
+
+@pytest.fixture(scope="module")
+def setup():
+    model = get_model("logreg", input_shape=(FEATURES,), num_classes=CLASSES)
+    params = model.init(jax.random.key(0), jnp.zeros((1, FEATURES)))
+    params = jax.tree_util.tree_map(
+        lambda p: p + 0.1 * jax.random.normal(jax.random.key(1), p.shape), params)
+    return model, params, _population()
+
+
+def _round(model, mode="ldp", noise_mode="per-client", m=10, **kw):
+    return jax.jit(modes.make_mode_round_fn(
+        apply_fn=model.apply, privacy_mode=mode, noise_mode=noise_mode, clients_per_round=m,
+        local_steps=2, batch_size=4, chunk_size=4, **kw))
+
+
+def _cohort(m=10, offset=0):
+    ids = np.arange(offset, offset + m, dtype=np.int32)
+    return ids, np.ones(m, bool)
+
+
+def _hyper(sigma=0.0, clip=1e6):
+    return RoundHyper.create(sigma=sigma, clip=clip, client_lr=0.3, server_lr=1.0)
+
+
+def _flat(tree):
+    return np.concatenate([np.ravel(np.asarray(x)) for x in jax.tree_util.tree_leaves(tree)])
+
+
+def test_ldp_mode_equals_engine_round(setup):
+    model, params, pop = setup
+    state = init_state(params, jax.random.key(5))
+    ids, mask = _cohort()
+    hyper = _hyper(sigma=0.3, clip=0.5)
+    ref, rm_ref = jax.jit(make_round_fn(apply_fn=model.apply, local_steps=2, batch_size=4,
+                                        chunk_size=4))(state, pop, 3, ids, mask, hyper)
+    new, _, rm, aux = _round(model)(state, (), pop, 3, ids, mask, hyper,
+                                    modes.PrivacyHyper.create())
+    np.testing.assert_allclose(_flat(new.params), _flat(ref.params), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(rm.noise_norm, rm_ref.noise_norm, rtol=1e-6)
+    np.testing.assert_allclose(rm.theory_noise_norm, rm_ref.theory_noise_norm, rtol=1e-5)
+    assert int(aux.survivors) == 10
+
+
+def test_mindspore_clip_sequence_in_engine(setup):
+    # Full participation, no noise: round 1 clips every client to 0.05; after it every
+    # client's bound is dp_norm_clip·‖W_2 − W_1‖; then the running minimum.
+    model, params, pop = setup
+    rf = _round(model, "mindspore")
+    state = init_state(params, jax.random.key(0))
+    pstate = modes.init_privacy_state("mindspore", num_clients=N, clip=1.0)
+    ph = modes.PrivacyHyper.create(sigma_per_clip=0.0, dp_norm_clip=1.5)
+    ids, mask = _cohort(N)
+    expected = 0.05
+    for t in range(3):
+        old = state.params
+        state, pstate, rm, aux = rf(state, pstate, pop, t, ids, mask, _hyper(), ph)
+        np.testing.assert_allclose(aux.clip_bound, expected, rtol=1e-6)
+        g = float(np.linalg.norm(_flat(old) - _flat(state.params)))
+        assert g <= expected * (1 + 1e-5)   # weighted mean of updates clipped to C_t
+        expected = 1.5 * g if t == 0 else min(expected, 1.5 * g)
+        np.testing.assert_allclose(np.asarray(pstate.clip), expected, rtol=1e-5)
+    assert int(pstate.iteration) == 4
+
+
+def test_mindspore_noise_scale_and_partial_participation(setup):
+    model, params, pop = setup
+    rf = _round(model, "mindspore")
+    state = init_state(params, jax.random.key(0))
+    pstate = modes.init_privacy_state("mindspore", num_clients=N, clip=1.0)
+    a = 2.0
+    ph = modes.PrivacyHyper.create(sigma_per_clip=a, dp_norm_clip=1.0)
+    ids, mask = _cohort(10, offset=5)
+    _, new_p, rm, aux = rf(state, pstate, pop, 0, ids, mask, _hyper(), ph)
+    # Σ w²σ² with σ = a·0.05 for every client: noise_sum_std = a·0.05·√(Σw²) (w = n_k).
+    counts = np.asarray(pop.counts)[ids].astype(np.float64)
+    np.testing.assert_allclose(aux.noise_sum_std, a * 0.05 * math.sqrt(np.sum(counts ** 2)),
+                               rtol=1e-5)
+    # Only clients 5..14 took part in iteration 1: the others keep 0.05.
+    clip = np.asarray(new_p.clip)
+    assert np.all(clip[:5] == np.float32(0.05)) and np.all(clip[15:] == np.float32(0.05))
+    assert np.all(clip[5:15] == clip[5])
+
+
+def test_central_fixed_denominator_one_server_draw(setup):
+    model, params, pop = setup
+    m = 10
+    state = init_state(params, jax.random.key(2))
+    ids, mask = _cohort(m)
+    hyper = _hyper(clip=0.02)
+    ph0 = modes.PrivacyHyper.create(noise_multiplier=0.0)
+    ph = modes.PrivacyHyper.create(noise_multiplier=1.3)
+    rf = _round(model, "central")
+    clean, _, rm0, _ = rf(state, (), pop, 7, ids[:7], mask[:7], hyper, ph0)
+    # Fixed denominator: 7 clients, each clipped to 0.02, divided by m = 10 (not 7).
+    ldp, _, rm_ldp, _ = _round(model, weighting="uniform")(
+        state, (), pop, 7, ids[:7], mask[:7], hyper, ph0)
+    d_central = _flat(clean.params) - _flat(params)
+    d_mean = _flat(ldp.params) - _flat(params)
+    np.testing.assert_allclose(d_central, d_mean * 7 / 10, rtol=1e-5, atol=1e-7)
+    noisy, _, rm, aux = rf(state, (), pop, 7, ids[:7], mask[:7], hyper, ph)
+    # The noise is exactly one N(0, (zC)²) draw from the server key, divided by m.
+    expect = server_dp.aggregate_gaussian_noise(modes.server_key(state.key, 7), params,
+                                                1.3 * 0.02, 1.0)
+    np.testing.assert_allclose(_flat(noisy.params) - _flat(clean.params),
+                               _flat(expect) / m, rtol=1e-4, atol=1e-7)
+    np.testing.assert_allclose(aux.noise_sum_std, 1.3 * 0.02, rtol=1e-6)
+    d = _flat(params).size
+    np.testing.assert_allclose(rm.theory_noise_norm, 1.3 * 0.02 * math.sqrt(d) / m, rtol=1e-5)
+
+
+@pytest.mark.parametrize("clip, factor", [(1e3, math.exp(-0.1)), (1e-6, math.exp(0.1))])
+def test_central_adaptive_direction(setup, clip, factor):
+    model, params, pop = setup
+    rf = _round(model, "central", adaptive_clip=True)
+    state = init_state(params, jax.random.key(2))
+    pstate = modes.init_privacy_state("central", num_clients=N, clip=clip, adaptive_clip=True)
+    ph = modes.PrivacyHyper.create(noise_multiplier=0.0, count_stddev=0.0)
+    ids, mask = _cohort(10)
+    _, new_p, _, aux = rf(state, pstate, pop, 0, ids, mask, _hyper(), ph)
+    np.testing.assert_allclose(new_p.clip, clip * factor, rtol=1e-5)
+    np.testing.assert_allclose(aux.unclipped_fraction, 1.0 if clip > 1 else 0.0, atol=1e-6)
+
+
+def test_distributed_noise_and_dropout_shortfall(setup):
+    model, params, pop = setup
+    m, z, c = 40, 2.0, 0.5
+    rf = _round(model, "distributed", m=m)
+    state = init_state(params, jax.random.key(3))
+    ids, mask = _cohort(m)
+    full = rf(state, (), pop, 0, ids, mask, _hyper(clip=c),
+              modes.PrivacyHyper.create(noise_multiplier=z))[3]
+    assert int(full.survivors) == m and float(full.noise_variance_fraction) == 1.0
+    np.testing.assert_allclose(full.noise_sum_std, z * c, rtol=1e-5)   # Σ m·(zC)²/m
+    aux = rf(state, (), pop, 0, ids, mask, _hyper(clip=c),
+             modes.PrivacyHyper.create(noise_multiplier=z, dropout_rate=0.5))[3]
+    k = int(aux.survivors)
+    # Binomial(40, ½): P(outside [8, 32]) < 1e-4 (false-failure rate).
+    assert 8 <= k <= 32
+    np.testing.assert_allclose(aux.noise_variance_fraction, k / m, rtol=1e-6)
+    short = server_dp.distributed_shortfall(z * c, m, k)
+    np.testing.assert_allclose(aux.noise_sum_std ** 2, short.variance, rtol=1e-5)
+
+
+def test_aggregate_noise_mode_indistinguishable_from_per_client(setup):
+    # The same round (fixed state, so the signal is identical) at 150 round indices per
+    # mode; the noise norms of the two modes must come from one distribution. Two-sample
+    # KS at α = 0.001 (false-failure rate 0.1 % for a correct implementation), and each
+    # against the exact law ‖z̄‖ = s·χ_d with s = σ√(Σw²)/Σw (α = 0.001 each).
+    model, params, pop = setup
+    state = init_state(params, jax.random.key(4))
+    ids, mask = _cohort(10)
+    hyper = _hyper(sigma=0.7, clip=0.3)
+    ph = modes.PrivacyHyper.create()
+    per = _round(model, "ldp", "per-client")
+    agg = _round(model, "ldp", "aggregate")
+    d = _flat(params).size
+    out = {}
+    for name, rf in (("per", per), ("agg", agg)):
+        norms, scale = [], None
+        for t in range(150):
+            rm = rf(state, (), pop, t, ids, mask, hyper, ph)[2]
+            norms.append(float(rm.noise_norm))
+            scale = float(rm.theory_noise_norm) / math.sqrt(d)
+        out[name] = (np.asarray(norms), scale)
+    assert stats.ks_2samp(out["per"][0], out["agg"][0]).pvalue > 1e-3
+    for norms, s in out.values():
+        assert stats.kstest(norms / s, stats.chi(d).cdf).pvalue > 1e-3
+
+
+def test_laplace_engine_clips_l1(setup):
+    model, params, pop = setup
+    state = init_state(params, jax.random.key(0))
+    ids, mask = _cohort(1)
+    new, _, rm, _ = _round(model, mechanism="laplace", weighting="uniform")(
+        state, (), pop, 0, ids, mask, _hyper(sigma=0.0, clip=0.01), modes.PrivacyHyper.create())
+    delta = _flat(new.params) - _flat(params)
+    assert np.sum(np.abs(delta)) == pytest.approx(0.01, rel=1e-4)   # L1, not L2
+    assert np.linalg.norm(delta) < 0.01
+
+
+def test_client_dp_wiring_equals_engine_hook(setup):
+    # DP-SGD clients with traced clip/multiplier equal the engine's client_update hook
+    # with the same values bound (same keys), and differ from ordinary clients.
+    from ldpsim.fl.dp_client import make_dp_client_update
+
+    model, params, pop = setup
+    state = init_state(params, jax.random.key(0))
+    ids, mask = _cohort(8)
+    ph = modes.PrivacyHyper.create(client_dp_clip=0.1, client_dp_noise=1.0)
+    ours = _round(model, client_dp_micro_batches=4)(state, (), pop, 0, ids, mask, _hyper(), ph)[0]
+    hook = jax.jit(make_round_fn(
+        apply_fn=model.apply, local_steps=2, batch_size=4, chunk_size=4,
+        client_update=make_dp_client_update(micro_batches=4, clip_norm=0.1,
+                                            noise_multiplier=1.0)))
+    ref = hook(state, pop, 0, ids, mask, _hyper())[0]
+    np.testing.assert_allclose(_flat(ours.params), _flat(ref.params), rtol=1e-5, atol=1e-6)
+    plain = _round(model)(state, (), pop, 0, ids, mask, _hyper(), ph)[0]
+    assert not np.allclose(_flat(ours.params), _flat(plain.params))
+
+
+def test_mode_errors(setup):
+    model = setup[0]
+    with pytest.raises(ValueError, match="Gaussian"):
+        _round(model, noise_mode="aggregate", mechanism="laplace")
+    with pytest.raises(ValueError, match="privacy_mode"):
+        _round(model, "secagg")
+    with pytest.raises(ValueError, match="Laplace"):
+        _round(model, "central", mechanism="laplace")
