@@ -320,3 +320,45 @@ def make_mode_round_fn(*, apply_fn: Callable, privacy_mode: str = "ldp",
         return ServerState(new_params, opt_state, state.key), pstate, round_metrics, aux
 
     return round_fn
+
+
+# ----------------------------------------------------------------------------- host side
+
+
+def mindspore_sigma_per_clip(dp_eps: float = 50.0, dp_delta: float = 0.01, *,
+                             neighbours: str = "add-remove", method: str = "analytic") -> float:
+    """σ_t / C_t of MindSpore's ``DP_ENCRYPT`` (ALGORITHMS §1.4), validated as MindSpore does.
+
+    Ranges (``yaml_config.cc``, ``InitEncryptConfig``): dp_eps > 0, 0 < dp_delta < 1.
+    ``neighbours="add-remove"`` (MindSpore: sensitivity C_t) or ``"replace"`` (2C_t, strict
+    replace-one LDP, ALGORITHMS §1.7); ``method`` ``"analytic"`` (exact Balle–Wang) or
+    ``"mindspore"`` (the Java numerics).
+    """
+    from ldpsim._checks import check_open_unit, check_positive
+    from ldpsim.privacy import calibration
+
+    eps = check_positive("dp_eps", dp_eps)
+    delta = check_open_unit("dp_delta", dp_delta)
+    return float(calibration.calibrate("gaussian", epsilon=eps, delta=delta, clip=1.0,
+                                       neighbours=neighbours, method=method).sigma)
+
+
+def central_epsilon(*, noise_multiplier: float, clients_per_round: int, population: int,
+                    rounds: int, delta: float, sampling: str = "uniform") -> float:
+    """User-level ε of central/distributed DP-FedAvg after ``rounds`` rounds, q = m/N.
+
+    :func:`ldpsim.privacy.accounting.dpfedavg_epsilon` (RDP): the engine's ``"uniform"``
+    cohort (m of N without replacement) is accounted as ``"fixed"`` (replace-one user),
+    ``"poisson"`` as Poisson (add/remove one user). For distributed DP pass the smallest
+    effective multiplier ``z·√(survivors/m)`` seen so far (the dropout shortfall).
+    """
+    from ldpsim.privacy import accounting
+
+    if rounds == 0:
+        return 0.0
+    if noise_multiplier <= 0:
+        return math.inf
+    return accounting.dpfedavg_epsilon(
+        noise_multiplier=noise_multiplier, clients_per_round=clients_per_round,
+        population=population, rounds=rounds, delta=delta,
+        sampling="poisson" if sampling == "poisson" else "fixed", method="rdp").epsilon
