@@ -60,7 +60,8 @@ _OPTIONS = (
     ("--sampling", "sampling", str, ("uniform", "poisson"),
      "cohort sampling: m of N without replacement, or Poisson with rate m/N"),
     ("--eval-every", "eval_every", int, None, "evaluate on the test set every k rounds"),
-    ("--chunk-size", "chunk_size", int, None, "clients per vmapped chunk (memory ~ chunk)"),
+    ("--chunk-size", "chunk_size", int, None,
+     "clients per vmapped chunk, memory ~ chunk (None: 8 on CPU, 1024 on accelerators)"),
     ("--seed", "seed", int, None, "root seed"),
 )
 

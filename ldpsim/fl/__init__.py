@@ -44,6 +44,7 @@ _EXPORTS = {
     "build_data": "simulate",
     "client_key": "simulate",
     "init_state": "simulate",
+    "initial_state": "simulate",
     "make_eval_fn": "simulate",
     "make_round_fn": "simulate",
     "noise_scale": "simulate",

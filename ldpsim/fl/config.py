@@ -73,7 +73,8 @@ class SimulationConfig:
             client independently with probability m/N).
         eval_every: evaluate on the test set every k rounds (and after the last round).
         chunk_size: clients trained together in one vmapped chunk; memory is
-            O(chunk_size × model size).
+            O(chunk_size × model size). None: the backend's measured default
+            (:func:`ldpsim.fl.simulate.resolve_chunk_size`: 8 on CPU, 1024 otherwise).
         seed: root seed of all randomness (model init, cohorts, training, noise).
     """
 
@@ -103,7 +104,7 @@ class SimulationConfig:
     weighting: str = "examples"
     sampling: str = "uniform"
     eval_every: int = 1
-    chunk_size: int = 128
+    chunk_size: int | None = None
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -112,8 +113,11 @@ class SimulationConfig:
             if not isinstance(value, str) or not value:
                 raise LdpsimError(f"{name} must be a non-empty string, got {value!r}")
         for name in ("population", "examples_per_client", "clients_per_round", "rounds",
-                     "local_steps", "batch_size", "eval_every", "chunk_size"):
+                     "local_steps", "batch_size", "eval_every"):
             object.__setattr__(self, name, check_positive_int(name, getattr(self, name)))
+        if self.chunk_size is not None:
+            object.__setattr__(self, "chunk_size", check_positive_int("chunk_size",
+                                                                      self.chunk_size))
         if self.local_epochs is not None:
             object.__setattr__(self, "local_epochs",
                                check_positive_int("local_epochs", self.local_epochs))

@@ -42,7 +42,7 @@ from ldpsim.fl.privatize import privatize
 PyTree = Any
 
 __all__ = [
-    "RoundHyper", "ServerState", "build_data", "client_key", "init_state", "make_eval_fn", "make_round_fn",
+    "RoundHyper", "ServerState", "build_data", "chunk_layout", "client_key", "init_state", "initial_state", "make_eval_fn", "make_round_fn",
     "noise_scale", "sample_cohort", "simulate",
 ]
 
@@ -91,11 +91,34 @@ def client_key(root_key: jax.Array, round_idx: jax.typing.ArrayLike,
     return jax.random.fold_in(jax.random.fold_in(root_key, round_idx), client_id)
 
 
+#: Default clients per chunk by backend (measured with benchmarks/throughput.py: on the
+#: 2-core CPU, vmap widths of 4-8 LeNet-5 clients beat 16-64; accelerators want wide vmaps).
+AUTO_CHUNK = {"cpu": 8}
+AUTO_CHUNK_ACCELERATOR = 1024
+
+
+def resolve_chunk_size(chunk_size: int | None, backend: str | None = None) -> int:
+    """``chunk_size``, or the backend's default (:data:`AUTO_CHUNK`) when it is None."""
+    if chunk_size is not None:
+        return int(chunk_size)
+    backend = backend or jax.default_backend()
+    return AUTO_CHUNK.get(backend, AUTO_CHUNK_ACCELERATOR)
+
+
+def chunk_layout(m: int, chunk_size: int | None) -> tuple[int, int]:
+    """``(n_chunks, chunk)`` for a cohort of ``m`` slots: the fewest chunks of at most
+    ``chunk_size`` clients (None: :func:`resolve_chunk_size`), evened out so that padding
+    is under ``n_chunks`` slots (m = 1,000 with chunk_size 64: 16 chunks of 63)."""
+    chunk_size = resolve_chunk_size(chunk_size)
+    n_chunks = -(-m // max(1, min(chunk_size, m)))
+    return n_chunks, -(-m // n_chunks)
+
+
 def make_round_fn(*, apply_fn: Callable, mechanism: str = "gaussian",
                   client_optimizer: str = "sgd", server_optimizer: str = "fedavg",
                   server_momentum: float = 0.9, local_steps: int | None = 1,
                   local_epochs: int | None = None, batch_size: int = 16,
-                  weighting: str = "examples", chunk_size: int = 128,
+                  weighting: str = "examples", chunk_size: int | None = None,
                   client_update: Callable | None = None) -> Callable:
     """Build the pure round function ``round_fn(state, population, round_idx, ids, mask, hyper)``.
 
@@ -108,8 +131,8 @@ def make_round_fn(*, apply_fn: Callable, mechanism: str = "gaussian",
         local_steps, local_epochs: local work per client (exactly one is not None).
         batch_size: local batch size.
         weighting: ``"examples"`` (|D_k|) or ``"uniform"``.
-        chunk_size: clients per vmapped chunk (memory O(chunk × model)); a cohort shorter
-            than this is one chunk.
+        chunk_size: at most this many clients per vmapped chunk (memory O(chunk × model));
+            None picks the backend's default; see :func:`chunk_layout`.
         client_update: the one-client trainer, default :func:`ldpsim.fl.client.local_update`
             (same signature; research code may substitute its own).
 
@@ -141,8 +164,7 @@ def make_round_fn(*, apply_fn: Callable, mechanism: str = "gaussian",
         ids = jnp.asarray(cohort_ids, jnp.int32)
         mask = jnp.asarray(cohort_mask, bool)
         m = ids.shape[0]
-        chunk = min(chunk_size, m)
-        n_chunks = -(-m // chunk)
+        n_chunks, chunk = chunk_layout(m, chunk_size)
         pad = n_chunks * chunk - m
         if pad:
             ids = jnp.concatenate([ids, jnp.zeros((pad,), jnp.int32)])
@@ -304,7 +326,7 @@ def build_data(config: SimulationConfig) -> tuple[Any, np.ndarray, np.ndarray]:
 def _compiled(model_name: str, input_shape: tuple[int, ...], num_classes: int,
               mechanism: str, client_optimizer: str, server_optimizer: str,
               server_momentum: float, local_steps: int | None, local_epochs: int | None,
-              batch_size: int, weighting: str, chunk_size: int):
+              batch_size: int, weighting: str, chunk_size: int | None):
     """(model, jitted round, jitted eval) for one static setting, cached across runs.
 
     Every traced knob (σ, C, learning rates, seed, round) is an argument, so runs that
@@ -319,6 +341,20 @@ def _compiled(model_name: str, input_shape: tuple[int, ...], num_classes: int,
         local_steps=local_steps, local_epochs=local_epochs, batch_size=batch_size,
         weighting=weighting, chunk_size=chunk_size))
     return model, round_fn, jax.jit(make_eval_fn(model.apply))
+
+
+def initial_state(config: SimulationConfig, model: Any, population: Any) -> ServerState:
+    """The :class:`ServerState` :func:`simulate` starts from for ``config.seed``.
+
+    Model init key ``fold_in(key(seed), "init")``, round root key
+    ``fold_in(key(seed), "roun")`` (distinct from every round index's use).
+    """
+    root = jax.random.key(config.seed)
+    params = model.init(jax.random.fold_in(root, 0x696E6974),  # "init"
+                        jnp.zeros((1,) + tuple(population.input_shape), jnp.float32))
+    return init_state(params, jax.random.fold_in(root, 0x726F756E),  # "roun"
+                      server_optimizer=config.server_optimizer,
+                      server_momentum=config.server_momentum)
 
 
 def simulate(config: SimulationConfig, *, progress: bool = False,
@@ -364,12 +400,7 @@ def simulate(config: SimulationConfig, *, progress: bool = False,
         config.client_optimizer, config.server_optimizer, float(config.server_momentum),
         None if config.local_epochs else config.local_steps, config.local_epochs,
         config.batch_size, config.weighting, config.chunk_size)
-    root = jax.random.key(config.seed)
-    params = model.init(jax.random.fold_in(root, 0x696E6974),  # "init": never a round index
-                        jnp.zeros((1,) + tuple(population.input_shape), jnp.float32))
-    state = init_state(params, jax.random.fold_in(root, 0x726F756E),  # "roun"
-                       server_optimizer=config.server_optimizer,
-                       server_momentum=config.server_momentum)
+    state = initial_state(config, model, population)
     hyper = RoundHyper.create(sigma=sigma, clip=config.clip, client_lr=config.client_lr,
                               server_lr=config.server_lr)
     x_test = jnp.asarray(x_test, jnp.float32)

@@ -1,0 +1,287 @@
+"""Client-updates per second of one federated round: the engine vs a per-client Python loop.
+
+Workload (issue 3): LeNet-5 on MNIST-shaped inputs (28×28×1, 10 classes), 32 examples per
+client, local training = 2 SGD steps of batch 16, update clipped to L2 norm C = 1, plus
+per-client Gaussian noise N(0, σ²) on every coordinate, FedAvg aggregation.  Client data
+comes from a :class:`~ldpsim.data.SampledPopulation` over 4,096 random uint8 images, so
+the data gather is part of the measured round (as in a real run).
+
+Rows:
+* ``engine``: :func:`ldpsim.fl.simulate.make_round_fn` jitted (chunked vmap, one kernel),
+  at m = 10, 100, 1,000, 10,000 clients per round.
+* ``loop``: a Python loop over clients calling ONE jitted single-client step (the same
+  ``local_update`` + ``privatize`` code, local steps unrolled, data gather included) and
+  accumulating the sum on the device: the baseline, measured in the same run.
+* breakdown at m = 1,000 (engine kernels built from the same building blocks): training
+  only (no clip, no noise), training + clip (``mechanism="none"``), noise only (per-client
+  ``gaussian_noise`` draws, summed).
+
+Every configuration runs in a fresh subprocess so that its peak resident memory
+(``resource.getrusage(RUSAGE_SELF).ru_maxrss``) is its own; times are medians of repeats
+after one warm-up (compilation excluded).  Speed of light: training FLOPs per client
+(XLA's cost analysis of one client's ``local_update``) at the measured float32 matmul peak,
+plus the per-client noise at the measured ``jax.random.normal`` rate.
+
+Usage::
+
+    python benchmarks/throughput.py                     # full table
+    python benchmarks/throughput.py --quick             # m = 10, 100 only
+    python benchmarks/throughput.py --chunks 32 64 128  # chunk-size scan at m = 1,000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES, BATCH, STEPS, SIGMA, CLIP, LR = 32, 16, 2, 0.25, 1.0, 0.05
+
+
+# ----------------------------------------------------------------------------- worker
+
+
+def _setup(m: int):
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from ldpsim.data import SampledPopulation
+    from ldpsim.models import get_model
+
+    rng = np.random.default_rng(0)
+    base_x = rng.integers(0, 256, size=(4096, 28, 28, 1), dtype=np.uint8)
+    base_y = rng.integers(0, 10, size=4096)
+    pop = SampledPopulation.create(base_x, base_y, num_clients=max(m, 10_000),
+                                   examples_per_client=EXAMPLES, seed=0)
+    model = get_model("lenet5", input_shape=(28, 28, 1), num_classes=10)
+    params = model.init(jax.random.key(0), jnp.zeros((1, 28, 28, 1)))
+    ids = np.sort(rng.choice(pop.num_clients, size=m, replace=False)).astype(np.int32)
+    return pop, model, params, ids
+
+
+def _time(fn, repeats: int, budget_s: float) -> list[float]:
+    """One warm-up call, then up to ``repeats`` timed calls (at least 1, within budget)."""
+    fn()
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < repeats and (not times or time.perf_counter() - start < budget_s):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def _block(tree):
+    import jax
+
+    return jax.block_until_ready(tree)
+
+
+def worker(mode: str, m: int, chunk: int, repeats: int, budget_s: float) -> dict:
+    import resource
+
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+
+    from ldpsim.fl import client as client_lib
+    from ldpsim.fl.privatize import privatize
+    from ldpsim.fl.simulate import RoundHyper, chunk_layout, init_state, make_round_fn
+    from ldpsim.privacy import mechanisms
+
+    pop, model, params, ids = _setup(m)
+    mask = jnp.ones(m, bool)
+    hyper = RoundHyper.create(sigma=SIGMA, clip=CLIP, client_lr=LR, server_lr=1.0)
+    state = init_state(params, jax.random.key(1))
+    opt = lambda: client_lib.client_optimizer("sgd", hyper.client_lr)  # noqa: E731
+
+    def train(params, cid, key):
+        x, y, c = pop.gather(cid[None])
+        delta, _ = client_lib.local_update(params, x[0], y[0], c[0], apply_fn=model.apply,
+                                           optimizer=opt(), batch_size=BATCH, key=key,
+                                           local_steps=STEPS)
+        return delta
+
+    if mode in ("engine", "clip_only"):
+        fn = jax.jit(make_round_fn(apply_fn=model.apply, local_steps=STEPS, batch_size=BATCH,
+                                   chunk_size=chunk,
+                                   mechanism="gaussian" if mode == "engine" else "none"))
+        run = lambda: _block(fn(state, pop, jnp.int32(0), ids, mask, hyper))  # noqa: E731
+    elif mode in ("train_only", "noise_only"):
+        n_chunks, c = chunk_layout(m, chunk)  # the engine's layout, padding included
+        chunks = jnp.zeros(n_chunks * c, jnp.int32).at[:m].set(ids).reshape(n_chunks, c)
+
+        def body(acc, cids):
+            keys = jax.vmap(lambda i: jax.random.fold_in(state.key, i))(cids)
+            if mode == "train_only":
+                x, y, cnt = pop.gather(cids)
+                d = jax.vmap(lambda x, y, cnt, k: client_lib.local_update(
+                    params, x, y, cnt, apply_fn=model.apply, optimizer=opt(),
+                    batch_size=BATCH, key=k, local_steps=STEPS)[0])(x, y, cnt, keys)
+            else:
+                d = jax.vmap(lambda k: mechanisms.gaussian_noise(k, params, hyper.sigma))(keys)
+            return jax.tree_util.tree_map(lambda a, b: a + b.sum(0), acc, d), None
+
+        zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
+        fn = jax.jit(lambda: lax.scan(body, zeros, chunks)[0])
+        run = lambda: _block(fn())  # noqa: E731
+    elif mode == "loop":
+        @jax.jit
+        def step(acc, params, cid, hyper):  # params, σ, C are arguments, as in a real loop
+            key = jax.random.fold_in(state.key, cid)
+            tk, nk = jax.random.split(key)
+            p = privatize(nk, train(params, cid, tk), clip=hyper.clip, scale=hyper.sigma)
+            w = EXAMPLES * p.finite.astype(jnp.float32)
+            return jax.tree_util.tree_map(lambda a, b: a + w * b, acc, p.noisy)
+
+        zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
+        id_arr = [jnp.int32(i) for i in ids]
+
+        def run():
+            acc = zeros
+            for cid in id_arr:
+                acc = step(acc, params, cid, hyper)
+            return _block(acc)
+    else:
+        raise ValueError(mode)
+
+    times = _time(run, repeats, budget_s)
+    med = statistics.median(times)
+    return {"mode": mode, "m": m, "chunk": chunk, "seconds": med, "repeats": len(times),
+            "rate": m / med, "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+            / 1024}
+
+
+def machine_limits() -> dict:
+    """Measured matmul peak, normal sampling rate, training FLOPs and d of one client."""
+    import jax
+    import jax.numpy as jnp
+
+    from ldpsim.fl import client as client_lib
+    from ldpsim.models import num_params
+
+    a = jnp.ones((2048, 2048), jnp.float32)
+    mm = jax.jit(lambda a: a @ a)
+    t = _time(lambda: _block(mm(a)), 7, 5.0)
+    peak = 2 * 2048 ** 3 / statistics.median(t)
+    pop, model, params, _ = _setup(10)
+    d = num_params(params)
+    normal = jax.jit(lambda k: jax.random.normal(k, (100, d)))
+    t = _time(lambda: _block(normal(jax.random.key(0))), 5, 5.0)
+    normal_rate = 100 * d / statistics.median(t)
+    x, y, c = pop.gather(jnp.arange(1))
+    one = jax.jit(lambda p, x, y, c, k: client_lib.local_update(
+        p, x, y, c, apply_fn=model.apply, optimizer=client_lib.client_optimizer("sgd", LR),
+        batch_size=BATCH, key=k, local_steps=STEPS)[0])
+    cost = one.lower(params, x[0], y[0], c[0], jax.random.key(0)).compile().cost_analysis()
+    cost = cost[0] if isinstance(cost, list) else cost
+    flops = float(cost.get("flops", float("nan")))
+    sol = 1.0 / (flops / peak + d / normal_rate)
+    return {"matmul_gflops": peak / 1e9, "normal_msamples": normal_rate / 1e6,
+            "train_mflops_per_client": flops / 1e6, "d": d, "sol_rate": sol,
+            "device": str(jax.devices()[0].platform), "devices": jax.device_count()}
+
+
+# ----------------------------------------------------------------------------- driver
+
+
+def _spawn(args: list[str], timeout: float) -> dict | None:
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    try:
+        out = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True,
+                             env=env, timeout=timeout, check=True)
+    except subprocess.TimeoutExpired:
+        print(f"  timed out: {' '.join(args)}", file=sys.stderr)
+        return None
+    except subprocess.CalledProcessError as err:
+        print(f"  failed: {' '.join(args)}\n{err.stderr[-2000:]}", file=sys.stderr)
+        return None
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--worker", nargs=3, metavar=("MODE", "M", "CHUNK"), help=argparse.SUPPRESS)
+    p.add_argument("--limits", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--ms", type=int, nargs="+", default=[10, 100, 1000, 10_000])
+    p.add_argument("--loop-max", type=int, default=1000, help="largest m for the loop")
+    p.add_argument("--chunk", type=int, default=None,
+                   help="engine chunk size (default: ldpsim's per-backend default)")
+    p.add_argument("--chunks", type=int, nargs="*", default=None,
+                   help="also scan these chunk sizes at m = 1,000")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--budget", type=float, default=60.0, help="seconds of repeats per row")
+    p.add_argument("--quick", action="store_true", help="m = 10, 100; no breakdown")
+    args = p.parse_args(argv)
+
+    if args.worker:
+        mode, m, chunk = args.worker[0], int(args.worker[1]), int(args.worker[2])
+        print(json.dumps(worker(mode, m, chunk, args.repeats, args.budget)))
+        return 0
+    if args.limits:
+        print(json.dumps(machine_limits()))
+        return 0
+
+    from ldpsim.fl.simulate import resolve_chunk_size
+
+    chunk = resolve_chunk_size(args.chunk)
+    ms = [10, 100] if args.quick else args.ms
+    common = ["--repeats", str(args.repeats), "--budget", str(args.budget)]
+    limits = _spawn(["--limits"], 900)
+    rows = []
+    for m in ms:
+        rows.append(_spawn(["--worker", "engine", str(m), str(chunk), *common], 1800))
+        if m <= args.loop_max:
+            rows.append(_spawn(["--worker", "loop", str(m), "1", *common], 1800))
+    if not args.quick:
+        m = 1000
+        for mode in ("train_only", "clip_only", "noise_only"):
+            rows.append(_spawn(["--worker", mode, str(m), str(chunk), *common], 1800))
+        for c in args.chunks or []:
+            rows.append(_spawn(["--worker", "engine", str(m), str(c), *common], 1800))
+    rows = [r for r in rows if r]
+
+    print(f"\nldpsim throughput: LeNet-5 (d = {limits['d']:,}), {EXAMPLES} examples/client, "
+          f"batch {BATCH}, {STEPS} local steps, per-client Gaussian noise; backend "
+          f"{limits['device']} x{limits['devices']}")
+    print(f"machine: matmul {limits['matmul_gflops']:.0f} GFLOP/s, jax.random.normal "
+          f"{limits['normal_msamples']:.0f} M samples/s, training "
+          f"{limits['train_mflops_per_client']:.1f} MFLOP/client -> speed of light "
+          f"{limits['sol_rate']:.0f} client-updates/s\n")
+    loop_rate = {r["m"]: r["rate"] for r in rows if r["mode"] == "loop"}
+    best_loop = max(loop_rate.values()) if loop_rate else float("nan")
+    hdr = (f"| {'formulation':<22} | {'m':>6} | {'chunk':>5} | {'updates/s':>9} | "
+           f"{'x loop':>6} | {'of SOL':>6} | {'peak RSS MB':>11} | {'s/round':>8} |")
+    print(hdr)
+    print("|" + "|".join("-" * (len(c)) for c in hdr.split("|")[1:-1]) + "|")
+    for r in rows:
+        ref = loop_rate.get(r["m"], best_loop)
+        speedup = r["rate"] / ref if r["mode"] in ("engine", "loop") else float("nan")
+        sol = r["rate"] / limits["sol_rate"] if r["mode"] in ("engine", "loop") else float("nan")
+        print(f"| {r['mode']:<22} | {r['m']:>6,} | {r['chunk']:>5} | {r['rate']:>9.1f} | "
+              f"{speedup:>6.2f} | {sol:>6.1%} | {r['maxrss_mb']:>11.0f} | "
+              f"{r['seconds']:>8.3f} |")
+    by_mode = {r["mode"]: r for r in rows if r["m"] == 1000 and r["chunk"] == chunk}
+    if {"engine", "train_only", "clip_only"} <= set(by_mode):
+        full = by_mode["engine"]["seconds"] * 1000 / 1000
+        tr = by_mode["train_only"]["seconds"]
+        cl = by_mode["clip_only"]["seconds"] - tr
+        nz = by_mode["engine"]["seconds"] - by_mode["clip_only"]["seconds"]
+        print(f"\nwhere the time goes at m = 1,000 (ms per client): round {full:.3f}; "
+              f"training {tr:.3f}; clipping + aggregation {cl:.3f}; noise {nz:.3f}"
+              + (f" (noise alone: {by_mode['noise_only']['seconds']:.3f})"
+                 if "noise_only" in by_mode else ""))
+    print("\n'x loop' compares with the loop at the same m (the best loop rate where the loop "
+          "was not run); the machine may be shared: compare ratios within one run.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
