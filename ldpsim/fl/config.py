@@ -17,6 +17,7 @@ from ldpsim._checks import (
     check_open_unit,
     check_positive,
     check_positive_int,
+    check_unit_interval,
 )
 
 MECHANISMS = ("gaussian", "laplace")
@@ -27,6 +28,9 @@ SERVER_OPTIMIZERS = ("fedavg", "fedavgm", "fedadam", "fedyogi")
 WEIGHTINGS = ("examples", "uniform")
 SAMPLINGS = ("uniform", "poisson")
 PARTITIONS = ("iid", "dirichlet", "shards", "natural", "sampled")  # ldpsim.data.PARTITIONS
+PRIVACY_MODES = ("ldp", "mindspore", "central", "distributed")  # ldpsim.fl.modes.PRIVACY_MODES
+NOISE_MODES = ("per-client", "aggregate")                       # ldpsim.fl.modes.NOISE_MODES
+MINDSPORE_CLIP_RULES = ("running-min", "overwrite")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -76,6 +80,40 @@ class SimulationConfig:
             O(chunk_size × model size). None: the backend's measured default
             (:func:`ldpsim.fl.simulate.resolve_chunk_size`: 8 on CPU, 1024 otherwise).
         seed: root seed of all randomness (model init, cohorts, training, noise).
+        privacy_mode: where the noise goes (:mod:`ldpsim.fl.modes`): ``"ldp"`` (each
+            client clips to ``clip`` and adds noise for (``epsilon``, ``delta``), the
+            default), ``"mindspore"`` (MindSpore Federated ``DP_ENCRYPT``, ALGORITHMS §1:
+            per-client adaptive bound C_t, noise for (``dp_eps``, ``dp_delta``)),
+            ``"central"`` (DP-FedAvg, McMahan et al. 2018: clipped sum + one server draw
+            N(0, (zC)²), fixed denominator m) or ``"distributed"`` (each client adds
+            N(0, (zC)²/m), ALGORITHMS §3.4). ``epsilon`` is used by ``"ldp"`` only.
+        noise_mode: ``"per-client"`` (every client draws its own noise) or
+            ``"aggregate"`` (one exact draw of the weighted noise sum,
+            ``N(0, Σw²σ² I)``; Gaussian only). ``"central"`` always draws once.
+        noise_multiplier: central/distributed z ≥ 0: std of the noise on the sum of
+            clipped updates divided by C (0: no noise, ε = inf).
+        adaptive_clip: central only: quantile-adaptive C (Andrew et al. 2021; TFF
+            ``gaussian_adaptive``), starting from ``clip``; z is split between the value
+            and the clipped-count releases (:func:`ldpsim.privacy.adaptive.adaptive_noise_split`).
+        target_quantile: adaptive clipping's target quantile γ in [0, 1].
+        clip_learning_rate: adaptive clipping's geometric learning rate η ≥ 0.
+        clipped_count_stddev: σ_b > 0 of the clipped-count release; None: TFF's m/20.
+        dropout_rate: distributed only: probability in [0, 1) that a sampled client never
+            reports (the noise shortfall is reported per round).
+        dp_eps: MindSpore's per-round ε (> 0; MindSpore's default 50).
+        dp_delta: MindSpore's δ in (0, 1) (default 0.01).
+        dp_norm_clip: MindSpore's multiplier of ‖W_{t+1} − W_t‖ for C_{t+1} (> 0).
+        mindspore_clip_rule: ``"running-min"`` (current MindSpore client: overwrite after
+            iteration 1, then running minimum) or ``"overwrite"`` (older lite client).
+        mindspore_neighbours: ``"add-remove"`` (sensitivity C_t, MindSpore's convention)
+            or ``"replace"`` (2C_t, replace-one LDP).
+        client_dp: train every client with DP-SGD (:func:`ldpsim.fl.dp_client.dp_local_update`,
+            sample-level DP inside the client), combinable with every ``privacy_mode``.
+        client_dp_micro_batches: DP-SGD micro-batches M per local batch (must divide
+            ``batch_size``; M = batch_size is per-example clipping).
+        client_dp_clip: DP-SGD clip bound of each micro-batch gradient (> 0).
+        client_dp_noise_multiplier: DP-SGD noise multiplier z ≥ 0 (noise std z·C on the
+            sum of clipped micro-batch gradients).
     """
 
     dataset: str = "synthetic"
@@ -106,6 +144,23 @@ class SimulationConfig:
     eval_every: int = 1
     chunk_size: int | None = None
     seed: int = 0
+    privacy_mode: str = "ldp"
+    noise_mode: str = "per-client"
+    noise_multiplier: float = 1.0
+    adaptive_clip: bool = False
+    target_quantile: float = 0.5
+    clip_learning_rate: float = 0.2
+    clipped_count_stddev: float | None = None
+    dropout_rate: float = 0.0
+    dp_eps: float = 50.0
+    dp_delta: float = 0.01
+    dp_norm_clip: float = 1.0
+    mindspore_clip_rule: str = "running-min"
+    mindspore_neighbours: str = "add-remove"
+    client_dp: bool = False
+    client_dp_micro_batches: int = 1
+    client_dp_clip: float = 1.0
+    client_dp_noise_multiplier: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("dataset", "model"):
@@ -152,6 +207,61 @@ class SimulationConfig:
                            check_nonnegative("server_momentum", self.server_momentum))
         if self.server_momentum >= 1:
             raise LdpsimError(f"server_momentum must be in [0, 1), got {self.server_momentum!r}")
+        self._check_modes()
+
+    def _check_modes(self) -> None:
+        """Validate the privacy-mode fields and their combinations."""
+        check_choice("privacy_mode", self.privacy_mode, PRIVACY_MODES)
+        check_choice("noise_mode", self.noise_mode, NOISE_MODES)
+        check_choice("mindspore_clip_rule", self.mindspore_clip_rule, MINDSPORE_CLIP_RULES)
+        check_choice("mindspore_neighbours", self.mindspore_neighbours, NEIGHBOURS)
+        for name in ("adaptive_clip", "client_dp"):
+            if not isinstance(getattr(self, name), bool):
+                raise LdpsimError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        for name in ("noise_multiplier", "clip_learning_rate", "client_dp_noise_multiplier"):
+            object.__setattr__(self, name, check_nonnegative(name, getattr(self, name)))
+        for name in ("dp_eps", "dp_norm_clip", "client_dp_clip"):
+            object.__setattr__(self, name, check_positive(name, getattr(self, name)))
+        object.__setattr__(self, "dp_delta", check_open_unit("dp_delta", self.dp_delta))
+        object.__setattr__(self, "target_quantile",
+                           check_unit_interval("target_quantile", self.target_quantile))
+        if self.clipped_count_stddev is not None:
+            object.__setattr__(self, "clipped_count_stddev",
+                               check_nonnegative("clipped_count_stddev",
+                                                 self.clipped_count_stddev))
+        rate = check_nonnegative("dropout_rate", self.dropout_rate)
+        if rate >= 1:
+            raise LdpsimError(f"dropout_rate must be in [0, 1), got {self.dropout_rate!r}")
+        object.__setattr__(self, "dropout_rate", rate)
+        micro = check_positive_int("client_dp_micro_batches", self.client_dp_micro_batches)
+        object.__setattr__(self, "client_dp_micro_batches", micro)
+        if self.batch_size % micro:
+            raise LdpsimError(
+                f"client_dp_micro_batches must divide batch_size ({self.batch_size}), got "
+                f"{micro}")
+        if self.noise_mode == "aggregate" and self.mechanism != "gaussian":
+            raise LdpsimError(
+                f"noise_mode='aggregate' is exact for Gaussian noise only, got "
+                f"mechanism={self.mechanism!r}; use noise_mode='per-client'")
+        if self.privacy_mode != "ldp" and self.mechanism != "gaussian":
+            raise LdpsimError(
+                f"privacy_mode={self.privacy_mode!r} adds Gaussian noise; mechanism must be "
+                f"'gaussian', got {self.mechanism!r}")
+        if self.adaptive_clip and self.privacy_mode != "central":
+            raise LdpsimError(f"adaptive_clip applies to privacy_mode='central' only, got "
+                              f"privacy_mode={self.privacy_mode!r}")
+        if self.dropout_rate > 0 and self.privacy_mode != "distributed":
+            raise LdpsimError(f"dropout_rate applies to privacy_mode='distributed' only, got "
+                              f"dropout_rate={self.dropout_rate!r} with "
+                              f"privacy_mode={self.privacy_mode!r}")
+        if self.privacy_mode in ("central", "distributed") and math.isinf(self.clip):
+            raise LdpsimError(f"clip must be finite for privacy_mode={self.privacy_mode!r} "
+                              f"(the noise is z·clip), got {self.clip!r}")
+        if self.adaptive_clip:
+            from ldpsim.privacy.adaptive import adaptive_noise_split
+
+            adaptive_noise_split(self.noise_multiplier, self.clients_per_round,
+                                 self.clipped_count_stddev)
 
     @property
     def private(self) -> bool:

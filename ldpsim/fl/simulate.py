@@ -43,7 +43,7 @@ PyTree = Any
 
 __all__ = [
     "RoundHyper", "ServerState", "build_data", "chunk_layout", "client_key", "init_state", "initial_state", "make_eval_fn", "make_round_fn",
-    "noise_scale", "sample_cohort", "simulate",
+    "noise_scale", "sample_cohort", "simulate", "uses_modes",
 ]
 
 
@@ -326,20 +326,34 @@ def build_data(config: SimulationConfig) -> tuple[Any, np.ndarray, np.ndarray]:
 def _compiled(model_name: str, input_shape: tuple[int, ...], num_classes: int,
               mechanism: str, client_optimizer: str, server_optimizer: str,
               server_momentum: float, local_steps: int | None, local_epochs: int | None,
-              batch_size: int, weighting: str, chunk_size: int | None):
+              batch_size: int, weighting: str, chunk_size: int | None,
+              mode: tuple | None = None):
     """(model, jitted round, jitted eval) for one static setting, cached across runs.
 
-    Every traced knob (σ, C, learning rates, seed, round) is an argument, so runs that
-    differ only in those (an ε sweep, seeds) reuse one compilation.
+    Every traced knob (σ, C, learning rates, seed, round; the modes' z, σ/C, dp_norm_clip,
+    dropout rate, quantile-clip and DP-SGD knobs) is an argument, so runs that differ only
+    in those (an ε sweep, seeds) reuse one compilation.  ``mode`` is None for the default
+    engine round (:func:`make_round_fn`), else the static part of
+    :func:`ldpsim.fl.modes.make_mode_round_fn`: ``(privacy_mode, noise_mode,
+    adaptive_clip, mindspore_running_min, client_dp_micro_batches, clients_per_round)``.
     """
     from ldpsim.models import get_model
 
     model = get_model(model_name, input_shape=input_shape, num_classes=num_classes)
-    round_fn = jax.jit(make_round_fn(
-        apply_fn=model.apply, mechanism=mechanism, client_optimizer=client_optimizer,
-        server_optimizer=server_optimizer, server_momentum=server_momentum,
-        local_steps=local_steps, local_epochs=local_epochs, batch_size=batch_size,
-        weighting=weighting, chunk_size=chunk_size))
+    common = dict(apply_fn=model.apply, mechanism=mechanism, client_optimizer=client_optimizer,
+                  server_optimizer=server_optimizer, server_momentum=server_momentum,
+                  local_steps=local_steps, local_epochs=local_epochs, batch_size=batch_size,
+                  weighting=weighting, chunk_size=chunk_size)
+    if mode is None:
+        round_fn = jax.jit(make_round_fn(**common))
+    else:
+        from ldpsim.fl.modes import make_mode_round_fn
+
+        privacy_mode, noise_mode, adaptive_clip, running_min, micro, m = mode
+        round_fn = jax.jit(make_mode_round_fn(
+            privacy_mode=privacy_mode, noise_mode=noise_mode, clients_per_round=m,
+            adaptive_clip=adaptive_clip, mindspore_running_min=running_min,
+            client_dp_micro_batches=micro, **common))
     return model, round_fn, jax.jit(make_eval_fn(model.apply))
 
 
@@ -357,10 +371,111 @@ def initial_state(config: SimulationConfig, model: Any, population: Any) -> Serv
                       server_momentum=config.server_momentum)
 
 
+def uses_modes(config: SimulationConfig) -> bool:
+    """Whether ``config`` needs :func:`ldpsim.fl.modes.make_mode_round_fn` (a privacy mode
+    other than ``"ldp"``, aggregate noise or DP-SGD clients) rather than :func:`make_round_fn`."""
+    return (config.privacy_mode != "ldp" or config.noise_mode != "per-client"
+            or config.client_dp)
+
+
+#: Columns every history row carries beyond the engine's metrics (NaN where not applicable).
+MODE_COLUMNS = ("clip_bound", "noise_sum_std", "survivors", "noise_variance_fraction",
+                "unclipped_fraction", "model_change_norm")
+
+
+@jax.jit
+def _change_norm(old: PyTree, new: PyTree) -> jax.Array:
+    from ldpsim.privacy.adaptive import global_change_norm
+
+    return global_change_norm(old, new)
+
+
+class _ModeSetup(NamedTuple):
+    """Host-side settings of one run's privacy mode (see :func:`_mode_setup`)."""
+
+    mechanism: str            # static mechanism of the round
+    phyper: Any               # ldpsim.fl.modes.PrivacyHyper
+    sigma_per_clip: float     # MindSpore σ_t/C_t (NaN otherwise)
+    sens_per_clip: float      # MindSpore sensitivity / C_t: 1 (add-remove) or 2 (replace)
+    value_multiplier: float   # central/distributed: z (z_Δ with adaptive clipping)
+
+
+def _mode_setup(config: SimulationConfig, mechanism: str) -> _ModeSetup:
+    """Static mechanism and traced :class:`~ldpsim.fl.modes.PrivacyHyper` for ``config``."""
+    from ldpsim.fl import modes
+    from ldpsim.privacy import adaptive
+
+    kw = dict(client_dp_clip=config.client_dp_clip,
+              client_dp_noise=config.client_dp_noise_multiplier)
+    a, unit, z_value = math.nan, math.nan, math.nan
+    if config.privacy_mode == "ldp":
+        return _ModeSetup(mechanism, modes.PrivacyHyper.create(**kw), a, unit, z_value)
+    if config.privacy_mode == "mindspore":
+        a = modes.mindspore_sigma_per_clip(config.dp_eps, config.dp_delta,
+                                           neighbours=config.mindspore_neighbours)
+        unit = 2.0 if config.mindspore_neighbours == "replace" else 1.0
+        kw.update(sigma_per_clip=a, dp_norm_clip=config.dp_norm_clip)
+    else:
+        z_value, count_std = config.noise_multiplier, 0.0
+        if config.adaptive_clip:
+            z_value, count_std = adaptive.adaptive_noise_split(
+                config.noise_multiplier, config.clients_per_round, config.clipped_count_stddev)
+        kw.update(noise_multiplier=z_value, count_stddev=count_std,
+                  target_quantile=config.target_quantile, clip_lr=config.clip_learning_rate,
+                  dropout_rate=config.dropout_rate)
+    return _ModeSetup("gaussian", modes.PrivacyHyper.create(**kw), a, unit, z_value)
+
+
+def _mode_base(config: SimulationConfig, sigma: float, sens: float, mechanism: str
+               ) -> dict:
+    """The run-level columns that depend on the privacy mode."""
+    mode = config.privacy_mode
+    out = {"mechanism": mechanism, "neighbours": config.neighbours, "epsilon": config.epsilon,
+           "delta": config.delta if mechanism == "gaussian" else math.nan,
+           "clip": config.clip, "sensitivity": sens, "sigma": sigma}
+    if mode == "mindspore":   # per-round C_t: clip/sensitivity/sigma filled per row
+        out.update(mechanism="gaussian", neighbours=config.mindspore_neighbours,
+                   epsilon=config.dp_eps, delta=config.dp_delta, clip=math.nan)
+    elif mode in ("central", "distributed"):
+        # User-level central DP; neighbours as accounted (central_epsilon).
+        out.update(mechanism="gaussian", epsilon=math.nan, delta=config.delta,
+                   neighbours="add-remove" if config.sampling == "poisson" else "replace")
+    return out
+
+
+def _ldp_aux_columns(config: SimulationConfig, row: dict, sigma: float, mechanism: str,
+                     sum_w2: float) -> dict:
+    """:data:`MODE_COLUMNS` of a default-engine round, from what the host knows."""
+    factor = math.sqrt(2.0) if mechanism == "laplace" else 1.0
+    return {
+        "clip_bound": config.clip,
+        "noise_sum_std": (factor * sigma * math.sqrt(sum_w2) if row["nonfinite_clients"] == 0
+                          else math.nan),
+        "survivors": int(row["clients"]) - int(row["nonfinite_clients"]),
+        "noise_variance_fraction": 1.0,
+        "unclipped_fraction": math.nan,
+    }
+
+
+def _sum_w2(config: SimulationConfig, counts: np.ndarray, ids: np.ndarray,
+            mask: np.ndarray) -> float:
+    """Σ_k w_k² of a cohort with every client finite (w = |D_k|, or 1 for uniform)."""
+    if config.weighting == "uniform":
+        return float(np.count_nonzero(mask))
+    c = counts[ids[mask]].astype(np.float64)
+    return float(np.sum(c * c))
+
+
 def simulate(config: SimulationConfig, *, progress: bool = False,
              callback: Callable[[dict], None] | None = None, data: Any = None
              ) -> list[dict]:
     """Run the simulation described by ``config`` and return its metrics history.
+
+    The default (``privacy_mode="ldp"``, ``noise_mode="per-client"``, no DP-SGD clients)
+    runs :func:`make_round_fn`; any other setting runs
+    :func:`ldpsim.fl.modes.make_mode_round_fn` through the same compile cache, with its
+    knobs traced and its state (MindSpore's per-client C_t, the adaptive central C)
+    carried across rounds.
 
     Args:
         config: a :class:`~ldpsim.fl.config.SimulationConfig`.
@@ -374,15 +489,35 @@ def simulate(config: SimulationConfig, *, progress: bool = False,
     Returns:
         One dict per evaluated round (every ``eval_every`` rounds and the last), with the
         DESIGN.md Results columns: dataset, model, mechanism, neighbours, epsilon, delta,
-        clip, sensitivity, sigma, clients_per_round, population, round, seed, accuracy,
-        loss, then the round's :class:`~ldpsim.fl.metrics.RoundMetrics` (noise_norm,
-        signal_norm, snr, cosine, clip_fraction, nonfinite_clients, clients, n_eff,
-        theory_noise_norm, train_loss), max_participation (most rounds any one client
-        has taken part in so far), epsilon_spent (that client's LDP ε at total δ =
-        ``config.delta``: exact composition of Gaussians, Balle & Wang 2018 Thm. 8, via
+        clip, sensitivity, sigma, clients_per_round, population, seed, privacy_mode,
+        noise_mode, noise_multiplier, round, accuracy, loss, then the round's
+        :class:`~ldpsim.fl.metrics.RoundMetrics` (noise_norm, signal_norm, snr, cosine,
+        clip_fraction, nonfinite_clients, clients, n_eff, theory_noise_norm, train_loss),
+        the mode columns :data:`MODE_COLUMNS` (clip_bound: mean C of the round's included
+        clients; noise_sum_std: std of the noise on the weighted sum, ``√(Σw²σ²)``;
+        survivors: clients in the aggregate; noise_variance_fraction: distributed
+        realised/target noise variance; unclipped_fraction: the released b̄ of adaptive
+        clipping, else NaN; model_change_norm: ‖W_{t+1} − W_t‖₂), max_participation (most
+        rounds any one client has taken part in so far), epsilon_spent, client_dp_epsilon
+        and wall_time (seconds since the start, compilation included).
+
+        epsilon_spent: ``"ldp"``: the most-sampled client's LDP ε at total δ =
+        ``config.delta`` (exact composition of Gaussians, Balle & Wang 2018 Thm. 8, via
         :class:`ldpsim.privacy.accounting.LdpAccountant`; basic composition k·ε for
-        Laplace; NaN without privacy) and wall_time (seconds since the start,
-        compilation included).
+        Laplace; NaN without privacy).  ``"mindspore"``: the same accountant with the
+        per-round mechanism ``N(0, (a·C_t)²)`` of sensitivity C_t (add-remove) or 2C_t
+        (replace) — every round is exactly (dp_eps, dp_delta)-DP whatever C_t — at total
+        δ = dp_delta.  ``"central"``: user-level ε of DP-FedAvg after ``round`` rounds
+        with q = m/N (:func:`ldpsim.fl.modes.central_epsilon`, RDP, δ = ``config.delta``).
+        ``"distributed"``: the same with the smallest effective multiplier
+        ``z·√(survivors/m)`` of the rounds so far (the dropout shortfall), an upper bound.
+        In the mindspore/central/distributed rows, sigma is the noise std (mindspore: the
+        mean per-client σ_t; central: z_Δ·C on the sum; distributed: per client
+        zC/√m), sensitivity the bound it is calibrated to, and epsilon the per-round local
+        ε (dp_eps; NaN for central/distributed).  client_dp_epsilon (DP-SGD clients):
+        sample-level ε of the worst-case client (the smallest client at the highest
+        participation count) by :func:`ldpsim.fl.dp_client.dp_client_epsilon`
+        (``method="shuffle"``, δ = ``config.delta``); NaN without DP-SGD clients.
 
     Raises:
         LdpsimError: bad configuration or data.
@@ -395,11 +530,30 @@ def simulate(config: SimulationConfig, *, progress: bool = False,
         raise LdpsimError(f"clients_per_round must be <= population "
                           f"({population.num_clients}), got {config.clients_per_round}")
     sigma, sens, mechanism = noise_scale(config)
-    model, round_fn, evaluate = _compiled(
-        config.model, tuple(population.input_shape), int(population.num_classes), mechanism,
-        config.client_optimizer, config.server_optimizer, float(config.server_momentum),
-        None if config.local_epochs else config.local_steps, config.local_epochs,
-        config.batch_size, config.weighting, config.chunk_size)
+    modal = uses_modes(config)
+    local_steps = None if config.local_epochs else config.local_steps
+    static = (config.model, tuple(population.input_shape), int(population.num_classes))
+    if modal:
+        from ldpsim.fl.modes import init_privacy_state
+
+        setup = _mode_setup(config, mechanism)
+        if config.privacy_mode != "ldp":
+            sigma, sens, mechanism = 0.0, config.clip, setup.mechanism
+        mode_key = (config.privacy_mode, config.noise_mode, config.adaptive_clip,
+                    config.mindspore_clip_rule == "running-min",
+                    config.client_dp_micro_batches if config.client_dp else None,
+                    config.clients_per_round)
+        model, round_fn, evaluate = _compiled(
+            *static, setup.mechanism, config.client_optimizer, config.server_optimizer,
+            float(config.server_momentum), local_steps, config.local_epochs,
+            config.batch_size, config.weighting, config.chunk_size, mode_key)
+        pstate = init_privacy_state(config.privacy_mode, num_clients=population.num_clients,
+                                    clip=config.clip, adaptive_clip=config.adaptive_clip)
+    else:
+        model, round_fn, evaluate = _compiled(
+            *static, mechanism, config.client_optimizer, config.server_optimizer,
+            float(config.server_momentum), local_steps, config.local_epochs,
+            config.batch_size, config.weighting, config.chunk_size)
     state = initial_state(config, model, population)
     hyper = RoundHyper.create(sigma=sigma, clip=config.clip, client_lr=config.client_lr,
                               server_lr=config.server_lr)
@@ -408,14 +562,20 @@ def simulate(config: SimulationConfig, *, progress: bool = False,
     capacity = (_poisson_capacity(config) if config.sampling == "poisson"
                 else config.clients_per_round)
     base = {
-        "dataset": config.dataset, "model": config.model, "mechanism": mechanism,
-        "neighbours": config.neighbours, "epsilon": config.epsilon,
-        "delta": config.delta if mechanism == "gaussian" else math.nan, "clip": config.clip,
-        "sensitivity": sens, "sigma": sigma, "clients_per_round": config.clients_per_round,
+        "dataset": config.dataset, "model": config.model,
+        **_mode_base(config, sigma, sens, mechanism),
+        "clients_per_round": config.clients_per_round,
         "population": population.num_clients, "seed": config.seed,
+        "privacy_mode": config.privacy_mode, "noise_mode": config.noise_mode,
+        "noise_multiplier": (config.noise_multiplier
+                             if config.privacy_mode in ("central", "distributed") else math.nan),
     }
-    accountant = _accountant(mechanism, sigma, sens, config.delta)
+    epsilon_of = _epsilon_spent(config, population.num_clients, sigma, sens, mechanism,
+                                setup if modal else None)
+    client_dp_epsilon = _client_dp_epsilon(config, population)
+    counts = None if modal else np.asarray(population.client_counts())
     participation = np.zeros(population.num_clients, np.int64)
+    z_eff_min = math.inf
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -426,16 +586,31 @@ def simulate(config: SimulationConfig, *, progress: bool = False,
         for t in range(config.rounds):
             ids, mask = sample_cohort(config.seed, t, population.num_clients,
                                       config.clients_per_round, config.sampling, capacity)
-            state, rm = round_fn(state, population, jnp.int32(t), ids, mask, hyper)
+            prev_params = state.params
+            if modal:
+                state, pstate, rm, aux = round_fn(state, pstate, population, jnp.int32(t),
+                                                  ids, mask, hyper, setup.phyper)
+                if config.privacy_mode == "distributed":
+                    frac = float(aux.noise_variance_fraction)
+                    z_eff_min = min(z_eff_min, config.noise_multiplier * math.sqrt(frac))
+            else:
+                state, rm = round_fn(state, population, jnp.int32(t), ids, mask, hyper)
             participation[ids[mask]] += 1
             if (t + 1) % config.eval_every == 0 or t == config.rounds - 1:
                 acc, loss = evaluate(state.params, x_test, y_test)
                 row = dict(base, round=t + 1, accuracy=float(acc), loss=float(loss))
                 row.update({k: _scalar(v) for k, v in rm._asdict().items()
                             if k != "update_norm"})
+                if modal:
+                    row.update(_modal_columns(config, row, aux, setup))
+                else:
+                    row.update(_ldp_aux_columns(config, row, sigma, mechanism,
+                                                _sum_w2(config, counts, ids, mask)))
+                row["model_change_norm"] = float(_change_norm(prev_params, state.params))
                 k_max = int(participation.max())
                 row["max_participation"] = k_max
-                row["epsilon_spent"] = accountant.epsilon(k_max) if accountant else math.nan
+                row["epsilon_spent"] = epsilon_of(k_max, t + 1, z_eff_min)
+                row["client_dp_epsilon"] = client_dp_epsilon(k_max)
                 row["wall_time"] = time.perf_counter() - start
                 history.append(row)
                 if callback is not None:
@@ -448,6 +623,72 @@ def simulate(config: SimulationConfig, *, progress: bool = False,
         if bar is not None:
             bar.close()
     return history
+
+
+def _modal_columns(config: SimulationConfig, row: dict, aux: Any, setup: _ModeSetup) -> dict:
+    """:data:`MODE_COLUMNS` (and the per-round sigma/sensitivity/clip) from a ModeAux."""
+    out = {k: _scalar(getattr(aux, k)) for k in MODE_COLUMNS if k != "model_change_norm"}
+    mode = config.privacy_mode
+    if mode == "ldp":
+        out["clip_bound"] = config.clip   # fixed; the kernel's mean is the same value
+    elif mode == "mindspore":
+        c = out["clip_bound"]
+        out.update(sigma=setup.sigma_per_clip * c, sensitivity=setup.sens_per_clip * c)
+    elif mode == "central":
+        c = out["clip_bound"]
+        out.update(sigma=setup.value_multiplier * c, sensitivity=c)
+    else:   # distributed: each client's std zC/√m
+        c = out["clip_bound"]
+        out.update(sigma=setup.value_multiplier * c / math.sqrt(config.clients_per_round),
+                   sensitivity=c)
+    return out
+
+
+def _epsilon_spent(config: SimulationConfig, population: int, sigma: float, sens: float,
+                   mechanism: str, setup: _ModeSetup | None
+                   ) -> Callable[[int, int, float], float]:
+    """``epsilon_of(max_participation, rounds, smallest_effective_z)`` for the mode."""
+    mode = config.privacy_mode
+    if mode in ("ldp", "mindspore"):
+        if mode == "mindspore":
+            acc = _accountant("gaussian", setup.sigma_per_clip, setup.sens_per_clip,
+                              config.dp_delta)
+        else:
+            acc = _accountant(mechanism, sigma, sens, config.delta)
+        return lambda k, t, z: acc.epsilon(k) if acc else math.nan
+    from ldpsim.fl.modes import central_epsilon
+
+    cache: dict = {}
+
+    def epsilon_of(k: int, t: int, z_eff: float) -> float:
+        z = config.noise_multiplier if mode == "central" else z_eff
+        if (z, t) not in cache:
+            cache[(z, t)] = central_epsilon(
+                noise_multiplier=z, clients_per_round=config.clients_per_round,
+                population=population, rounds=t, delta=config.delta, sampling=config.sampling)
+        return cache[(z, t)]
+
+    return epsilon_of
+
+
+def _client_dp_epsilon(config: SimulationConfig, population: Any) -> Callable[[int], float]:
+    """``epsilon_of(max_participation)``: sample-level ε of the worst-case DP-SGD client."""
+    if not config.client_dp:
+        return lambda k: math.nan
+    from ldpsim.fl.dp_client import dp_client_epsilon
+
+    counts = np.asarray(population.client_counts())
+    n = int(counts[counts > 0].min()) if np.any(counts > 0) else 1
+    b = config.batch_size
+    steps = (config.local_epochs * -(-n // b) if config.local_epochs else config.local_steps)
+
+    @functools.lru_cache(maxsize=None)
+    def epsilon_of(k: int) -> float:
+        return float(dp_client_epsilon(
+            noise_multiplier=config.client_dp_noise_multiplier, batch_size=b, num_examples=n,
+            local_steps=steps, rounds=k, delta=config.delta, method="shuffle").epsilon)
+
+    return epsilon_of
 
 
 def _accountant(mechanism: str, sigma: float, sensitivity: float, delta: float):
