@@ -21,7 +21,27 @@ privacy: every client clips its update to C and adds noise calibrated for (epsil
 per round (local DP). --neighbours replace (default) uses sensitivity 2C; add-remove uses C
 (MindSpore Federated's convention). --epsilon inf adds no noise (updates are still clipped
 unless --clip inf).
+
+privacy modes: --privacy-mode mindspore (MindSpore Federated DP_ENCRYPT), central (DP-FedAvg,
+user-level epsilon_spent by RDP with q = m/N, optional --adaptive-clip true), distributed
+(per-client share of the central noise, --dropout-rate reports the shortfall). --noise-mode
+aggregate draws the noise sum once (exact in distribution, Gaussian only). --client-dp true
+trains each client with DP-SGD (client_dp_epsilon column), combinable with every mode.
+  ldpsim run --privacy-mode central --noise-multiplier 1.0 --clip 0.5 --out central.csv
 """
+
+def _bool(text: str) -> bool:
+    """``true/false`` (also ``1/0``, ``yes/no``) as a bool, for boolean config fields."""
+    low = str(text).strip().lower()
+    if low in ("true", "1", "yes", "on"):
+        return True
+    if low in ("false", "0", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+_bool.__name__ = "bool"   # argparse names the type in its error message
+
 
 # (flag, config field, type, choices, help); defaults come from SimulationConfig.
 _OPTIONS = (
@@ -63,6 +83,40 @@ _OPTIONS = (
     ("--chunk-size", "chunk_size", int, None,
      "clients per vmapped chunk, memory ~ chunk (None: 8 on CPU, 1024 on accelerators)"),
     ("--seed", "seed", int, None, "root seed"),
+    # Privacy modes (ldpsim.fl.modes).
+    ("--privacy-mode", "privacy_mode", str, ("ldp", "mindspore", "central", "distributed"),
+     "where the noise goes: ldp (each client, --epsilon/--delta/--clip), mindspore "
+     "(MindSpore DP_ENCRYPT: adaptive C_t, --dp-eps/--dp-delta/--dp-norm-clip), central "
+     "(DP-FedAvg: one server draw N(0,(zC)^2) on the clipped sum) or distributed (each "
+     "client N(0,(zC)^2/m)); --epsilon is used by ldp only"),
+    ("--noise-mode", "noise_mode", str, ("per-client", "aggregate"),
+     "per-client draws, or one exact draw of the noise sum (Gaussian only)"),
+    ("--noise-multiplier", "noise_multiplier", float, None,
+     "central/distributed z: noise std on the sum / C"),
+    ("--adaptive-clip", "adaptive_clip", _bool, None,
+     "central: quantile-adaptive C starting from --clip (Andrew et al. 2021), true/false"),
+    ("--target-quantile", "target_quantile", float, None, "adaptive clipping target quantile"),
+    ("--clip-learning-rate", "clip_learning_rate", float, None,
+     "adaptive clipping geometric learning rate"),
+    ("--clipped-count-stddev", "clipped_count_stddev", float, None,
+     "adaptive clipping count noise std (None: clients_per_round/20)"),
+    ("--dropout-rate", "dropout_rate", float, None,
+     "distributed: probability a sampled client never reports"),
+    ("--dp-eps", "dp_eps", float, None, "mindspore: per-round epsilon (> 0)"),
+    ("--dp-delta", "dp_delta", float, None, "mindspore: delta in (0, 1)"),
+    ("--dp-norm-clip", "dp_norm_clip", float, None,
+     "mindspore: C_{t+1} = dp_norm_clip * ||W_{t+1} - W_t|| (> 0)"),
+    ("--mindspore-clip-rule", "mindspore_clip_rule", str, ("running-min", "overwrite"),
+     "mindspore: running minimum after round 1 (current client) or overwrite every round"),
+    ("--mindspore-neighbours", "mindspore_neighbours", str, ("add-remove", "replace"),
+     "mindspore: sensitivity C_t (MindSpore) or 2C_t (replace-one)"),
+    ("--client-dp", "client_dp", _bool, None,
+     "train every client with DP-SGD (sample-level DP), true/false"),
+    ("--client-dp-micro-batches", "client_dp_micro_batches", int, None,
+     "DP-SGD micro-batches per local batch (must divide --batch-size)"),
+    ("--client-dp-clip", "client_dp_clip", float, None, "DP-SGD micro-batch clip bound"),
+    ("--client-dp-noise-multiplier", "client_dp_noise_multiplier", float, None,
+     "DP-SGD noise multiplier (std z*C on the clipped sum)"),
 )
 
 
@@ -107,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
     last = history[-1]
     print(f"round {last['round']}: accuracy {last['accuracy']:.4f}, loss {last['loss']:.4f}, "
           f"noise_norm {last['noise_norm']:.4g}, snr {last['snr']:.4g} "
-          f"({last['mechanism']}, epsilon {last['epsilon']:g}, sigma {last['sigma']:.4g}, "
+          f"({last['privacy_mode']} {last['mechanism']}, epsilon {last['epsilon']:g}, sigma {last['sigma']:.4g}, "
           f"{last['neighbours']} neighbours, sensitivity {last['sensitivity']:.4g})")
     if args.out is not None:
         print(f"wrote {len(history)} rows to {args.out}", file=sys.stderr)
