@@ -10,6 +10,14 @@ noise ``N(0, (z·C)² I)`` is added and the sum is divided by ``M``
 Batching, masking, padding exactness and step counting are exactly those of
 ``local_update`` (its module docstring); a chunk with no valid row has gradient 0.
 
+Partial batches follow MindArmour's micro-batch semantics: each chunk's loss is the mean
+over its valid rows and the step direction is ``(1/M) Σ_j clip(∇L_j)`` — the mean of the
+M chunk means, divided by the fixed M (an empty chunk counts as 0) — not the mean over the
+batch's valid rows. The fixed divisor keeps the noise-to-signal ratio independent of the
+data. So without noise and clipping this equals ``local_update`` when every step's batch is
+full (or for M = 1, where the one chunk mean is the batch mean) and differs slightly on a
+client's last, partial batch when M > 1 (MindArmour always feeds full batches).
+
 It composes with the engine's other privacy layers because they act on different
 things: the engine's client-level local randomizer (:func:`ldpsim.fl.privatize.privatize`)
 clips and noises the *update* this function returns, and server-side noise would be
@@ -82,7 +90,10 @@ def dp_local_update(params: Params, x: jax.Array, y: jax.Array, count: jax.Array
     Same signature and semantics as :func:`ldpsim.fl.client.local_update` plus the DP
     arguments; jittable and vmappable (``clip_norm`` and ``noise_multiplier`` may be
     traced, so sweeping them never recompiles). With ``noise_multiplier = 0`` and a
-    clip bound no chunk reaches, it equals ``local_update`` (up to float rounding).
+    clip bound no chunk reaches, it equals ``local_update`` (up to float rounding) when
+    ``micro_batches = 1`` or every batch is full; on a partial batch with M > 1 the step is
+    the mean of the M micro-batch means (MindArmour; module docstring), not the mean over
+    the valid rows.
 
     Args:
       params, x, y, count, apply_fn, optimizer, batch_size, key, local_steps,
