@@ -13,7 +13,8 @@ from ldpsim import LdpsimError
 from ldpsim.models import conv2d, get_model, max_pool2x2, num_params
 
 KEY = jax.random.key(0)
-IMPLS = ("im2col", "patches", "taps", "xla")
+IMPLS = ("im2col", "patches", "taps", "xla", "cnhw")
+POOLS = ("reshape", "window", "slices")
 
 
 def _leaves_close(a, b, **tol):
@@ -63,26 +64,30 @@ def test_conv2d_matches_lax_reference(impl, padding, channels):
 def test_max_pool_impls_agree_and_match_numpy():
     x = jax.random.normal(KEY, (2, 7, 6, 3))
     ref = np.asarray(x)[:, :6, :6, :].reshape(2, 3, 2, 3, 2, 3).max(axis=(2, 4))
-    for impl in ("reshape", "window"):
+    for impl in POOLS:
         np.testing.assert_array_equal(max_pool2x2(x, impl=impl), ref)
+        # channels-first layout [C, N, H, W]: the same pooling over axes (2, 3)
+        cf = max_pool2x2(jnp.transpose(x, (3, 0, 1, 2)), impl=impl, spatial=(2, 3))
+        np.testing.assert_array_equal(jnp.transpose(cf, (1, 2, 3, 0)), ref)
 
 
 def test_lenet5_impls_agree_in_value_and_gradient():
     x = jax.random.normal(KEY, (4, 28, 28, 1))
     y = jnp.arange(4) % 10
     outs = []
-    for impl in IMPLS:
-        for pool in ("reshape", "window"):
-            model = get_model("lenet5", input_shape=(28, 28, 1), num_classes=10,
-                              conv_impl=impl, pool_impl=pool)
-            params = model.init(KEY, x)
+    # every conv impl once; every pool impl in both layouts (NHWC and channels-first)
+    combos = [(impl, "reshape") for impl in IMPLS] + [("im2col", "window"), ("cnhw", "slices")]
+    for impl, pool in combos:
+        model = get_model("lenet5", input_shape=(28, 28, 1), num_classes=10,
+                          conv_impl=impl, pool_impl=pool)
+        params = model.init(KEY, x)
 
-            def loss(p, model=model):
-                logits = model.apply(p, x)
-                return -jnp.mean(jax.nn.log_softmax(logits)[jnp.arange(4), y])
+        def loss(p, model=model):
+            logits = model.apply(p, x)
+            return -jnp.mean(jax.nn.log_softmax(logits)[jnp.arange(4), y])
 
-            outs.append(jax.jit(lambda p, model=model, loss=loss: (model.apply(p, x),
-                                                                   jax.grad(loss)(p)))(params))
+        outs.append(jax.jit(lambda p, model=model, loss=loss: (model.apply(p, x),
+                                                               jax.grad(loss)(p)))(params))
     for logits, grads in outs[1:]:
         np.testing.assert_allclose(logits, outs[0][0], rtol=1e-4, atol=1e-5)
         _leaves_close(grads, outs[0][1], rtol=1e-3, atol=1e-5)
@@ -150,3 +155,29 @@ def test_parameter_count_helper_matches_shapes():
     assert shapes["conv1"]["kernel"] == (5, 5, 1, 6) and shapes["fc1"]["kernel"] == (400, 120)
     assert num_params(params) == sum(math.prod(s) for s in jax.tree_util.tree_leaves(
         shapes, is_leaf=lambda s: isinstance(s, tuple)))
+
+
+@pytest.mark.parametrize("padding", ["SAME", "VALID"])
+def test_cnhw_patches_vjp_is_the_transpose_of_im2col(padding):
+    """The hand-written col2im of ``patches_cnhw`` equals autodiff through lax.conv."""
+    from ldpsim.models._layers import conv2d_cnhw
+
+    kx, kw, kg = jax.random.split(jax.random.key(7), 3)
+    x = jax.random.normal(kx, (3, 2, 9, 8))  # [C, N, H, W]
+    w = jax.random.normal(kw, (5, 3, 3, 4))  # HWIO, non-square
+    ref_fn = lambda x, w: jnp.transpose(jax.lax.conv_general_dilated(  # noqa: E731
+        jnp.transpose(x, (1, 2, 3, 0)), w, (1, 1), padding,
+        dimension_numbers=("NHWC", "HWIO", "NHWC"), precision=jax.lax.Precision.HIGHEST),
+        (3, 0, 1, 2))
+    fn = lambda x, w: conv2d_cnhw(x, w, padding=padding)  # noqa: E731
+    out, vjp = jax.vjp(fn, x, w)
+    ref, ref_vjp = jax.vjp(ref_fn, x, w)
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+    g = jax.random.normal(kg, out.shape)
+    for a, b in zip(vjp(g), ref_vjp(g), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+    # and under vmap (per-client inputs and kernels)
+    xs, ws = jnp.stack([x, -x]), jnp.stack([w, 2 * w])
+    gx = jax.vmap(lambda x, w: jax.grad(lambda x: jnp.sum(fn(x, w) ** 2))(x))(xs, ws)
+    gx_ref = jax.vmap(lambda x, w: jax.grad(lambda x: jnp.sum(ref_fn(x, w) ** 2))(x))(xs, ws)
+    np.testing.assert_allclose(gx, gx_ref, rtol=1e-4, atol=1e-3)

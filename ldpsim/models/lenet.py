@@ -25,7 +25,8 @@ import jax.numpy as jnp
 
 from ldpsim._checks import LdpsimError, check_choice
 from ldpsim.models._base import Model, from_flax
-from ldpsim.models._layers import conv2d, max_pool2x2, resolve_conv_impl, resolve_pool_impl
+from ldpsim.models._layers import (conv2d, conv2d_cnhw, max_pool2x2, resolve_conv_impl,
+                                   resolve_pool_impl)
 
 
 class Conv2D(nn.Module):
@@ -37,14 +38,21 @@ class Conv2D(nn.Module):
     use_bias: bool = True
     impl: str = "im2col"
 
+    channels_first: bool = False  # x is [C, N, H, W] (impl "cnhw" only); else NHWC
+
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         k = self.kernel_size
+        c = x.shape[0] if self.channels_first else x.shape[-1]
         kernel = self.param("kernel", nn.initializers.lecun_normal(),
-                            (k, k, x.shape[-1], self.features), jnp.float32)
-        y = conv2d(x, kernel, padding=self.padding, impl=self.impl)
+                            (k, k, c, self.features), jnp.float32)
+        if self.channels_first:
+            y = conv2d_cnhw(x, kernel, padding=self.padding)
+        else:
+            y = conv2d(x, kernel, padding=self.padding, impl=self.impl)
         if self.use_bias:
-            y = y + self.param("bias", nn.initializers.zeros_init(), (self.features,), jnp.float32)
+            b = self.param("bias", nn.initializers.zeros_init(), (self.features,), jnp.float32)
+            y = y + (b[:, None, None, None] if self.channels_first else b)
         return y
 
 
@@ -59,10 +67,17 @@ class LeNet5(nn.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        x = Conv2D(6, 5, self.first_conv_padding, self.conv_bias, self.conv_impl, name="conv1")(x)
-        x = max_pool2x2(nn.relu(x), impl=self.pool_impl)
-        x = Conv2D(16, 5, "VALID", self.conv_bias, self.conv_impl, name="conv2")(x)
-        x = max_pool2x2(nn.relu(x), impl=self.pool_impl)
+        cf = self.conv_impl == "cnhw"  # channels first from the input to the dense head
+        spatial = (2, 3) if cf else (1, 2)
+        if cf:
+            x = jnp.transpose(x, (3, 0, 1, 2))
+        x = Conv2D(6, 5, self.first_conv_padding, self.conv_bias, self.conv_impl, cf,
+                   name="conv1")(x)
+        x = max_pool2x2(nn.relu(x), impl=self.pool_impl, spatial=spatial)
+        x = Conv2D(16, 5, "VALID", self.conv_bias, self.conv_impl, cf, name="conv2")(x)
+        x = max_pool2x2(nn.relu(x), impl=self.pool_impl, spatial=spatial)
+        if cf:  # flatten in (h, w, c) order, as NHWC: the dense params do not depend on impl
+            x = jnp.transpose(x, (1, 2, 3, 0))
         x = x.reshape(x.shape[0], -1)
         x = nn.relu(nn.Dense(120, name="fc1")(x))
         x = nn.relu(nn.Dense(84, name="fc2")(x))
@@ -80,8 +95,9 @@ def lenet5(*, input_shape: tuple[int, ...] = (28, 28, 1), num_classes: int = 10,
       first_conv_padding: ``"SAME"`` (default; 28x28 behaves like 32x32 'VALID') or ``"VALID"``.
       conv_bias: whether convolutions have a bias (the seed has none).
       conv_impl: ``"auto"`` (fastest measured on the default backend), ``"im2col"``,
-        ``"patches"``, ``"taps"`` or ``"xla"``.
-      pool_impl: ``"auto"``, ``"reshape"`` or ``"window"``.
+        ``"patches"``, ``"taps"``, ``"xla"`` or ``"cnhw"`` (the whole network channels
+        first, see :mod:`ldpsim.models._layers`).
+      pool_impl: ``"auto"``, ``"reshape"``, ``"window"`` or ``"slices"``.
 
     Returns:
       The model; 61,706 parameters for 28x28x1 inputs and 10 classes with the defaults.
