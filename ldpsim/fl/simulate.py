@@ -93,7 +93,10 @@ def client_key(root_key: jax.Array, round_idx: jax.typing.ArrayLike,
 
 #: Default clients per chunk by backend (measured with benchmarks/throughput.py: on the
 #: 2-core CPU, vmap widths of 4-8 LeNet-5 clients beat 16-64; accelerators want wide vmaps).
-AUTO_CHUNK = {"cpu": 8}
+#: CPU: a chunk of 1 (the scan is a loop over single clients inside XLA, no grouped or
+#: batched ops) beat 2, 4, 8 in the same run: 6.0 vs 7.0, 7.2, 7.3 CPU-ms per LeNet-5
+#: round update at m = 200 (benchmarks/client_formulations.py for training alone).
+AUTO_CHUNK = {"cpu": 1}
 AUTO_CHUNK_ACCELERATOR = 1024
 
 
