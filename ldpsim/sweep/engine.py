@@ -69,6 +69,9 @@ def simulate_epsilon_axis(configs: Sequence[Any], *, data: Any = None,
     for c in configs:
         if dataclasses.replace(c, epsilon=c0.epsilon) != c0 or not c.private:
             raise LdpsimError("simulate_epsilon_axis needs configs that differ only in a finite epsilon")
+        if sim.uses_modes(c):
+            raise LdpsimError("simulate_epsilon_axis runs the default engine only (privacy_mode='ldp', "
+                              "noise_mode='per-client', client_dp=false); use simulate() for the other modes")
     start = time.perf_counter()
     population, x_test, y_test = sim.build_data(c0) if data is None else data
     if c0.clients_per_round > population.num_clients:
@@ -97,10 +100,13 @@ def simulate_epsilon_axis(configs: Sequence[Any], *, data: Any = None,
     capacity = sim._poisson_capacity(c0) if c0.sampling == "poisson" else c0.clients_per_round
     accountants = [sim._accountant(mech, sigma, sens, c.delta) for (sigma, sens, mech), c in zip(scales, configs)]
     participation = np.zeros(population.num_clients, np.int64)
+    counts = np.asarray(population.client_counts())
+    vchange = jax.jit(jax.vmap(sim._change_norm))
     histories: list[list[dict]] = [[] for _ in configs]
     for t in range(c0.rounds):
         ids, mask = sim.sample_cohort(c0.seed, t, population.num_clients, c0.clients_per_round,
                                       c0.sampling, capacity)
+        prev_params = state.params
         state, rm = vround(state, population, jnp.int32(t), ids, mask, hyper)
         participation[ids[mask]] += 1
         if (t + 1) % c0.eval_every == 0 or t == c0.rounds - 1:
@@ -108,6 +114,8 @@ def simulate_epsilon_axis(configs: Sequence[Any], *, data: Any = None,
             acc, loss = jax.device_get((acc, loss))
             metrics = {k: np.asarray(v) for k, v in zip(rm._fields, jax.device_get(tuple(rm)))}
             k_max = int(participation.max())
+            change = np.asarray(vchange(prev_params, state.params))
+            sum_w2 = sim._sum_w2(c0, counts, ids, mask)
             elapsed = time.perf_counter() - start
             for i, (c, (sigma, sens, mech)) in enumerate(zip(configs, scales)):
                 row = {
@@ -115,11 +123,16 @@ def simulate_epsilon_axis(configs: Sequence[Any], *, data: Any = None,
                     "epsilon": c.epsilon, "delta": c.delta if mech == "gaussian" else math.nan,
                     "clip": c.clip, "sensitivity": sens, "sigma": sigma,
                     "clients_per_round": c.clients_per_round, "population": population.num_clients,
-                    "seed": c.seed, "round": t + 1, "accuracy": float(acc[i]), "loss": float(loss[i]),
+                    "seed": c.seed, "privacy_mode": c.privacy_mode, "noise_mode": c.noise_mode,
+                    "noise_multiplier": math.nan,
+                    "round": t + 1, "accuracy": float(acc[i]), "loss": float(loss[i]),
                 }
                 row.update({k: sim._scalar(v[i]) for k, v in metrics.items() if k != "update_norm"})
+                row.update(sim._ldp_aux_columns(c, row, sigma, mech, sum_w2))
+                row["model_change_norm"] = float(change[i])
                 row["max_participation"] = k_max
                 row["epsilon_spent"] = accountants[i].epsilon(k_max) if accountants[i] else math.nan
+                row["client_dp_epsilon"] = math.nan
                 row["wall_time"] = elapsed
                 histories[i].append(row)
         if on_round is not None:
@@ -170,11 +183,11 @@ class EngineRunner:
         return self._data
 
     def __call__(self, cells: Sequence[Cell], on_round: Callable[[], None]) -> Iterator[tuple[Cell, list[dict]]]:
-        from ldpsim.fl.simulate import simulate
+        from ldpsim.fl.simulate import simulate, uses_modes
 
         configs = [make_config(dict(c.params)) for c in cells]
         data = self._data_for(configs[0])
-        finite = [i for i, c in enumerate(configs) if c.private]
+        finite = [i for i, c in enumerate(configs) if c.private and not uses_modes(c)]
         batched = set(finite) if self.vmap_epsilon and len(finite) > 1 else set()
         if batched:
             def tick_all() -> None:  # one vmapped round advances every ε of the group
