@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import itertools
+import math
+
 import jax
+import numpy as np
 import pandas as pd
 import pytest
+from matplotlib.colors import to_rgba
 
 from ldpsim._checks import LdpsimError
 from ldpsim.cli import main
 from ldpsim.cli.cmd_plot import KINDS as CLI_KINDS
 from ldpsim.plots import KINDS, plot
+from ldpsim.plots.figures import eps_colors
 from ldpsim.privacy.averaging import noise_study
 from ldpsim.sweep import run_sweep
 from sweep_fakes import FakeRunner, small_config
@@ -20,6 +26,75 @@ def results(tmp_path_factory):
     path = tmp_path_factory.mktemp("plots") / "r.csv"
     run_sweep(small_config(mechanism=["gaussian", "laplace"]), path, runner=FakeRunner(), progress=False)
     return path
+
+
+def _legends(fig):
+    return [a.get_legend() for a in fig.axes if a.get_legend() is not None] + list(fig.legends)
+
+
+def _legend_texts(fig):
+    return [t.get_text() for leg in _legends(fig) for t in leg.get_texts()]
+
+
+def _sweep_like_table():
+    """Rows as `ldpsim sweep` writes them: ε = ∞ runs have mechanism 'none' and δ = nan."""
+    rows = []
+    for eps in (1.0, 10.0, 100.0, math.inf):
+        private = math.isfinite(eps)
+        for m in (10, 100):
+            for seed in (0, 1):
+                for r in range(1, 6):
+                    acc = 0.1 + 0.08 * r * (1.0 if not private else math.log10(eps) / 3) + 0.01 * seed
+                    rows.append(dict(dataset="synthetic", model="mlp",
+                                     mechanism="gaussian" if private else "none",
+                                     delta=0.005 if private else math.nan, epsilon=eps,
+                                     clients_per_round=m, seed=seed, round=r, accuracy=acc,
+                                     noise_norm=(100.0 / eps / m ** 0.5) if private else 0.0,
+                                     cell=f"clients_per_round={m};epsilon={eps:g};seed={seed}"))
+    return pd.DataFrame(rows)
+
+
+def _inside_axes_fraction(fig, legend):
+    """Share of the legend's area that lies over any axes (0: fully outside the data area)."""
+    fig.canvas.draw()
+    box = legend.get_window_extent()
+    over = 0.0
+    for ax in fig.axes:
+        inter = box.intersection(box, ax.get_window_extent())
+        if inter is not None:
+            over += inter.width * inter.height
+    return over / (box.width * box.height)
+
+
+@pytest.mark.parametrize("kind", ["accuracy-vs-clients", "convergence", "noise-vs-clients"])
+def test_epsilon_series_are_labelled_coloured_in_order_and_legend_is_off_the_data(kind):
+    fig = plot(_sweep_like_table(), kind)
+    labels = _legend_texts(fig)
+    assert not any("nan" in s.lower() for s in labels), labels
+    assert not any("none" in s for s in labels), labels
+    if kind != "noise-vs-clients":  # the noise plot has no ε = ∞ series (no noise)
+        assert "ε = ∞ (no privacy)" in labels
+    eps_labels = [s for s in labels if s.startswith("ε = ") and "∞" not in s] or \
+                 [s.split(", ")[1] for s in labels if s.startswith("‖z̄‖, ")]
+    assert eps_labels == ["ε = 1", "ε = 10", "ε = 100"]
+    # Finite ε follow the ordered colour map (distinct colours, monotone along it);
+    # ε = ∞ is black and dashed.
+    lines = {}
+    for leg in _legends(fig):
+        for handle, text in zip(leg.legend_handles, leg.get_texts()):
+            lines[text.get_text()] = handle
+    pal = eps_colors([1.0, 10.0, 100.0, math.inf])
+    assert pal[math.inf] == "black"
+    cols = [np.asarray(pal[e][:3]) for e in (1.0, 10.0, 100.0)]
+    assert min(np.abs(a - b).sum() for a, b in itertools.combinations(cols, 2)) > 0.5
+    for e, key in ((1.0, "ε = 1"), (10.0, "ε = 10"), (100.0, "ε = 100")):
+        handle = lines.get(key) or lines[f"‖z̄‖, {key}"]
+        assert np.allclose(to_rgba(handle.get_color()), pal[e])
+    if "ε = ∞ (no privacy)" in lines:
+        handle = lines["ε = ∞ (no privacy)"]
+        assert to_rgba(handle.get_color()) == to_rgba("black") and handle.get_linestyle() == "--"
+    for leg in _legends(fig):
+        assert _inside_axes_fraction(fig, leg) == 0.0
 
 
 def test_cli_kinds_match():
@@ -34,11 +109,11 @@ def test_every_kind_and_format(results, tmp_path, kind, suffix):
     assert out.stat().st_size > 5_000
     ax = fig.axes[0]
     assert ax.get_xlabel() and ax.get_ylabel()
-    assert any(a.get_legend() is not None for a in fig.axes)
+    assert _legends(fig)
     if kind != "convergence":
         assert ax.get_xscale() == "log"
     # mechanism varies in this table, so series are split by it and labelled.
-    labels = [t.get_text() for a in fig.axes if a.get_legend() for t in a.get_legend().get_texts()]
+    labels = _legend_texts(fig)
     assert any("laplace" in s for s in labels) or kind == "noise-vs-clients" and any("ε" in s for s in labels)
 
 

@@ -36,6 +36,13 @@ METRIC_LABELS = {
 }
 _X_LABEL_EPS = "local ε per client per round (log scale)"
 _X_LABEL_CLIENTS = "clients per round m (log scale)"
+#: Columns that only describe the privacy mechanism: meaningless (``none``, ``nan``) for the
+#: ε = ∞ runs, so they are compared across the private runs only and never label ε = ∞.
+PRIVACY_COLUMNS = ("mechanism", "neighbours", "calibration", "delta")
+NO_PRIVACY_LABEL = "ε = ∞ (no privacy)"
+#: Ordered colour map for finite ε (dark = strong privacy, bright = weak); ε = ∞ is black dashed.
+EPS_CMAP = "plasma"
+_LEGEND_OUTSIDE = dict(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, fontsize="small")
 
 
 # --------------------------------------------------------------------------- data
@@ -104,13 +111,27 @@ def _final_rows(df: pd.DataFrame) -> pd.DataFrame:
     return df.loc[idx.dropna()].drop(columns="_round")
 
 
+def _private_rows(df: pd.DataFrame) -> pd.DataFrame:
+    if "epsilon" not in df.columns:
+        return df
+    eps = pd.to_numeric(df["epsilon"].replace({"inf": np.inf, "∞": np.inf}), errors="coerce")
+    return df[np.isfinite(eps)]
+
+
 def _varying(df: pd.DataFrame, exclude: Sequence[str], x: str | None = None) -> list[str]:
-    """Setting columns that vary in ``df`` and are not determined by ``x`` (e.g. δ = 1/m)."""
+    """Setting columns that vary in ``df`` and are not determined by ``x`` (e.g. δ = 1/m).
+
+    The privacy columns (:data:`PRIVACY_COLUMNS`) are compared over the private (finite ε)
+    runs only: the ε = ∞ runs' ``mechanism = none, delta = nan`` is not a second setting.
+    """
     out = []
     for c in SETTING_COLUMNS:
-        if c in exclude or c not in df.columns or df[c].nunique(dropna=False) <= 1:
+        if c in exclude or c not in df.columns:
             continue
-        if x is not None and df.groupby(x)[c].nunique(dropna=False).max() <= 1:
+        rows = _private_rows(df) if c in PRIVACY_COLUMNS else df
+        if rows.empty or rows[c].nunique(dropna=False) <= 1:
+            continue
+        if x is not None and rows.groupby(x)[c].nunique(dropna=False).max() <= 1:
             continue
         out.append(c)
     return out
@@ -125,16 +146,29 @@ def _mean_std(df: pd.DataFrame, keys: list[str], value: str) -> pd.DataFrame:
 
 
 def _eps_label(eps: float) -> str:
-    return "ε = ∞ (no DP)" if math.isinf(eps) else f"ε = {eps:g}"
+    return NO_PRIVACY_LABEL if math.isinf(eps) else f"ε = {eps:g}"
+
+
+def _is_missing(v: Any) -> bool:
+    try:
+        return bool(pd.isna(v))
+    except (TypeError, ValueError):
+        return False
 
 
 def _series_label(values: Mapping[str, Any]) -> str:
+    """Legend text of one series; never prints ``nan``, and ε = ∞ gets no mechanism details."""
+    no_dp = "epsilon" in values and math.isinf(float(values["epsilon"]))
     parts = []
     for k, v in values.items():
         if k == "epsilon":
             parts.append(_eps_label(float(v)))
+        elif (no_dp and k in PRIVACY_COLUMNS) or _is_missing(v):
+            continue
         elif k == "clients_per_round":
             parts.append(f"m = {int(v):,}")
+        elif k == "delta":
+            parts.append(f"δ = {float(v):g}")
         else:
             parts.append(f"{k} = {v:g}" if isinstance(v, float) else f"{k} = {v}")
     return ", ".join(parts) or "all runs"
@@ -145,6 +179,47 @@ def _colors(n: int) -> list:
 
     cmap = colormaps["viridis"]
     return [cmap(0.1 + 0.75 * i / max(n - 1, 1)) for i in range(n)]
+
+
+def eps_colors(epsilons: Sequence[float]) -> dict[float, Any]:
+    """Colour of each ε: finite ε in increasing order along :data:`EPS_CMAP`, ∞ black.
+
+    The same ε set gives the same colours in every figure (dark = strong privacy).
+    """
+    from matplotlib import colormaps
+
+    cmap = colormaps[EPS_CMAP]
+    finite = sorted({float(e) for e in epsilons if np.isfinite(float(e))})
+    n = len(finite)
+    out: dict[float, Any] = {e: cmap(0.0 + 0.8 * i / max(n - 1, 1)) for i, e in enumerate(finite)}
+    out.update({float(e): "black" for e in epsilons if not np.isfinite(float(e))})
+    return out
+
+
+def _series_style(labels: Mapping[str, Any], fallback, eps_palette: Mapping[float, Any] | None) -> dict:
+    """Colour / line style of a series: by ε when ε labels it (∞: black dashed, squares)."""
+    if "epsilon" in labels:
+        eps = float(labels["epsilon"])
+        if math.isinf(eps):
+            return dict(color="black", linestyle="--", marker="s")
+        if eps_palette is not None and len(labels) == 1:
+            return dict(color=eps_palette[eps], linestyle="-", marker="o")
+    return dict(color=fallback, linestyle="-", marker="o")
+
+
+def _plain_log_ticks(ax, values) -> None:
+    """Major ticks at the data's x values, written plainly (10, 100, 1,000; not 10¹)."""
+    ticks = sorted({float(v) for v in values if np.isfinite(float(v)) and float(v) > 0})
+    if ticks:
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([f"{t:,.0f}" if t >= 1 and float(t).is_integer() else f"{t:g}" for t in ticks])
+        ax.minorticks_off()
+
+
+def _norm_key(key: Any) -> tuple:
+    key = key if isinstance(key, tuple) else (key,)
+    return tuple("nan" if _is_missing(v) else (float(v) if isinstance(v, (int, float, np.number)) else str(v))
+                 for v in key)
 
 
 def _line_with_band(ax, x, mean, std, count, *, color, label, marker="o", linestyle="-") -> None:
@@ -203,14 +278,14 @@ def _accuracy_vs_epsilon(df: pd.DataFrame, metric: str, title: str | None) -> Fi
     ax.set_xscale("log")
     ticks = sorted(set(stats["_x"]))
     ax.set_xticks(ticks)
-    ax.set_xticklabels(["∞\n(no DP)" if t == inf_x and not np.isfinite(stats.loc[stats["_x"] == t, "epsilon"]).all()
+    ax.set_xticklabels(["∞\n(no privacy)" if t == inf_x and not np.isfinite(stats.loc[stats["_x"] == t, "epsilon"]).all()
                         else f"{t:g}" for t in ticks])
     ax.minorticks_off()
     ax.set_xlabel(_X_LABEL_EPS)
     ax.set_ylabel(f"final {METRIC_LABELS.get(metric, metric)}")
     ax.set_title(title or f"{metric.capitalize()} vs privacy budget ({_seeds_note(df)})")
     ax.grid(True, alpha=0.3)
-    ax.legend(title="clients per round" if series == ["clients_per_round"] else None, fontsize="small")
+    ax.legend(title="clients per round" if series == ["clients_per_round"] else None, **_LEGEND_OUTSIDE)
     return fig
 
 
@@ -226,20 +301,20 @@ def _accuracy_vs_clients(df: pd.DataFrame, metric: str, title: str | None) -> Fi
     fig = Figure(figsize=(6.4, 4.4))
     ax = fig.add_subplot()
     groups = list(stats.groupby(series, dropna=False)) if series else [((), stats)]
+    palette = eps_colors(stats["epsilon"]) if "epsilon" in stats.columns else None
     for color, (key, g) in zip(_colors(len(groups)), groups):
         key = key if isinstance(key, tuple) else (key,)
         labels = dict(zip(series, key))
         g = g.sort_values("clients_per_round")
-        no_dp = "epsilon" in labels and math.isinf(float(labels["epsilon"]))
         _line_with_band(ax, g["clients_per_round"], g["mean"], g["std"], g["count"],
-                        color="black" if no_dp else color, label=_series_label(labels),
-                        linestyle="--" if no_dp else "-", marker="s" if no_dp else "o")
+                        label=_series_label(labels), **_series_style(labels, color, palette))
     ax.set_xscale("log")
+    _plain_log_ticks(ax, stats["clients_per_round"])
     ax.set_xlabel(_X_LABEL_CLIENTS)
     ax.set_ylabel(f"final {METRIC_LABELS.get(metric, metric)}")
     ax.set_title(title or f"{metric.capitalize()} vs clients per round ({_seeds_note(df)})")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize="small")
+    ax.legend(**_LEGEND_OUTSIDE)
     return fig
 
 
@@ -258,7 +333,8 @@ def _convergence(df: pd.DataFrame, metric: str, title: str | None) -> Figure:
     all_keys = sorted({tuple(r) for r in df[series].itertuples(index=False)}, key=lambda t: tuple(map(str, t))) if series else [()]
     if "epsilon" in series:
         all_keys.sort(key=lambda t: float(t[series.index("epsilon")]))
-    colors = dict(zip(all_keys, _colors(len(all_keys))))
+    colors = {_norm_key(k): c for k, c in zip(all_keys, _colors(len(all_keys)))}
+    palette = eps_colors(df["epsilon"]) if "epsilon" in df.columns else None
     for ax, m in zip(axes, facets):
         sub = df if m is None else df[df["clients_per_round"] == m]
         stats = _mean_std(sub, series + ["round"], metric)
@@ -266,11 +342,11 @@ def _convergence(df: pd.DataFrame, metric: str, title: str | None) -> Figure:
         for key, g in groups:
             key = key if isinstance(key, tuple) else (key,)
             labels = dict(zip(series, key))
-            no_dp = "epsilon" in labels and math.isinf(float(labels["epsilon"]))
             g = g.sort_values("round")
+            style = _series_style(labels, colors.get(_norm_key(key), "C0"), palette)
+            style["marker"] = ""
             _line_with_band(ax, g["round"], g["mean"], g["std"], g["count"],
-                            color="black" if no_dp else colors[key], label=_series_label(labels),
-                            marker="", linestyle="--" if no_dp else "-")
+                            label=_series_label(labels), **style)
         ax.set_title(f"m = {int(m):,} clients per round" if m is not None else "all runs", fontsize="medium")
         ax.set_xlabel("round")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -280,9 +356,11 @@ def _convergence(df: pd.DataFrame, metric: str, title: str | None) -> Figure:
     for ax in axes[::ncols]:
         ax.set_ylabel(METRIC_LABELS.get(metric, metric))
     handles, labels = axes[0].get_legend_handles_labels()
-    axes[min(len(facets), ncols) - 1].legend(handles, labels, fontsize="small")
     fig.suptitle(title or f"Convergence ({_seeds_note(df)})")
     fig.tight_layout()
+    # Below the panels, never over the data (saved with bbox_inches="tight").
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0),
+               ncol=min(len(labels), 4) or 1, fontsize="small", frameon=False)
     return fig
 
 
@@ -356,9 +434,12 @@ def _noise_from_results(df: pd.DataFrame, title: str | None) -> Figure:
     fig = Figure(figsize=(6.4, 4.6))
     ax = fig.add_subplot()
     groups = list(per_run.groupby(series, dropna=False)) if series else [((), per_run)]
+    palette = eps_colors(per_run["epsilon"]) if "epsilon" in per_run.columns else None
     for i, (color, (key, g)) in enumerate(zip(_colors(len(groups)), groups)):
         key = key if isinstance(key, tuple) else (key,)
-        label = _series_label(dict(zip(series, key)))
+        labels = dict(zip(series, key))
+        color = _series_style(labels, color, palette)["color"]
+        label = _series_label(labels)
         st = _mean_std(g, ["clients_per_round"], "noise_norm").sort_values("clients_per_round")
         _line_with_band(ax, st["clients_per_round"], st["mean"], st["std"], st["count"], color=color,
                         label=f"‖z̄‖, {label}")
@@ -372,11 +453,12 @@ def _noise_from_results(df: pd.DataFrame, title: str | None) -> Figure:
                     label="‖ū‖ (clean mean update)" if i == 0 else None)
     ax.set_xscale("log")
     ax.set_yscale("log")
+    _plain_log_ticks(ax, per_run["clients_per_round"])
     ax.set_xlabel(_X_LABEL_CLIENTS)
     ax.set_ylabel("norm per round, mean over rounds (L2, update units)")
     ax.set_title(title or f"Aggregated noise vs clients per round ({_seeds_note(df)})")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize="small")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(**_LEGEND_OUTSIDE)
     return fig
 
 
