@@ -181,6 +181,44 @@ def test_foreign_results_file_is_refused(tmp_path):
         run_sweep(other, plain, runner=FakeRunner(), progress=False)
 
 
+def _with_base(**changes) -> SweepConfig:
+    cfg = small_config()
+    return SweepConfig(base={**cfg.base, **changes}, grid=dict(cfg.grid))
+
+
+def test_execution_only_settings_do_not_change_the_fingerprint(tmp_path):
+    from ldpsim.sweep.config import EXECUTION_FIELDS, fingerprint_of
+
+    assert set(EXECUTION_FIELDS) == {"chunk_size", "data_dir"}
+    a = _with_base(chunk_size=None, data_dir=None)
+    b = _with_base(chunk_size=4, data_dir="/elsewhere")
+    assert a.fingerprint() == b.fingerprint()
+    assert b.describe_difference(a.normalized()) == "(no difference in settings)"
+    # Settings that change results still change the fingerprint.
+    for field, value in [("rounds", 5), ("clip", 2.0), ("delta", 1e-6), ("local_steps", 3),
+                         ("batch_size", 8), ("eval_every", 2), ("partition", "dirichlet")]:
+        assert _with_base(**{field: value}).fingerprint() != a.fingerprint(), field
+    # Resume across a change of chunk_size: nothing re-run, nothing refused.
+    out = tmp_path / "r.csv"
+    run_sweep(a, out, runner=FakeRunner(), progress=False)
+    s = run_sweep(b, out, runner=FakeRunner(), progress=False)
+    assert s.ran == 0 and s.skipped == 27
+    # A results file whose sidecar predates this rule (fingerprint over every setting) resumes.
+    meta = json.loads(sidecar_path(out).read_text())
+    old = json.dumps(meta["config"], sort_keys=True, separators=(",", ":"))
+    import hashlib
+
+    meta["fingerprint"] = hashlib.sha256(old.encode()).hexdigest()[:16]
+    assert meta["fingerprint"] != a.fingerprint() and fingerprint_of(meta["config"]) == a.fingerprint()
+    sidecar_path(out).write_text(json.dumps(meta))
+    s = run_sweep(a, out, runner=FakeRunner(), progress=False)
+    assert s.ran == 0 and s.skipped == 27
+    assert json.loads(sidecar_path(out).read_text())["fingerprint"] == a.fingerprint()
+    # ...but not when a result-changing setting differs.
+    with pytest.raises(LdpsimError, match="base.rounds: 4 there vs 5 here"):
+        run_sweep(_with_base(chunk_size=4, rounds=5), out, runner=FakeRunner(), progress=False)
+
+
 def test_concurrent_writer_is_refused(tmp_path):
     cfg = small_config()
     kw = dict(fingerprint=cfg.fingerprint(), config=cfg.normalized())

@@ -42,13 +42,30 @@ from typing import Any
 
 from ldpsim._checks import LdpsimError, check_positive, check_positive_int
 
-__all__ = ["Cell", "SweepConfig", "format_value", "load_sweep_config", "parse_epsilon", "parse_list"]
+__all__ = ["EXECUTION_FIELDS", "Cell", "SweepConfig", "fingerprint_of", "format_value", "load_sweep_config",
+           "parse_epsilon", "parse_list"]
 
 REQUIRED_AXES = ("epsilon", "clients_per_round", "seed")
 ALIASES = {"seeds": "seed", "clients": "clients_per_round", "mechanisms": "mechanism"}
 DELTA_RULES = ("1/population", "1/clients_per_round")
 #: Fingerprint format; bump when the meaning of a normalised config changes.
 FORMAT = 1
+#: Fixed settings that change how a run executes, not its results, so they are left out of
+#: the fingerprint (a sweep may be resumed after changing them): ``chunk_size`` (clients per
+#: vmapped chunk; the noise and the update sums do not depend on it, only float summation
+#: order does: SimulationConfig and ldpsim.fl.simulate) and ``data_dir`` (where the verified
+#: copy of the dataset lives; the loaders check its SHA-256). They stay in the recorded config.
+EXECUTION_FIELDS = ("chunk_size", "data_dir")
+
+
+def fingerprint_of(normalized: Mapping[str, Any]) -> str:
+    """sha256 (16 hex digits) of a :meth:`SweepConfig.normalized` form without execution-only
+    fixed settings (:data:`EXECUTION_FIELDS`)."""
+    identity = dict(normalized)
+    identity["base"] = {k: v for k, v in dict(normalized.get("base") or {}).items()
+                        if k not in EXECUTION_FIELDS}
+    text = json.dumps(identity, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def parse_epsilon(value: Any) -> float:
@@ -194,9 +211,9 @@ class SweepConfig:
         return {"format": FORMAT, "base": _canonical(self.base), "grid": _canonical(self.grid)}
 
     def fingerprint(self) -> str:
-        """sha256 (16 hex digits) of the canonical JSON of :meth:`normalized`."""
-        text = json.dumps(self.normalized(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+        """sha256 (16 hex digits) of the canonical JSON of :meth:`normalized`, leaving out the
+        execution-only fixed settings :data:`EXECUTION_FIELDS` (they do not change results)."""
+        return fingerprint_of(self.normalized())
 
     # ------------------------------------------------------------------ cells
 
@@ -229,6 +246,8 @@ class SweepConfig:
         for section in ("base", "grid"):
             a, b = other.get(section, {}) or {}, mine[section]
             for k in sorted(set(a) | set(b)):
+                if section == "base" and k in EXECUTION_FIELDS:
+                    continue
                 if a.get(k) != b.get(k):
                     there = json.dumps(a[k]) if k in a else "(unset)"
                     here = json.dumps(b[k]) if k in b else "(unset)"

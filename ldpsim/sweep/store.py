@@ -88,6 +88,19 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
+def _same_results(meta: Mapping[str, Any], fingerprint: str) -> bool:
+    """Whether a sidecar's recorded config hashes, execution-only settings left out, to ``fingerprint``."""
+    from ldpsim.sweep.config import fingerprint_of
+
+    config = meta.get("config")
+    if not isinstance(config, Mapping):
+        return False
+    try:
+        return fingerprint_of(config) == fingerprint
+    except (TypeError, ValueError):
+        return False
+
+
 class ResultsStore:
     """Append-only, resumable results of one sweep (use as a context manager).
 
@@ -194,6 +207,13 @@ class ResultsStore:
             fingerprint = meta["fingerprint"]
         except (ValueError, KeyError, TypeError) as err:
             raise LdpsimError(f"sweep record {str(self.sidecar)!r} is unreadable ({err}); {self._fix()}") from None
+        if fingerprint != self.fingerprint and _same_results(meta, self.fingerprint):
+            # Written before execution-only settings left the fingerprint (or with other
+            # values of them): same results, so resume, and record this sweep's identity.
+            meta["fingerprint"], meta["config"] = self.fingerprint, self.config
+            fingerprint = self.fingerprint
+            self._meta = meta
+            self._write_meta()
         if fingerprint != self.fingerprint:
             diff = self._describe(meta.get("config", {})) if self._describe else ""
             raise LdpsimError(
