@@ -160,3 +160,31 @@ def test_noise_scale_uses_the_calibration():
                                                          mechanism="laplace"))
     assert (mech, sens, sigma) == ("laplace", 1.0, 0.5)
     assert sim.noise_scale(SimulationConfig())[2] == "none"
+
+
+@pytest.mark.parametrize("partition", ["iid", "natural", "dirichlet", "shards"])
+def test_synthetic_padded_shape_does_not_depend_on_the_seed(partition):
+    # FedProx synthetic draws each device's sample count; the padded width must come from
+    # the settings (the cap), else every seed recompiles the round.  No client is truncated.
+    shapes = set()
+    for seed in (0, 1, 2):
+        cfg = SimulationConfig(dataset="synthetic", population=30, clients_per_round=5, partition=partition,
+                               alpha=1.0 if partition == "dirichlet" else math.inf, seed=seed)
+        pop, _, _ = sim.build_data(cfg)
+        ds = load_dataset("synthetic", num_clients=30, seed=seed)
+        assert int(np.sum(pop.client_counts())) == len(ds.y_train)  # every example kept
+        shapes.add(tuple(pop.x.shape))
+    assert shapes == {(30, 900, 60)}  # int(0.9 * max_samples_per_client=1000)
+
+
+def test_two_synthetic_seeds_compile_the_round_once():
+    kw = dict(dataset="synthetic", model="logreg", population=30, clients_per_round=5,
+              rounds=1, epsilon=10.0, delta=1e-3, batch_size=7, local_steps=1)
+    for seed in (0, 1):
+        sim.simulate(SimulationConfig(seed=seed, **kw))
+    cfg = SimulationConfig(**kw)
+    _, round_fn, _ = sim._compiled(
+        cfg.model, (60,), 10, sim.noise_scale(cfg)[2], cfg.client_optimizer,
+        cfg.server_optimizer, float(cfg.server_momentum), cfg.local_steps, cfg.local_epochs,
+        cfg.batch_size, cfg.weighting, cfg.chunk_size)
+    assert round_fn._cache_size() == 1

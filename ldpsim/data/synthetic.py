@@ -21,7 +21,9 @@ paper); ``samples_per_client`` fixes every ``n_k``.  Each device's data is drawn
 from its own generator ``default_rng([seed, k])`` (shared ones for
 ``iid``), so device ``k``'s data does not depend on ``num_clients``.  Every
 device's first ``train_fraction`` (0.9, as in the reference code) of samples are
-train, the rest test.
+train, the rest test.  ``Dataset.info["max_train_per_device"]`` is the largest number
+of train samples any device can get under these settings, whatever the seed (from the
+cap), so that padded client arrays can be shaped without looking at the draw.
 """
 
 from __future__ import annotations
@@ -95,6 +97,7 @@ def _load(num_clients, alpha, beta, seed, iid, samples_per_client, max_samples, 
         tuple(np.concatenate(a) for a in splits[s]) for s in ("train", "test")
     )
     name = "synthetic_iid" if iid else f"synthetic({alpha:g},{beta:g})"
+    bound = samples_per_client if samples_per_client is not None else max_samples
     return Dataset(
         name=name,
         x_train=xtr,
@@ -105,7 +108,10 @@ def _load(num_clients, alpha, beta, seed, iid, samples_per_client, max_samples, 
         train_client_ids=ctr,
         test_client_ids=cte,
         client_names=tuple(f"device_{k}" for k in range(num_clients)),
-        info={"source": "synthetic", "alpha": alpha, "beta": beta, "seed": seed, "iid": iid},
+        info={"source": "synthetic", "alpha": alpha, "beta": beta, "seed": seed, "iid": iid,
+              # Seed-independent bound on any device's train samples (None: uncapped), so
+              # padded client arrays can have a shape that depends on the settings only.
+              "max_train_per_device": None if bound is None else max(1, int(train_fraction * bound))},
     )
 
 

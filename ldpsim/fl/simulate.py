@@ -300,6 +300,30 @@ def _poisson_capacity(config: SimulationConfig) -> int:
     return max(chunk * -(-cap // chunk), 1) if cap > chunk else max(cap, 1)
 
 
+def _seed_free_width(ds: Any, config: SimulationConfig) -> int | None:
+    """Pad width of a disjoint partition that depends on the settings only, not the seed.
+
+    The FedProx synthetic data draws each device's sample count, so the largest client,
+    and with it the padded shape, changed with the seed and every seed recompiled the
+    round.  With ``B`` the seed-free bound on a device's train samples
+    (``info["max_train_per_device"]``, from the cap), a natural client holds at most
+    ``B`` and an IID / Dirichlet / shard client at most ``ceil(D·B/N)`` (shards: ``2·ceil(D·B/2N)``) of the ``D``
+    devices' samples (those schemes deal ``n // N`` or one more each), so padding to that
+    width never truncates: the data are unchanged, only the padding grows.
+    ``None`` (pad to the largest client) for other datasets and for ``"sampled"``.
+    """
+    bound = (ds.info or {}).get("max_train_per_device")
+    if bound is None or config.partition == "sampled":
+        return None
+    if config.partition == "natural":
+        return int(bound)
+    devices = len(ds.client_names) if ds.client_names else config.population
+    total = devices * int(bound)
+    if config.partition == "shards":  # two shards of at most ceil(total / 2N) each
+        return max(1, 2 * -(-total // (2 * config.population)))
+    return max(1, -(-total // config.population))
+
+
 def build_data(config: SimulationConfig) -> tuple[Any, np.ndarray, np.ndarray]:
     """Load ``config.dataset`` and deal it to ``config.population`` clients.
 
@@ -321,7 +345,7 @@ def build_data(config: SimulationConfig) -> tuple[Any, np.ndarray, np.ndarray]:
         ds, config.partition,
         None if config.partition == "natural" else config.population,
         alpha=config.alpha, examples_per_client=config.examples_per_client,
-        seed=config.seed)
+        max_examples=_seed_free_width(ds, config), seed=config.seed)
     return population, ds.x_test, ds.y_test
 
 
