@@ -198,3 +198,55 @@ def test_bad_names_and_parameters():
         load_shakespeare("/nonexistent")
     with pytest.raises(LdpsimError, match="FEMNIST not found"):
         load_femnist("/nonexistent")
+
+
+def test_offline_mnist_fails_fast_without_tfds_and_names_the_fix(tmp_path, monkeypatch):
+    # No --data-dir / LDPSIM_DATA_DIR and no network: every mirror times out. The loader must
+    # not go through TFDS (which hangs for minutes offline) and must use a short timeout.
+    import socket
+
+    from ldpsim.data import _files, tfds as tfds_mod
+
+    monkeypatch.delenv("LDPSIM_DATA_DIR", raising=False)
+    monkeypatch.setenv("LDPSIM_CACHE_DIR", str(tmp_path / "cache"))
+    calls = []
+
+    def dead_urlopen(url, timeout=None):
+        calls.append((url, timeout))
+        raise socket.timeout("timed out")
+
+    def no_tfds(*a, **k):
+        raise AssertionError("TFDS must only be used with source='tfds'")
+
+    monkeypatch.setattr(_files.urllib.request, "urlopen", dead_urlopen)
+    monkeypatch.setattr(tfds_mod, "load_tfds", no_tfds)
+    with pytest.raises(LdpsimError) as err:
+        load_dataset("mnist")
+    msg = str(err.value)
+    folder = tmp_path / "cache" / "data" / "mnist"
+    for name in idx_mod.FILES:
+        assert name in msg
+    assert str(folder) in msg and "--data-dir" in msg and "LDPSIM_DATA_DIR" in msg
+    assert "timed out" in msg
+    # Stopped at the first file: one attempt per mirror, each with a short timeout.
+    urls = idx_mod.IDX_DATASETS["mnist"]["urls"]
+    assert [u for u, _ in calls] == [u + idx_mod.FILES[0] for u in urls]
+    assert all(t is not None and t <= 10 for _, t in calls)
+    assert not folder.exists() or not any(folder.iterdir())
+
+
+def test_download_stops_trying_mirrors_after_the_budget(tmp_path, monkeypatch):
+    from ldpsim.data import _files
+
+    clock = iter(range(0, 1000, 10))  # each reading of the clock: 10 s later
+    monkeypatch.setattr(_files.time, "monotonic", lambda: next(clock))
+    tried = []
+
+    def hanging(url):
+        tried.append(url)
+        raise TimeoutError("timed out")
+
+    with pytest.raises(LdpsimError, match=r"1 more mirror\(s\) not tried \(over the 15 s budget\)"):
+        download_file(["http://a/f", "http://b/f", "http://c/f"], tmp_path / "f", "0" * 64,
+                      opener=hanging, budget=15.0)
+    assert tried == ["http://a/f", "http://b/f"]

@@ -18,6 +18,7 @@ import hashlib
 import os
 import shutil
 import tempfile
+import time
 import urllib.request
 from pathlib import Path
 from typing import Callable
@@ -37,6 +38,11 @@ DATA_DIR_ENV = "LDPSIM_DATA_DIR"
 CACHE_DIR_ENV = "LDPSIM_CACHE_DIR"
 
 FIX_HINT = f"pass --data-dir DIR (Python: data_dir=DIR) or set {DATA_DIR_ENV} to a folder holding a verified copy"
+#: Default seconds to wait for a mirror to connect or send (per socket operation).
+CONNECT_TIMEOUT = 8.0
+#: Default seconds after which no further mirror is tried: offline, a download fails in about
+#: this long instead of hanging.
+DOWNLOAD_BUDGET = 15.0
 
 
 def cache_dir() -> Path:
@@ -110,7 +116,8 @@ def download_file(
     expected_sha256: str,
     *,
     opener: Opener | None = None,
-    timeout: float = 60.0,
+    timeout: float = CONNECT_TIMEOUT,
+    budget: float | None = DOWNLOAD_BUDGET,
 ) -> Path:
     """Download ``dest`` from the first URL that works and verify its SHA-256.
 
@@ -124,7 +131,10 @@ def download_file(
       expected_sha256: hex digest the content must have.
       opener: ``opener(url)`` returning a binary file-like object (default
         ``urllib.request.urlopen``); injectable for tests.
-      timeout: seconds, for the default opener.
+      timeout: seconds per connect / read for the default opener (a dead mirror fails in
+        this long, not the operating system's minutes).
+      budget: once this many seconds have passed, the remaining mirrors are not tried
+        (None: try all); with no network the call fails in about ``budget`` seconds.
 
     Raises:
       LdpsimError: when every URL fails or the content's checksum differs; the
@@ -137,7 +147,11 @@ def download_file(
         def opener(url: str):  # noqa: E306 - small local default
             return urllib.request.urlopen(url, timeout=timeout)
     errors = []
-    for url in urls:
+    start = time.monotonic()
+    for i, url in enumerate(urls):
+        if i and budget is not None and time.monotonic() - start >= budget:
+            errors.append(f"{len(urls) - i} more mirror(s) not tried (over the {budget:g} s budget)")
+            break
         try:
             dest.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp_name = tempfile.mkstemp(prefix=dest.name + ".", suffix=".part", dir=dest.parent)

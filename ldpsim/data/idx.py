@@ -19,7 +19,7 @@ from typing import Callable
 import numpy as np
 
 from ldpsim._checks import LdpsimError
-from ldpsim.data._files import FIX_HINT, download_file, find_subdir, resolve_data_dir, verify_file
+from ldpsim.data._files import DATA_DIR_ENV, FIX_HINT, download_file, find_subdir, resolve_data_dir, verify_file
 from ldpsim.data.dataset import Dataset
 
 __all__ = ["IDX_DATASETS", "load_idx_dataset", "parse_idx", "read_idx_file"]
@@ -139,7 +139,19 @@ def ensure_idx_files(
         if not path.exists():
             if not download:
                 verify_file(path, expected, what=f"{name} file")
-            download_file([u + fname for u in spec["urls"]], path, expected, opener=opener)
+            try:
+                download_file([u + fname for u in spec["urls"]], path, expected, opener=opener)
+            except LdpsimError as err:
+                # Fail at the first file that cannot be fetched (offline: the others would
+                # fail the same way), naming every missing file, the folders and the fix.
+                missing = [f for f in FILES if not (folder / f).exists()]
+                searched = " and ".join(dict.fromkeys(str(p) for p in (root / name, root)))
+                raise LdpsimError(
+                    f"{name}: the IDX file(s) {', '.join(missing)} are not in {searched} and could "
+                    f"not be downloaded ({err}). Fix: pass --data-dir DIR (Python: data_dir=DIR) "
+                    f"or set {DATA_DIR_ENV}=DIR, where DIR/{name}/ (or DIR itself) holds the four "
+                    f"files {', '.join(FILES)}"
+                ) from None
         verify_file(path, expected, what=f"{name} file")
     return folder
 
