@@ -81,7 +81,7 @@ _OPTIONS = (
      "cohort sampling: m of N without replacement, or Poisson with rate m/N"),
     ("--eval-every", "eval_every", int, None, "evaluate on the test set every k rounds"),
     ("--chunk-size", "chunk_size", int, None,
-     "clients per vmapped chunk, memory ~ chunk (None: 8 on CPU, 1024 on accelerators)"),
+     "clients per vmapped chunk, memory ~ chunk (None: 1 on CPU, measured fastest there; 1024 on accelerators)"),
     ("--seed", "seed", int, None, "root seed"),
     # Privacy modes (ldpsim.fl.modes).
     ("--privacy-mode", "privacy_mode", str, ("ldp", "mindspore", "central", "distributed"),
