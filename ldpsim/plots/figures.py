@@ -445,7 +445,8 @@ def _noise_from_results(df: pd.DataFrame, title: str | None) -> Figure:
                         label=f"‖z̄‖, {label}")
         if "theory_noise_norm" in g.columns:
             th = g.groupby("clients_per_round")["theory_noise_norm"].mean().sort_index()
-            ax.plot(th.index, th.values, color=color, linestyle="--", linewidth=1.2,
+            # Drawn on top in black so it stays visible where it coincides with the measurement.
+            ax.plot(th.index, th.values, color="black", linestyle=(0, (4, 3)), linewidth=1.0, zorder=5,
                     label="theory σ√(d/n_eff)" if i == 0 else None)
         if "signal_norm" in g.columns:
             sg = _mean_std(g, ["clients_per_round"], "signal_norm").sort_values("clients_per_round")
