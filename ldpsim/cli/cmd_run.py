@@ -48,6 +48,9 @@ _OPTIONS = (
     ("--dataset", "dataset", str, None, "dataset name (mnist, fashion_mnist, ...)"),
     ("--data-dir", "data_dir", str, None, "folder with the dataset files (None: the "
                                           "loader's default folder)"),
+    ("--data-source", "data_source", str, ("auto", "idx", "tfds"),
+     "MNIST/Fashion-MNIST reader: auto/idx = verified IDX files via NumPy; tfds = "
+     "tensorflow-datasets prepared offline from --data-dir (needs the tfds extra)"),
     ("--partition", "partition", str, ("iid", "dirichlet", "shards", "natural", "sampled"),
      "how examples go to clients (sampled: virtual population of any size)"),
     ("--alpha", "alpha", float, None, "Dirichlet label-skew concentration for dirichlet and "

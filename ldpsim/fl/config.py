@@ -27,6 +27,7 @@ CLIENT_OPTIMIZERS = ("sgd", "momentum", "adam")
 SERVER_OPTIMIZERS = ("fedavg", "fedavgm", "fedadam", "fedyogi")
 WEIGHTINGS = ("examples", "uniform")
 SAMPLINGS = ("uniform", "poisson")
+DATA_SOURCES = ("auto", "idx", "tfds")
 PARTITIONS = ("iid", "dirichlet", "shards", "natural", "sampled")  # ldpsim.data.PARTITIONS
 PRIVACY_MODES = ("ldp", "mindspore", "central", "distributed")  # ldpsim.fl.modes.PRIVACY_MODES
 NOISE_MODES = ("per-client", "aggregate")                       # ldpsim.fl.modes.NOISE_MODES
@@ -41,6 +42,11 @@ class SimulationConfig:
         dataset: dataset name understood by :mod:`ldpsim.data` (e.g. ``"mnist"``,
             ``"synthetic"``).
         data_dir: folder holding the real dataset files (``None``: the loader's default).
+        data_source: how MNIST / Fashion-MNIST are read: ``"auto"`` and ``"idx"`` parse the
+            checksum-verified IDX files with NumPy (the same arrays and order whether or not
+            the ``tfds`` extra is installed); ``"tfds"`` prepares them through
+            tensorflow-datasets from ``data_dir`` offline (``manual_dir``). TFDS stores the
+            examples in its own order, so partitions differ between the two sources.
         partition: how the training set is dealt to clients, by
             :func:`ldpsim.data.make_population`: ``"iid"``, ``"dirichlet"`` (label skew,
             Hsu et al. 2019), ``"shards"`` (McMahan et al. 2017), ``"natural"`` (writer /
@@ -118,6 +124,7 @@ class SimulationConfig:
 
     dataset: str = "synthetic"
     data_dir: str | None = None
+    data_source: str = "auto"
     partition: str = "iid"
     alpha: float = math.inf
     model: str = "lenet5"
@@ -186,6 +193,7 @@ class SimulationConfig:
         object.__setattr__(self, "epsilon", check_positive("epsilon", self.epsilon,
                                                            allow_inf=True))
         check_choice("partition", self.partition, PARTITIONS)
+        check_choice("data_source", self.data_source, DATA_SOURCES)
         object.__setattr__(self, "alpha", check_positive("alpha", self.alpha, allow_inf=True))
         object.__setattr__(self, "clip", check_positive("clip", self.clip, allow_inf=True))
         if self.private and math.isinf(self.clip):

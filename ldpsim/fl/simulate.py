@@ -340,6 +340,8 @@ def build_data(config: SimulationConfig) -> tuple[Any, np.ndarray, np.ndarray]:
     kwargs = {}
     if config.dataset.lower().replace("-", "_").startswith("synthetic"):
         kwargs = {"num_clients": config.population, "seed": config.seed}
+    if config.data_source != "auto":
+        kwargs["source"] = config.data_source
     ds = data_lib.load_dataset(config.dataset, config.data_dir, **kwargs)
     population = data_lib.make_population(
         ds, config.partition,
