@@ -124,6 +124,31 @@ def local_update(params: Params, x: jax.Array, y: jax.Array, count: jax.Array, *
     Returns:
       ``(delta, metrics)``: ``delta`` has the structure of ``params``.
     """
+    def loss_and_grad(p, xb, yb, mask):
+        def loss_fn(p):
+            logits = apply_fn(p, xb)
+            ce = optax.losses.softmax_cross_entropy_with_integer_labels(logits, yb)
+            return jnp.sum(jnp.where(mask, ce, 0.0)) / jnp.maximum(jnp.sum(mask), 1).astype(ce.dtype)
+        return jax.value_and_grad(loss_fn)(p)
+
+    return train_local_steps(params, x, y, count, loss_and_grad=loss_and_grad, optimizer=optimizer,
+                             batch_size=batch_size, key=key, local_steps=local_steps,
+                             local_epochs=local_epochs, unroll=unroll)
+
+
+def train_local_steps(params: Params, x: jax.Array, y: jax.Array, count: jax.Array, *,
+                      loss_and_grad: Callable[..., tuple[jax.Array, Params]],
+                      optimizer: optax.GradientTransformation, batch_size: int, key: jax.Array,
+                      local_steps: int | None = None, local_epochs: int | None = None,
+                      unroll: int | bool | None = None) -> tuple[Params, ClientMetrics]:
+    """The local-step loop shared by :func:`local_update` and DP-SGD clients.
+
+    Batching, masking, epoch permutations and the skipping of steps beyond the client's
+    own count are exactly those of :func:`local_update`; only the gradient differs:
+    ``loss_and_grad(p, xb, yb, mask) -> (loss, grads)`` where ``grads`` is whatever
+    ``optimizer.update`` expects (e.g. per-micro-batch gradients for
+    :func:`ldpsim.privacy.dpsgd.dp_aggregate`).
+    """
     max_examples = x.shape[0]
     slots = num_local_steps(max_examples=max_examples, batch_size=batch_size,
                             local_steps=local_steps, local_epochs=local_epochs)
@@ -135,11 +160,6 @@ def local_update(params: Params, x: jax.Array, y: jax.Array, count: jax.Array, *
     total = jnp.int32(local_steps) if local_steps is not None else local_epochs * batches_per_epoch
     total = jnp.where(n > 0, total, 0)
 
-    def loss_fn(p, xb, yb, mask):
-        logits = apply_fn(p, xb)
-        ce = optax.losses.softmax_cross_entropy_with_integer_labels(logits, yb)
-        return jnp.sum(jnp.where(mask, ce, 0.0)) / jnp.maximum(jnp.sum(mask), 1).astype(ce.dtype)
-
     def step(carry, s):
         p, opt_state, loss_sum = carry
         epoch, j = s // batches_per_epoch, s % batches_per_epoch
@@ -149,7 +169,7 @@ def local_update(params: Params, x: jax.Array, y: jax.Array, count: jax.Array, *
         idx = perm[jnp.minimum(pos, max_examples - 1)]
         xb = jnp.where(mask.reshape((B,) + (1,) * (x.ndim - 1)), x[idx], 0.0)
         yb = jnp.where(mask, y[idx], 0)
-        loss, grads = jax.value_and_grad(loss_fn)(p, xb, yb, mask)
+        loss, grads = loss_and_grad(p, xb, yb, mask)
         updates, new_state = optimizer.update(grads, opt_state, p)
         new_p = optax.apply_updates(p, updates)
         active = s < total

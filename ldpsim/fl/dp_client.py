@@ -52,7 +52,6 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 import optax
-from jax import lax
 
 from ldpsim._checks import (
     LdpsimError,
@@ -62,7 +61,7 @@ from ldpsim._checks import (
     check_positive,
     check_positive_int,
 )
-from ldpsim.fl.client import ClientMetrics, _epoch_permutation, num_local_steps
+from ldpsim.fl.client import ClientMetrics, num_local_steps, train_local_steps
 from ldpsim.privacy.dpsgd import dp_aggregate
 
 Params = Any
@@ -70,7 +69,6 @@ Params = Any
 __all__ = ["DP_CLIENT_METHODS", "dp_client_epsilon", "dp_local_update", "make_dp_client_update"]
 
 DP_CLIENT_METHODS = ("rdp", "pld", "shuffle")
-_MAX_UNROLL = 16
 _NOISE_SALT = 0x64707367  # "dpsg": the noise key is fold_in(key, salt) of the training key
 
 
@@ -112,9 +110,8 @@ def dp_local_update(params: Params, x: jax.Array, y: jax.Array, count: jax.Array
       LdpsimError: bad micro_batches / clip_norm / noise_multiplier, or the arguments
         :func:`~ldpsim.fl.client.local_update` rejects.
     """
-    max_examples = x.shape[0]
-    slots = num_local_steps(max_examples=max_examples, batch_size=batch_size,
-                            local_steps=local_steps, local_epochs=local_epochs)
+    num_local_steps(max_examples=x.shape[0], batch_size=batch_size,  # validates the step args
+                    local_steps=local_steps, local_epochs=local_epochs)
     M = check_positive_int("micro_batches", micro_batches)
     B = batch_size
     if B % M:
@@ -129,49 +126,24 @@ def dp_local_update(params: Params, x: jax.Array, y: jax.Array, count: jax.Array
         dp_aggregate(jnp.asarray(clip_norm, jnp.float32),
                      jnp.asarray(noise_multiplier, jnp.float32), key=noise_key),
         optimizer)
-    x = jnp.asarray(x, jnp.float32)
-    y = jnp.asarray(y, jnp.int32)
-    n = jnp.clip(jnp.asarray(count, jnp.int32), 0, max_examples)
-    batches_per_epoch = jnp.maximum((n + B - 1) // B, 1)
-    total = jnp.int32(local_steps) if local_steps is not None else local_epochs * batches_per_epoch
-    total = jnp.where(n > 0, total, 0)
+    split = lambda a: a.reshape((M, B // M) + a.shape[1:])  # noqa: E731
 
     def chunk_loss(p, xb, yb, mask):
         ce = optax.losses.softmax_cross_entropy_with_integer_labels(apply_fn(p, xb), yb)
         valid = jnp.sum(mask)
         return jnp.sum(jnp.where(mask, ce, 0.0)) / jnp.maximum(valid, 1).astype(ce.dtype)
 
-    def step(carry, s):
-        p, opt_state, loss_sum = carry
-        epoch, j = s // batches_per_epoch, s % batches_per_epoch
-        perm = _epoch_permutation(key, epoch, n, max_examples)
-        pos = j * B + jnp.arange(B, dtype=jnp.int32)
-        mask = pos < n
-        idx = perm[jnp.minimum(pos, max_examples - 1)]
-        xb = jnp.where(mask.reshape((B,) + (1,) * (x.ndim - 1)), x[idx], 0.0)
-        yb = jnp.where(mask, y[idx], 0)
-        split = lambda a: a.reshape((M, B // M) + a.shape[1:])  # noqa: E731
+    def loss_and_grad(p, xb, yb, mask):
+        # One mean-loss gradient per micro-batch (MindArmour); dp_aggregate clips each,
+        # sums, adds noise and divides by M. The reported loss is the valid-row mean.
         losses, grads = jax.vmap(jax.value_and_grad(chunk_loss), in_axes=(None, 0, 0, 0))(
             p, split(xb), split(yb), split(mask))
         valid = jnp.sum(split(mask), axis=1).astype(jnp.float32)
-        loss = jnp.sum(losses * valid) / jnp.maximum(jnp.sum(valid), 1.0)
-        updates, new_state = dp_opt.update(grads, opt_state, p)
-        new_p = optax.apply_updates(p, updates)
-        active = s < total
-        keep = lambda new, old: jnp.where(active, new, old)  # noqa: E731
-        p = jax.tree_util.tree_map(keep, new_p, p)
-        opt_state = jax.tree_util.tree_map(keep, new_state, opt_state)
-        return (p, opt_state, loss_sum + jnp.where(active, loss, 0.0)), None
+        return jnp.sum(losses * valid) / jnp.maximum(jnp.sum(valid), 1.0), grads
 
-    if unroll is None:
-        unroll = True if slots <= _MAX_UNROLL else 1
-    carry = (params, dp_opt.init(params), jnp.zeros((), jnp.float32))
-    (local, _, loss_sum), _ = lax.scan(step, carry, jnp.arange(slots, dtype=jnp.int32),
-                                       unroll=unroll)
-    delta = jax.tree_util.tree_map(lambda a, b: a - b, local, params)
-    metrics = ClientMetrics(loss=loss_sum / jnp.maximum(total, 1).astype(jnp.float32),
-                            num_examples=n, num_steps=total)
-    return delta, metrics
+    return train_local_steps(params, x, y, count, loss_and_grad=loss_and_grad, optimizer=dp_opt,
+                             batch_size=B, key=key, local_steps=local_steps,
+                             local_epochs=local_epochs, unroll=unroll)
 
 
 def make_dp_client_update(*, micro_batches: int, clip_norm: float, noise_multiplier: float
