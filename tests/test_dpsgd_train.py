@@ -111,3 +111,24 @@ def test_epoch_permutation_is_a_fresh_permutation_per_epoch():
     assert a.shape == (3, 32) and len(set(a.ravel())) == 96 and a.max() < 100
     assert not np.array_equal(a, b)
     np.testing.assert_array_equal(a, np.asarray(epoch_permutation(key, 0, 100, 3, 32)))
+
+
+def test_kernel_init_options():
+    import jax
+    from ldpsim.fl.central import _redraw_kernels
+
+    with pytest.raises(LdpsimError, match="kernel_init"):
+        DpsgdConfig(kernel_init="he_uniformish")
+    with pytest.raises(LdpsimError, match="not both"):
+        DpsgdConfig(kernel_init="he_normal", kernel_init_stddev=0.05)
+    # He-normal: truncated normal with std sqrt(2 / fan_in) (fan_in = 5*5*6 = 150 for an
+    # HWIO kernel 5x5x6x16, 400 for a dense [400, 120]); biases untouched.  The sample std of
+    # n draws has relative SE ~ 1/sqrt(2n) (< 0.03 here); 5 SE gives a false-failure rate < 1e-6.
+    params = {"conv": {"kernel": np.zeros((5, 5, 6, 16), np.float32), "bias": np.ones(16)},
+              "fc": {"kernel": np.zeros((400, 120), np.float32)}}
+    out = _redraw_kernels(params, jax.random.key(0), jax.nn.initializers.he_normal())
+    for name, fan_in in (("conv", 150), ("fc", 400)):
+        k = np.asarray(out[name]["kernel"])
+        rel_se = 1 / math.sqrt(2 * k.size)
+        assert abs(k.std() / math.sqrt(2 / fan_in) - 1) < 5 * rel_se
+    np.testing.assert_array_equal(out["conv"]["bias"], 1.0)

@@ -58,6 +58,7 @@ OPTIMIZERS = ("sgd", "momentum", "adam")
 NOISE_MECHANISMS = ("Gaussian", "AdaGaussian")
 CLIP_MECHANISMS = ("Linear", "Geometric")
 PLD_MODES = ("final", "every_epoch", "off")
+KERNEL_INITS = ("he_normal", "lecun_normal", "glorot_uniform", "glorot_normal")
 # MNIST normalisation used by MindArmour's generate_mnist_dataset (rescale 1/0.3081, shift).
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
 
@@ -89,6 +90,11 @@ class DpsgdConfig:
             True; the seed has none).
         kernel_init_stddev: if set, re-draw every ``kernel`` from a normal truncated at
             ±2σ with this σ (the seed's ``TruncatedNormal(0.05)``); None: the model's init.
+        kernel_init: if set, re-draw every ``kernel`` with this ``jax.nn.initializers``
+            variance-scaling rule (fan-in/fan-out of HWIO and [in, out] kernels):
+            ``"he_normal"`` (He et al. 2015, for ReLU networks), ``"lecun_normal"``
+            (the model's default), ``"glorot_uniform"``, ``"glorot_normal"``; exclusive
+            with ``kernel_init_stddev``.  Biases keep the model's init (zeros).
         epochs: training epochs.
         batch_size: batch size B (must be a multiple of ``micro_batches`` with DP).
         optimizer: ``"sgd"``, ``"momentum"`` (MindSpore ``nn.Momentum``) or ``"adam"``.
@@ -121,6 +127,7 @@ class DpsgdConfig:
     first_conv_padding: str | None = None
     conv_bias: bool | None = None
     kernel_init_stddev: float | None = None
+    kernel_init: str | None = None
     epochs: int = 10
     batch_size: int = 256
     optimizer: str = "momentum"
@@ -157,6 +164,11 @@ class DpsgdConfig:
             raise LdpsimError(f"conv_bias applies to model='lenet5' only, got model={self.model!r}")
         if self.kernel_init_stddev is not None:
             check_positive("kernel_init_stddev", self.kernel_init_stddev)
+        if self.kernel_init is not None:
+            check_choice("kernel_init", self.kernel_init, KERNEL_INITS)
+            if self.kernel_init_stddev is not None:
+                raise LdpsimError("set kernel_init or kernel_init_stddev, not both (got "
+                                  f"{self.kernel_init!r} and {self.kernel_init_stddev!r})")
         for name in ("num_train", "num_test", "resize"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, check_positive_int(name, getattr(self, name)))
@@ -232,7 +244,8 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> DpsgdConfig
         take(doc, "")
     values.update({k: v for k, v in overrides.items() if v is not None})
     for k in ("clip_mechanism", "noise_decay", "noise_norm_bound", "num_train", "num_test",
-              "data_dir", "resize", "first_conv_padding", "conv_bias", "kernel_init_stddev"):
+              "data_dir", "resize", "first_conv_padding", "conv_bias", "kernel_init_stddev",
+              "kernel_init"):
         if values.get(k) in ("", "none", "None"):
             values[k] = None
     try:
@@ -377,14 +390,13 @@ def _load_data(config: DpsgdConfig):
             np.asarray(x_te, np.float32), np.asarray(y_te, np.int32), ds.num_classes)
 
 
-def _truncated_normal_kernels(params: Any, key: jax.Array, stddev: float) -> Any:
-    """Every leaf named ``kernel`` re-drawn as ``stddev · TruncatedNormal(−2, 2)``."""
+def _redraw_kernels(params: Any, key: jax.Array, init: Callable) -> Any:
+    """Every leaf named ``kernel`` re-drawn as ``init(key_i, shape, dtype)``."""
     flat, treedef = jax.tree_util.tree_flatten_with_path(params)
     out = []
     for i, (path, leaf) in enumerate(flat):
         if getattr(path[-1], "key", None) == "kernel":
-            leaf = stddev * jax.random.truncated_normal(jax.random.fold_in(key, i), -2.0, 2.0,
-                                                        leaf.shape, leaf.dtype)
+            leaf = init(jax.random.fold_in(key, i), leaf.shape, leaf.dtype)
         out.append(leaf)
     return jax.tree_util.tree_unflatten(treedef, out)
 
@@ -441,8 +453,13 @@ def train_dpsgd(config: DpsgdConfig, *, progress: bool = False,
     root = jax.random.key(config.seed)
     params = model.init(jax.random.fold_in(root, 1), jnp.zeros((1,) + x_tr.shape[1:]))
     if config.kernel_init_stddev is not None:
-        params = _truncated_normal_kernels(params, jax.random.fold_in(root, 4),
-                                           config.kernel_init_stddev)
+        sd = config.kernel_init_stddev
+        params = _redraw_kernels(params, jax.random.fold_in(root, 4),
+                                 lambda k, shape, dtype: sd * jax.random.truncated_normal(
+                                     k, -2.0, 2.0, shape, dtype))
+    elif config.kernel_init is not None:
+        params = _redraw_kernels(params, jax.random.fold_in(root, 4),
+                                 getattr(jax.nn.initializers, config.kernel_init)())
     data_key = jax.random.fold_in(root, 2)
     optimizer = _optimizer(config, jax.random.fold_in(root, 3))
     opt_state = optimizer.init(params)
