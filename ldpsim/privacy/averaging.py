@@ -39,6 +39,7 @@ import numpy as np
 from scipy import special
 
 from ldpsim._checks import LdpsimError, check_choice, check_nonnegative, check_positive, check_positive_int
+from ldpsim.privacy import sampling
 from ldpsim.privacy.mechanisms import gaussian_noise, laplace_noise
 
 __all__ = [
@@ -220,7 +221,7 @@ def _trial_stats(z_bar: jax.Array, r_bar: jax.Array, clip: jax.Array) -> NoiseTr
 def _random_direction(key: jax.Array, dim: int, clip: jax.Array, mechanism: str) -> jax.Array:
     """A uniformly random point on the sphere of radius ``clip`` in the mechanism's clip norm."""
     if mechanism == "gaussian":
-        g = jax.random.normal(key, (dim,))
+        g = sampling.normal(key, (dim,))  # the signal, not privacy noise: the fast sampler
         return clip * g / jnp.linalg.norm(g)
     g = jax.random.laplace(key, (dim,))  # |g_j| iid Exp(1): g/‖g‖₁ is uniform on the L1 sphere
     return clip * g / jnp.sum(jnp.abs(g))
@@ -228,7 +229,14 @@ def _random_direction(key: jax.Array, dim: int, clip: jax.Array, mechanism: str)
 
 @functools.partial(jax.jit, static_argnames=("dim", "chunk", "mechanism"))
 def _per_client_trial(key, num_clients, weights, noise_scale, clip, *, dim, chunk, mechanism):
-    """Draw every client's noise and random direction, chunk by chunk, and aggregate."""
+    """Draw every client's noise and random direction, chunk by chunk, and aggregate.
+
+    ``num_clients`` is traced and the loop runs ``ceil(n / chunk)`` times, so one compiled
+    program serves every n and time is linear in n. ``weights=None`` (equal weights) keeps
+    nothing of size n: the only buffers are O(chunk × dim) (the chunk's noise and
+    directions) and O(dim) (the running sums). With ``weights`` (float32[padded n]) the
+    chunk's slice is read in the loop.
+    """
     noise_root, dir_root = jax.random.split(key)
     template = jnp.zeros((dim,), jnp.float32)
     draw = gaussian_noise if mechanism == "gaussian" else laplace_noise
@@ -239,17 +247,21 @@ def _per_client_trial(key, num_clients, weights, noise_scale, clip, *, dim, chun
         return z, r
 
     def body(c, carry):
-        z_sum, r_sum = carry
+        z_sum, r_sum, total = carry
         ids = c * chunk + jnp.arange(chunk, dtype=jnp.int32)
-        w = jax.lax.dynamic_slice(weights, (c * chunk,), (chunk,))
-        w = jnp.where(ids < num_clients, w, 0.0)
+        valid = ids < num_clients
+        if weights is None:
+            w = valid.astype(jnp.float32)
+        else:
+            w = jnp.where(valid, jax.lax.dynamic_slice(weights, (c * chunk,), (chunk,)), 0.0)
         z, r = jax.vmap(client)(ids)
-        return z_sum + w @ z, r_sum + w @ r
+        return z_sum + w @ z, r_sum + w @ r, total + jnp.sum(w)
 
     num_chunks = (num_clients + chunk - 1) // chunk
     zeros = jnp.zeros((dim,), jnp.float32)
-    z_sum, r_sum = jax.lax.fori_loop(0, num_chunks, body, (zeros, zeros))
-    total = jnp.sum(jnp.where(jnp.arange(weights.shape[0]) < num_clients, weights, 0.0))
+    z_sum, r_sum, total = jax.lax.fori_loop(0, num_chunks, body, (zeros, zeros, jnp.float32(0.0)))
+    if weights is None:
+        total = num_clients.astype(jnp.float32)  # exact; a float32 running count stops at 2^24
     return _trial_stats(z_sum / total, r_sum / total, clip)
 
 
@@ -350,11 +362,13 @@ def simulate_average(
             jnp.float32(random_direction_sq_norm(clip, d, mechanism)), dim=d, mechanism=mechanism,
         )
     chunk = _chunk_for(n, d, chunk_size)
-    padded = -(-n // chunk) * chunk
-    w = np.zeros(padded, np.float32)
-    w[:n] = 1.0 if weights is None else weights
+    w = None
+    if weights is not None:  # equal weights need no array of size n (memory set by the chunk)
+        w = np.zeros(-(-n // chunk) * chunk, np.float32)
+        w[:n] = weights
+        w = jnp.asarray(w)
     return _per_client_trial(
-        key, jnp.int32(n), jnp.asarray(w), jnp.float32(scale), jnp.float32(clip),
+        key, jnp.int32(n), w, jnp.float32(scale), jnp.float32(clip),
         dim=d, chunk=chunk, mechanism=mechanism,
     )
 
