@@ -19,9 +19,10 @@ from ldpsim.privacy import sampling
 N_BIG = 1 << 21  # 2,097,152 samples for the distribution tests
 
 
-@pytest.fixture(scope="module")
-def big_sample() -> np.ndarray:
-    x = jax.jit(lambda k: sampling.normal(k, (N_BIG,)))(jax.random.key(20240601))
+@pytest.fixture(scope="module", params=["fast", "icdf"])
+def big_sample(request) -> np.ndarray:
+    impl = request.param
+    x = jax.jit(lambda k: sampling.normal(k, (N_BIG,), impl=impl))(jax.random.key(20240601))
     return np.asarray(x, dtype=np.float64)
 
 
@@ -62,6 +63,50 @@ def test_extreme_bits_reach_nine_sigma_with_sign():
     assert np.signbit(z[3]) and not np.signbit(z[2])
 
 
+R_MAX = float(np.sqrt(-2.0 * np.log(2.0**-33)))  # Box–Muller radius bound, 6.7637
+
+
+def _box_muller_f64(b0: np.ndarray, b1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    u = (b0.astype(np.float64) + 0.5) * 2.0**-32
+    v = (b1.astype(np.float64) + 0.5) * 2.0**-32
+    r = np.sqrt(-2.0 * np.log(u))
+    return r * np.cos(2.0 * np.pi * v), r
+
+
+def test_box_muller_matches_float64_on_same_bits():
+    rng = np.random.default_rng(0)
+    n = 1 << 20
+    b0 = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
+    b0[: n // 4] >>= 12  # a quarter in the tail (U < 2**-12, R > 4.08)
+    b1 = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
+    edge = np.array(
+        [0, 1, 255, 256, 2**24, 2**31 - 1, 2**31, 2**32 - 257, 2**32 - 256, 2**32 - 1],
+        dtype=np.uint32,
+    )
+    quarter = np.array([0, 2**30 - 1, 2**30, 2**31 - 1, 2**31, 3 * 2**30, 2**32 - 1], np.uint32)
+    b0 = np.concatenate([b0, np.repeat(edge, quarter.size)])
+    b1 = np.concatenate([b1, np.tile(quarter, edge.size)])
+    z = np.asarray(jax.jit(sampling.box_muller_from_bits)(b0, b1), np.float64)
+    exact, r = _box_muller_f64(b0, b1)
+    # Documented bound 2e-7·(1 + R) (measured max 1.4e-7·(1 + R)); float32 rounding alone
+    # is 6e-8·|z|, so this is a few ulps.
+    assert np.all(np.abs(z - exact) <= 2e-7 * (1.0 + r))
+    assert np.max(np.abs(z)) <= R_MAX * (1 + 1e-6)
+
+
+def test_box_muller_extremes_and_quadrant_signs():
+    # U at its smallest (b0 = 0) gives R_max; the four quadrant starts give cos = +1, 0-, -1, 0+.
+    b0 = np.zeros(4, np.uint32)
+    b1 = np.array([0, 2**30, 2**31, 3 * 2**30], np.uint32)
+    z = np.asarray(sampling.box_muller_from_bits(jnp.asarray(b0), jnp.asarray(b1)), np.float64)
+    exact, _ = _box_muller_f64(b0, b1)
+    np.testing.assert_allclose(z, exact, atol=2e-6)
+    assert z[0] == pytest.approx(R_MAX, rel=1e-6) and z[2] == pytest.approx(-R_MAX, rel=1e-6)
+    # U -> 1 (b0 = 2**32 - 1): radius √(2**-32) = 1.5e-5, kept to relative precision.
+    z1 = float(sampling.box_muller_from_bits(jnp.uint32(2**32 - 1), jnp.uint32(0)))
+    assert z1 == pytest.approx(np.sqrt(-2 * np.log1p(-0.5 * 2.0**-32)), rel=1e-5)
+
+
 # ---------------------------------------------------------------- distribution
 
 
@@ -86,20 +131,34 @@ def test_first_four_moments(big_sample):
     assert abs(exkurt) < 5 * np.sqrt(24 / n)
 
 
-@pytest.mark.parametrize("t", [1.0, 2.0, 3.0, 4.0])
+@pytest.mark.parametrize("t", [1.0, 2.0, 3.0, 4.0, 5.0])
 def test_tail_frequencies(big_sample, t):
-    # Count of |z| > t is Binomial(n, q), q = 2(1 - Φ(t)); tolerance 5 SE
-    # (false-failure rate 5.7e-7 per level, normal approximation: n·q ≥ 130).
+    # Count of |z| > t is Binomial(n, q), q = 2(1 - Φ(t)). Accept the central
+    # interval with exact binomial tails of 1e-6 each: false-failure rate ≤ 2e-6
+    # per level. (At t = 5, n·q = 1.2: the test only catches gross excess.)
     n = big_sample.size
     q = 2 * stats.norm.sf(t)
-    count = np.sum(np.abs(big_sample) > t)
-    assert abs(count - n * q) < 5 * np.sqrt(n * q * (1 - q))
+    count = int(np.sum(np.abs(big_sample) > t))
+    lo, hi = stats.binom.ppf(1e-6, n, q), stats.binom.isf(1e-6, n, q)
+    assert lo <= count <= hi
 
 
-def test_matches_reference_sampler_two_sample():
-    # fast vs jax.random.normal on different keys: two-sample KS, false-failure rate 1e-6.
-    a = np.asarray(sampling.normal(jax.random.key(1), (1 << 19,)))
-    b = np.asarray(sampling.normal(jax.random.key(2), (1 << 19,), impl="threefry"))
+def test_tail_frequencies_far_out():
+    # 2**25 default samples (~0.6 s): P(|Z| > 5) = 5.7e-7 gives n·q = 19; exact binomial
+    # central interval, false-failure rate ≤ 2e-6. Also every sample within R_max.
+    n = 1 << 25
+    z = np.asarray(jax.jit(lambda k: sampling.normal(k, (n,)))(jax.random.key(77)))
+    q = 2 * stats.norm.sf(5.0)
+    count = int(np.sum(np.abs(z) > 5.0))
+    assert stats.binom.ppf(1e-6, n, q) <= count <= stats.binom.isf(1e-6, n, q)
+    assert np.max(np.abs(z)) <= R_MAX * (1 + 1e-6)
+
+
+@pytest.mark.parametrize("impl", ["fast", "icdf"])
+def test_matches_reference_sampler_two_sample(impl):
+    # vs jax.random.normal on different keys: two-sample KS, false-failure rate 1e-6.
+    a = np.asarray(sampling.normal(jax.random.key(1), (1 << 19,), impl=impl))
+    b = np.asarray(sampling.normal(jax.random.key(2), (1 << 19,), impl="jax"))
     assert stats.ks_2samp(a, b).pvalue > 1e-6
 
 
@@ -188,10 +247,23 @@ def test_noise_of_a_client_does_not_depend_on_its_chunk():
     np.testing.assert_allclose(alone[0], chunk_a[12], rtol=1e-6, atol=1e-7)
 
 
-def test_threefry_impl_is_jax_random_normal():
+def test_icdf_impl_is_inverse_cdf_of_the_same_bits():
+    k = jax.random.key(8)
+    kd = jax.random.key_data(k)
+    ctr = jnp.arange(12, dtype=jnp.uint32)
+    b0, b1 = sampling.threefry2x32(kd[0], kd[1], jnp.full_like(ctr, sampling.TAG), ctr)
+    np.testing.assert_allclose(
+        np.asarray(sampling.normal(k, (4, 3), impl="icdf")).ravel(),
+        np.asarray(sampling.normal_from_bits(b0, b1)), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(
+        np.asarray(sampling.normal(k, (4, 3))).ravel(),
+        np.asarray(sampling.box_muller_from_bits(b0, b1)), rtol=1e-6, atol=1e-7)
+
+
+def test_jax_impl_is_jax_random_normal():
     k = jax.random.key(8)
     np.testing.assert_array_equal(
-        np.asarray(sampling.normal(k, (4, 3), impl="threefry")),
+        np.asarray(sampling.normal(k, (4, 3), impl="jax")),
         np.asarray(jax.random.normal(k, (4, 3))),
     )
 
@@ -216,7 +288,7 @@ def test_normal_like_is_one_flat_draw_split_into_leaves():
     got = np.concatenate([np.asarray(x, np.float32).ravel() for x in leaves])
     np.testing.assert_allclose(got[:6], flat[:6])
     np.testing.assert_allclose(got[6:], flat[6:], rtol=1e-2)  # bfloat16 leaf
-    ref = sampling.normal_like(k, tree, impl="threefry", dtype=jnp.float32)
+    ref = sampling.normal_like(k, tree, impl="jax", dtype=jnp.float32)
     assert all(x.dtype == jnp.float32 for x in jax.tree_util.tree_leaves(ref))
 
 
@@ -235,5 +307,5 @@ def test_bad_input_is_rejected(call, match):
 
 
 def test_rbg_key_works_with_reference_impl():
-    z = sampling.normal(jax.random.key(0, impl="rbg"), (3,), impl="threefry")
+    z = sampling.normal(jax.random.key(0, impl="rbg"), (3,), impl="jax")
     assert z.shape == (3,)
