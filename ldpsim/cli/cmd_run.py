@@ -28,6 +28,16 @@ user-level epsilon_spent by RDP with q = m/N, optional --adaptive-clip true), di
 aggregate draws the noise sum once (exact in distribution, Gaussian only). --client-dp true
 trains each client with DP-SGD (client_dp_epsilon column), combinable with every mode.
   ldpsim run --privacy-mode central --noise-multiplier 1.0 --clip 0.5 --out central.csv
+
+devices: each round's cohort is split over --devices devices (default: all JAX sees) with
+jax.sharding; results equal one device's up to float rounding (client keys come from client
+ids). On CPU, XLA_FLAGS=--xla_force_host_platform_device_count=K exposes K host devices.
+Multi-host: run the same command on every host with --distributed, which calls
+jax.distributed.initialize() before anything else (coordinator, process count and id are
+auto-detected on Slurm/Open MPI/Kubernetes/Cloud TPU, or given by --coordinator-address,
+--num-processes, --process-id); every device of every host then shares the cohort and
+process 0 alone writes --out and prints.
+  XLA_FLAGS=--xla_force_host_platform_device_count=2 ldpsim run --devices 2 --out run.csv
 """
 
 def _bool(text: str) -> bool:
@@ -85,6 +95,9 @@ _OPTIONS = (
     ("--eval-every", "eval_every", int, None, "evaluate on the test set every k rounds"),
     ("--chunk-size", "chunk_size", int, None,
      "clients per vmapped chunk, memory ~ chunk (None: 1 on CPU, measured fastest there; 1024 on accelerators)"),
+    ("--devices", "devices", int, None,
+     "split each round's cohort over this many devices (None: every device JAX sees, all "
+     "hosts' with --distributed)"),
     ("--seed", "seed", int, None, "root seed"),
     # Privacy modes (ldpsim.fl.modes).
     ("--privacy-mode", "privacy_mode", str, ("ldp", "mindspore", "central", "distributed"),
@@ -141,6 +154,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, default=None,
                    help="CSV file for the per-round metrics (written as rounds finish)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.add_argument("--distributed", action="store_true",
+                   help="multi-host: call jax.distributed.initialize() before anything else "
+                        "(run the same command on every host)")
+    p.add_argument("--coordinator-address", default=None,
+                   help="with --distributed: host:port of process 0 (None: auto-detected "
+                        "or $JAX_COORDINATOR_ADDRESS)")
+    p.add_argument("--num-processes", type=int, default=None,
+                   help="with --distributed: number of processes (None: auto-detected)")
+    p.add_argument("--process-id", type=int, default=None,
+                   help="with --distributed: this process's index (None: auto-detected)")
     p.set_defaults(handler=run)
 
 
@@ -150,17 +173,29 @@ class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescription
 
 def run(args: argparse.Namespace) -> int:
     from ldpsim.fl.config import SimulationConfig
+
+    lead = True
+    if getattr(args, "distributed", False):
+        lead = _initialize_distributed(args)
+    elif any(getattr(args, k, None) is not None
+             for k in ("coordinator_address", "num_processes", "process_id")):
+        from ldpsim._checks import LdpsimError
+
+        raise LdpsimError("--coordinator-address, --num-processes and --process-id need "
+                          "--distributed")
     from ldpsim.fl.simulate import simulate
 
     fields = {f.name for f in dataclasses.fields(SimulationConfig)}
     config = SimulationConfig(**{k: v for k, v in vars(args).items() if k in fields})
-    writer = _CsvWriter(args.out) if args.out is not None else None
+    writer = _CsvWriter(args.out) if args.out is not None and lead else None
     try:
-        history = simulate(config, progress=not args.no_progress,
+        history = simulate(config, progress=lead and not args.no_progress,
                            callback=writer.write if writer else None)
     finally:
         if writer is not None:
             writer.close()
+    if not lead:
+        return 0
     last = history[-1]
     print(f"round {last['round']}: accuracy {last['accuracy']:.4f}, loss {last['loss']:.4f}, "
           f"noise_norm {last['noise_norm']:.4g}, snr {last['snr']:.4g} "
@@ -169,6 +204,15 @@ def run(args: argparse.Namespace) -> int:
     if args.out is not None:
         print(f"wrote {len(history)} rows to {args.out}", file=sys.stderr)
     return 0
+
+
+def _initialize_distributed(args: argparse.Namespace) -> bool:
+    """``jax.distributed.initialize()`` (before any other JAX call); True on process 0."""
+    import jax
+
+    jax.distributed.initialize(coordinator_address=args.coordinator_address,
+                               num_processes=args.num_processes, process_id=args.process_id)
+    return jax.process_index() == 0
 
 
 class _CsvWriter:

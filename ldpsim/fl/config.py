@@ -85,6 +85,11 @@ class SimulationConfig:
         chunk_size: clients trained together in one vmapped chunk; memory is
             O(chunk_size × model size). None: the backend's measured default
             (:func:`ldpsim.fl.simulate.resolve_chunk_size`: 1 on CPU, where a scan over single clients measured fastest; 1024 otherwise).
+        devices: split each round's cohort over this many devices (``jax.sharding``,
+            :mod:`ldpsim.fl.sharding`); None: every device JAX sees (all local devices, and
+            every process's devices after ``jax.distributed.initialize()``). Results equal
+            the one-device results up to the float rounding of the cross-device sum:
+            client keys come from client ids, not from the device layout.
         seed: root seed of all randomness (model init, cohorts, training, noise).
         privacy_mode: where the noise goes (:mod:`ldpsim.fl.modes`): ``"ldp"`` (each
             client clips to ``clip`` and adds noise for (``epsilon``, ``delta``), the
@@ -150,6 +155,7 @@ class SimulationConfig:
     sampling: str = "uniform"
     eval_every: int = 1
     chunk_size: int | None = None
+    devices: int | None = None
     seed: int = 0
     privacy_mode: str = "ldp"
     noise_mode: str = "per-client"
@@ -180,6 +186,8 @@ class SimulationConfig:
         if self.chunk_size is not None:
             object.__setattr__(self, "chunk_size", check_positive_int("chunk_size",
                                                                       self.chunk_size))
+        if self.devices is not None:
+            object.__setattr__(self, "devices", check_positive_int("devices", self.devices))
         if self.local_epochs is not None:
             object.__setattr__(self, "local_epochs",
                                check_positive_int("local_epochs", self.local_epochs))

@@ -1,7 +1,8 @@
 """Privacy modes of the reference systems in one jitted round.
 
-:func:`make_mode_round_fn` generalises :func:`ldpsim.fl.simulate.make_round_fn` (same chunked
-``lax.scan`` over the cohort, same per-position keys) to every place the noise can go:
+:func:`make_mode_round_fn` generalises :func:`ldpsim.fl.simulate.make_round_fn` (the same
+cohort loop, :func:`ldpsim.fl.sharding.map_cohort`: chunked ``lax.scan``, split over devices;
+same per-position keys) to every place the noise can go:
 
 ``"ldp"``
     Local DP (the default engine): each client clips to C (L2; L1 for Laplace) and adds
@@ -38,10 +39,10 @@ from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
-from jax import lax
 
 from ldpsim.fl import metrics as metrics_lib
 from ldpsim.fl import server as server_lib
+from ldpsim.fl import sharding
 from ldpsim.fl.privatize import privatize
 from ldpsim.privacy import adaptive, server_dp
 
@@ -136,7 +137,8 @@ def make_mode_round_fn(*, apply_fn: Callable, privacy_mode: str = "ldp",
                        client_optimizer: str = "sgd", server_optimizer: str = "fedavg",
                        server_momentum: float = 0.9, local_steps: int | None = 1,
                        local_epochs: int | None = None, batch_size: int = 16,
-                       weighting: str = "examples", chunk_size: int | None = None) -> Callable:
+                       weighting: str = "examples", chunk_size: int | None = None,
+                       devices: int | None = 1) -> Callable:
     """Build ``round_fn(state, pstate, population, round_idx, ids, mask, hyper, phyper)``.
 
     Args:
@@ -151,8 +153,11 @@ def make_mode_round_fn(*, apply_fn: Callable, privacy_mode: str = "ldp",
         client_dp_micro_batches: None for ordinary clients; M for DP-SGD clients
             (:func:`ldpsim.fl.dp_client.dp_local_update`, clip/multiplier from ``phyper``).
         client_optimizer, server_optimizer, server_momentum, local_steps, local_epochs,
-        batch_size, weighting, chunk_size: as :func:`ldpsim.fl.simulate.make_round_fn`
-            (central and distributed always weight clients equally, w = 1).
+        batch_size, weighting, chunk_size, devices: as
+            :func:`ldpsim.fl.simulate.make_round_fn` (central and distributed always weight
+            clients equally, w = 1); the cohort is split over ``devices`` by
+            :func:`ldpsim.fl.sharding.map_cohort`, server-side draws happen once, after the
+            cross-device sum.
 
     Returns:
         A pure, jittable ``round_fn -> (state, pstate, RoundMetrics, ModeAux)``; ``hyper``
@@ -160,7 +165,7 @@ def make_mode_round_fn(*, apply_fn: Callable, privacy_mode: str = "ldp",
         ``phyper`` a :class:`PrivacyHyper`, ``pstate`` from :func:`init_privacy_state`.
     """
     from ldpsim.fl import client as client_lib
-    from ldpsim.fl.simulate import ServerState, chunk_layout, client_key
+    from ldpsim.fl.simulate import ServerState, chunk_sums, client_key
 
     if privacy_mode not in PRIVACY_MODES:
         raise ValueError(f"privacy_mode must be one of {PRIVACY_MODES}, got {privacy_mode!r}")
@@ -177,6 +182,7 @@ def make_mode_round_fn(*, apply_fn: Callable, privacy_mode: str = "ldp",
     client_mech = mechanism if client_noise else "none"   # "none": clip only
     std_factor = math.sqrt(2.0) if mechanism == "laplace" else 1.0
     m_fixed = float(clients_per_round)
+    n_devices = sharding.resolve_devices(devices)
     if client_dp_micro_batches is not None:
         from ldpsim.fl.dp_client import dp_local_update
 
@@ -196,17 +202,54 @@ def make_mode_round_fn(*, apply_fn: Callable, privacy_mode: str = "ldp",
         priv = privatize(noise_key, delta, clip=clip, scale=scale, mechanism=client_mech)
         return priv, cm.loss
 
+    def clients_clip_scale(c_ids, pstate, round_clip, hyper, phyper):
+        """Per-client (clip, noise scale, noise std) for this chunk."""
+        k = c_ids.shape[0]
+        if privacy_mode == "mindspore":
+            clip = jnp.take(pstate.clip, c_ids, mode="clip")
+            scale = phyper.sigma_per_clip * clip
+        elif privacy_mode == "distributed":
+            clip = jnp.full((k,), round_clip)
+            scale = jnp.full((k,), phyper.noise_multiplier * round_clip
+                             / jnp.sqrt(jnp.float32(m_fixed)))
+        elif privacy_mode == "central":
+            clip = jnp.full((k,), round_clip)
+            scale = jnp.zeros((k,), jnp.float32)
+        else:
+            clip = jnp.full((k,), hyper.clip)
+            scale = jnp.full((k,), hyper.sigma)
+        if not noisy:
+            scale = jnp.zeros_like(scale)
+        return clip, scale, std_factor * scale
+
+    def chunk_fn(operands, c_ids, c_mask):
+        params, key, round_idx, population, pstate, round_clip, hyper, phyper = operands
+        x, y, counts = population.gather(c_ids)
+        keys = jax.vmap(lambda c: client_key(key, round_idx, c))(c_ids)
+        clip, scale, std = clients_clip_scale(c_ids, pstate, round_clip, hyper, phyper)
+        priv, loss = jax.vmap(one_client, in_axes=(None, 0, 0, 0, 0, 0, 0, None, None))(
+            params, x, y, counts, keys, clip, scale, hyper, phyper)
+        include = c_mask & priv.finite
+        if privacy_mode == "distributed":
+            coin = jax.vmap(lambda k: jax.random.uniform(
+                jax.random.fold_in(k, _DROPOUT_SALT)))(keys)
+            include = include & (coin >= phyper.dropout_rate)
+        if unweighted:
+            w = include.astype(jnp.float32)
+        else:
+            w = server_lib.aggregation_weights(counts, include, weighting)
+        inc = include.astype(jnp.float32)
+        extra = (jnp.sum(w * w * std * std),
+                 jnp.sum(adaptive.quantile_bits(priv.norm, clip, include)),
+                 jnp.sum(include, dtype=jnp.int32),
+                 jnp.sum(inc * clip))
+        return chunk_sums(w, include, c_mask, priv, loss, counts), extra
+
     def round_fn(state, pstate, population, round_idx, cohort_ids, cohort_mask,
                  hyper, phyper):
         params = state.params
         ids = jnp.asarray(cohort_ids, jnp.int32)
         mask = jnp.asarray(cohort_mask, bool)
-        m = ids.shape[0]
-        n_chunks, chunk = chunk_layout(m, chunk_size)
-        pad = n_chunks * chunk - m
-        if pad:
-            ids = jnp.concatenate([ids, jnp.zeros((pad,), jnp.int32)])
-            mask = jnp.concatenate([mask, jnp.zeros((pad,), bool)])
         skey = server_key(state.key, round_idx)
 
         if privacy_mode == "central" and adaptive_clip:
@@ -214,68 +257,13 @@ def make_mode_round_fn(*, apply_fn: Callable, privacy_mode: str = "ldp",
         else:
             round_clip = hyper.clip
 
-        def clients_clip_scale(c_ids):
-            """Per-client (clip, noise scale, noise std) for this chunk."""
-            k = c_ids.shape[0]
-            if privacy_mode == "mindspore":
-                clip = jnp.take(pstate.clip, c_ids, mode="clip")
-                scale = phyper.sigma_per_clip * clip
-            elif privacy_mode == "distributed":
-                clip = jnp.full((k,), round_clip)
-                scale = jnp.full((k,), phyper.noise_multiplier * round_clip
-                                 / jnp.sqrt(jnp.float32(m_fixed)))
-            elif privacy_mode == "central":
-                clip = jnp.full((k,), round_clip)
-                scale = jnp.zeros((k,), jnp.float32)
-            else:
-                clip = jnp.full((k,), hyper.clip)
-                scale = jnp.full((k,), hyper.sigma)
-            if not noisy:
-                scale = jnp.zeros_like(scale)
-            return clip, scale, std_factor * scale
-
-        def body(carry, chunk_in):
-            sums, extra = carry
-            c_ids, c_mask = chunk_in
-            x, y, counts = population.gather(c_ids)
-            keys = jax.vmap(lambda c: client_key(state.key, round_idx, c))(c_ids)
-            clip, scale, std = clients_clip_scale(c_ids)
-            priv, loss = jax.vmap(one_client, in_axes=(None, 0, 0, 0, 0, 0, 0, None, None))(
-                params, x, y, counts, keys, clip, scale, hyper, phyper)
-            include = c_mask & priv.finite
-            if privacy_mode == "distributed":
-                coin = jax.vmap(lambda k: jax.random.uniform(
-                    jax.random.fold_in(k, _DROPOUT_SALT)))(keys)
-                include = include & (coin >= phyper.dropout_rate)
-            if unweighted:
-                w = include.astype(jnp.float32)
-            else:
-                w = server_lib.aggregation_weights(counts, include, weighting)
-            add = lambda a, b: jax.tree_util.tree_map(jnp.add, a, b)  # noqa: E731
-            sums = metrics_lib.CohortSums(
-                clean=add(sums.clean, server_lib.weighted_sum(w, priv.clipped)),
-                noise=add(sums.noise, server_lib.weighted_sum(w, priv.noise)),
-                weight=sums.weight + jnp.sum(w),
-                weight_sq=sums.weight_sq + jnp.sum(w * w),
-                clients=sums.clients + jnp.sum(c_mask, dtype=jnp.int32),
-                clipped=sums.clipped + jnp.sum(include & priv.was_clipped, dtype=jnp.int32),
-                nonfinite=sums.nonfinite + jnp.sum(c_mask & ~priv.finite, dtype=jnp.int32),
-                loss=sums.loss + jnp.sum(jnp.where(include, loss, 0.0)),
-                examples=sums.examples + jnp.sum(jnp.where(include, counts, 0)
-                                                 ).astype(jnp.float32),
-            )
-            inc = include.astype(jnp.float32)
-            extra = (extra[0] + jnp.sum(w * w * std * std),
-                     extra[1] + jnp.sum(adaptive.quantile_bits(priv.norm, clip, include)),
-                     extra[2] + jnp.sum(include, dtype=jnp.int32),
-                     extra[3] + jnp.sum(inc * clip))
-            return (sums, extra), None
-
         zero = jnp.zeros((), jnp.float32)
-        carry0 = (metrics_lib.CohortSums.zeros(params), (zero, zero, jnp.zeros((), jnp.int32),
-                                                          zero))
-        (sums, (var_sum, bit_sum, survivors, clip_sum)), _ = lax.scan(
-            body, carry0, (ids.reshape(n_chunks, chunk), mask.reshape(n_chunks, chunk)))
+        zeros = (metrics_lib.CohortSums.zeros(params), (zero, zero, jnp.zeros((), jnp.int32),
+                                                         zero))
+        operands = (params, state.key, round_idx, population, pstate, round_clip, hyper,
+                    phyper)
+        sums, (var_sum, bit_sum, survivors, clip_sum) = sharding.map_cohort(
+            chunk_fn, zeros, operands, ids, mask, chunk_size=chunk_size, devices=n_devices)
 
         if privacy_mode == "central" and noisy:
             std_sum = phyper.noise_multiplier * round_clip

@@ -3,18 +3,20 @@
 A round (:func:`make_round_fn`)::
 
     cohort ids (host-sampled, padded to a multiple of the chunk, with a mask)
-      -> lax.scan over chunks of the cohort:
+      -> ldpsim.fl.sharding.map_cohort: on each of D devices (D = 1: no sharding),
+         lax.scan over chunks of that device's contiguous 1/D of the cohort:
            gather the chunk's data from the population
            vmap over the chunk: local_update (ldpsim.fl.client) + privatize
            accumulate Σw·clipped, Σw·noise, Σw, Σw², counts   (memory O(chunk × model))
+         then psum of the per-device sums over the mesh
       -> aggregate Δ̄ = (Σw·clipped + Σw·noise)/Σw, server optimizer step, metrics
 
 Randomness by position: client ``c`` in round ``t`` uses
 ``k = fold_in(fold_in(root_key, t), c)`` (``root_key = ServerState.key``; :func:`simulate`
 sets it to ``fold_in(key(seed), "roun")`` and initialises the model from another
 ``fold_in`` of ``key(seed)``), split into a training and a noise key, so the
-noise does not depend on the chunk size, the cohort order or the padding, and two
-seeds never share client noise.  σ, C and the learning rates are traced
+noise does not depend on the chunk size, the cohort order, the padding or the device
+count, and two seeds never share client noise.  σ, C and the learning rates are traced
 (:class:`RoundHyper`): sweeping ε never recompiles and a sweep may ``vmap`` the round
 over an ε axis.
 
@@ -36,13 +38,14 @@ from jax import lax
 from ldpsim._checks import LdpsimError
 from ldpsim.fl import metrics as metrics_lib
 from ldpsim.fl import server as server_lib
+from ldpsim.fl import sharding
 from ldpsim.fl.config import SimulationConfig
 from ldpsim.fl.privatize import privatize
 
 PyTree = Any
 
 __all__ = [
-    "RoundHyper", "ServerState", "build_data", "chunk_layout", "client_key", "init_state", "initial_state", "make_eval_fn", "make_round_fn",
+    "RoundHyper", "ServerState", "build_data", "chunk_layout", "chunk_sums", "client_key", "init_state", "initial_state", "make_eval_fn", "make_round_fn",
     "noise_scale", "sample_cohort", "simulate", "uses_modes",
 ]
 
@@ -117,12 +120,36 @@ def chunk_layout(m: int, chunk_size: int | None) -> tuple[int, int]:
     return n_chunks, -(-m // n_chunks)
 
 
+def chunk_sums(w: jax.Array, include: jax.Array, mask: jax.Array, priv: Any,
+               loss: jax.Array, counts: jax.Array) -> metrics_lib.CohortSums:
+    """One chunk's contribution to the round's :class:`~ldpsim.fl.metrics.CohortSums`.
+
+    Args:
+        w: float32[k] aggregation weights (0 for excluded clients).
+        include: bool[k], in the aggregate (real slot, finite update, not dropped).
+        mask: bool[k], real (non-padding) slot.
+        priv: the chunk's :class:`~ldpsim.fl.privatize.Privatized` updates.
+        loss: float32[k] mean local training losses. counts: int32[k] examples.
+    """
+    return metrics_lib.CohortSums(
+        clean=server_lib.weighted_sum(w, priv.clipped),
+        noise=server_lib.weighted_sum(w, priv.noise),
+        weight=jnp.sum(w),
+        weight_sq=jnp.sum(w * w),
+        clients=jnp.sum(mask, dtype=jnp.int32),
+        clipped=jnp.sum(include & priv.was_clipped, dtype=jnp.int32),
+        nonfinite=jnp.sum(mask & ~priv.finite, dtype=jnp.int32),
+        loss=jnp.sum(jnp.where(include, loss, 0.0)),
+        examples=jnp.sum(jnp.where(include, counts, 0)).astype(jnp.float32),
+    )
+
+
 def make_round_fn(*, apply_fn: Callable, mechanism: str = "gaussian",
                   client_optimizer: str = "sgd", server_optimizer: str = "fedavg",
                   server_momentum: float = 0.9, local_steps: int | None = 1,
                   local_epochs: int | None = None, batch_size: int = 16,
                   weighting: str = "examples", chunk_size: int | None = None,
-                  client_update: Callable | None = None) -> Callable:
+                  client_update: Callable | None = None, devices: int | None = 1) -> Callable:
     """Build the pure round function ``round_fn(state, population, round_idx, ids, mask, hyper)``.
 
     Args:
@@ -138,17 +165,26 @@ def make_round_fn(*, apply_fn: Callable, mechanism: str = "gaussian",
             None picks the backend's default; see :func:`chunk_layout`.
         client_update: the one-client trainer, default :func:`ldpsim.fl.client.local_update`
             (same signature; research code may substitute its own).
+        devices: split the cohort over this many devices (None: all JAX sees), see
+            :func:`ldpsim.fl.sharding.map_cohort`; the result equals the one-device
+            result up to the float rounding of the cross-device sum.  1 (default): no
+            sharding, the single-device program.
 
     Returns:
         ``round_fn(state, population, round_idx, cohort_ids, cohort_mask, hyper) ->
         (state, RoundMetrics)``, pure and jittable: ``cohort_ids`` int32[m],
         ``cohort_mask`` bool[m] (False = padding slot, contributes nothing), ``hyper``
-        a :class:`RoundHyper`.  ``m`` need not be a multiple of ``chunk_size``.
+        a :class:`RoundHyper`.  ``m`` need not be a multiple of ``chunk_size`` or of
+        ``devices``.
+
+    Raises:
+        LdpsimError: ``devices`` is more than JAX sees (:func:`~ldpsim.fl.sharding.resolve_devices`).
     """
     from ldpsim.fl import client as client_lib
 
     if client_update is None:
         client_update = client_lib.local_update
+    n_devices = sharding.resolve_devices(devices)
     noise_factor = math.sqrt(2.0) if mechanism == "laplace" else 1.0
 
     def one_client(params, x, y, count, key, hyper):
@@ -161,43 +197,23 @@ def make_round_fn(*, apply_fn: Callable, mechanism: str = "gaussian",
                          mechanism=mechanism)
         return priv, cm.loss
 
+    def chunk_fn(operands, c_ids, c_mask):
+        params, key, round_idx, population, hyper = operands
+        x, y, counts = population.gather(c_ids)
+        keys = jax.vmap(lambda c: client_key(key, round_idx, c))(c_ids)
+        priv, loss = jax.vmap(one_client, in_axes=(None, 0, 0, 0, 0, None))(
+            params, x, y, counts, keys, hyper)
+        include = c_mask & priv.finite
+        w = server_lib.aggregation_weights(counts, include, weighting)
+        return chunk_sums(w, include, c_mask, priv, loss, counts)
+
     def round_fn(state: ServerState, population, round_idx, cohort_ids, cohort_mask,
                  hyper: RoundHyper):
         params = state.params
-        ids = jnp.asarray(cohort_ids, jnp.int32)
-        mask = jnp.asarray(cohort_mask, bool)
-        m = ids.shape[0]
-        n_chunks, chunk = chunk_layout(m, chunk_size)
-        pad = n_chunks * chunk - m
-        if pad:
-            ids = jnp.concatenate([ids, jnp.zeros((pad,), jnp.int32)])
-            mask = jnp.concatenate([mask, jnp.zeros((pad,), bool)])
-
-        def body(sums, chunk_in):
-            c_ids, c_mask = chunk_in
-            x, y, counts = population.gather(c_ids)
-            keys = jax.vmap(lambda c: client_key(state.key, round_idx, c))(c_ids)
-            priv, loss = jax.vmap(one_client, in_axes=(None, 0, 0, 0, 0, None))(
-                params, x, y, counts, keys, hyper)
-            include = c_mask & priv.finite
-            w = server_lib.aggregation_weights(counts, include, weighting)
-            add = lambda a, b: jax.tree_util.tree_map(jnp.add, a, b)  # noqa: E731
-            sums = metrics_lib.CohortSums(
-                clean=add(sums.clean, server_lib.weighted_sum(w, priv.clipped)),
-                noise=add(sums.noise, server_lib.weighted_sum(w, priv.noise)),
-                weight=sums.weight + jnp.sum(w),
-                weight_sq=sums.weight_sq + jnp.sum(w * w),
-                clients=sums.clients + jnp.sum(c_mask, dtype=jnp.int32),
-                clipped=sums.clipped + jnp.sum(include & priv.was_clipped, dtype=jnp.int32),
-                nonfinite=sums.nonfinite + jnp.sum(c_mask & ~priv.finite, dtype=jnp.int32),
-                loss=sums.loss + jnp.sum(jnp.where(include, loss, 0.0)),
-                examples=sums.examples + jnp.sum(jnp.where(include, counts, 0)
-                                                 ).astype(jnp.float32),
-            )
-            return sums, None
-
-        sums, _ = lax.scan(body, metrics_lib.CohortSums.zeros(params),
-                           (ids.reshape(n_chunks, chunk), mask.reshape(n_chunks, chunk)))
+        sums = sharding.map_cohort(
+            chunk_fn, metrics_lib.CohortSums.zeros(params),
+            (params, state.key, round_idx, population, hyper), cohort_ids, cohort_mask,
+            chunk_size=chunk_size, devices=n_devices)
         clean, noise, round_metrics = metrics_lib.finalize_metrics(
             sums, noise_factor * hyper.sigma)
         aggregate = jax.tree_util.tree_map(jnp.add, clean, noise)
@@ -356,7 +372,7 @@ def _compiled(model_name: str, input_shape: tuple[int, ...], num_classes: int,
               mechanism: str, client_optimizer: str, server_optimizer: str,
               server_momentum: float, local_steps: int | None, local_epochs: int | None,
               batch_size: int, weighting: str, chunk_size: int | None,
-              mode: tuple | None = None):
+              mode: tuple | None = None, devices: int = 1):
     """(model, jitted round, jitted eval) for one static setting, cached across runs.
 
     Every traced knob (σ, C, learning rates, seed, round; the modes' z, σ/C, dp_norm_clip,
@@ -365,6 +381,8 @@ def _compiled(model_name: str, input_shape: tuple[int, ...], num_classes: int,
     engine round (:func:`make_round_fn`), else the static part of
     :func:`ldpsim.fl.modes.make_mode_round_fn`: ``(privacy_mode, noise_mode,
     adaptive_clip, mindspore_running_min, client_dp_micro_batches, clients_per_round)``.
+    ``devices`` (resolved, >= 1) splits the cohort over that many devices; :func:`simulate`
+    passes it only when it is not 1, so single-device runs keep their cache keys.
     """
     from ldpsim.models import get_model
 
@@ -372,7 +390,7 @@ def _compiled(model_name: str, input_shape: tuple[int, ...], num_classes: int,
     common = dict(apply_fn=model.apply, mechanism=mechanism, client_optimizer=client_optimizer,
                   server_optimizer=server_optimizer, server_momentum=server_momentum,
                   local_steps=local_steps, local_epochs=local_epochs, batch_size=batch_size,
-                  weighting=weighting, chunk_size=chunk_size)
+                  weighting=weighting, chunk_size=chunk_size, devices=devices)
     if mode is None:
         round_fn = jax.jit(make_round_fn(**common))
     else:
@@ -552,6 +570,8 @@ def simulate(config: SimulationConfig, *, progress: bool = False,
         LdpsimError: bad configuration or data.
     """
     start = time.perf_counter()
+    n_devices = sharding.resolve_devices(config.devices)   # fails before loading data
+    on_devices = {} if n_devices == 1 else {"devices": n_devices}
     if data is None:
         data = build_data(config)
     population, x_test, y_test = data
@@ -575,15 +595,19 @@ def simulate(config: SimulationConfig, *, progress: bool = False,
         model, round_fn, evaluate = _compiled(
             *static, setup.mechanism, config.client_optimizer, config.server_optimizer,
             float(config.server_momentum), local_steps, config.local_epochs,
-            config.batch_size, config.weighting, config.chunk_size, mode_key)
+            config.batch_size, config.weighting, config.chunk_size, mode_key, **on_devices)
         pstate = init_privacy_state(config.privacy_mode, num_clients=population.num_clients,
                                     clip=config.clip, adaptive_clip=config.adaptive_clip)
     else:
         model, round_fn, evaluate = _compiled(
             *static, mechanism, config.client_optimizer, config.server_optimizer,
             float(config.server_momentum), local_steps, config.local_epochs,
-            config.batch_size, config.weighting, config.chunk_size)
+            config.batch_size, config.weighting, config.chunk_size, **on_devices)
     state = initial_state(config, model, population)
+    # Placed once on every device of the mesh (not copied to each device every round).
+    state, population = sharding.replicate((state, population), n_devices)
+    if modal:
+        pstate = sharding.replicate(pstate, n_devices)
     hyper = RoundHyper.create(sigma=sigma, clip=config.clip, client_lr=config.client_lr,
                               server_lr=config.server_lr)
     x_test = jnp.asarray(x_test, jnp.float32)
@@ -626,7 +650,12 @@ def simulate(config: SimulationConfig, *, progress: bool = False,
                 state, rm = round_fn(state, population, jnp.int32(t), ids, mask, hyper)
             participation[ids[mask]] += 1
             if (t + 1) % config.eval_every == 0 or t == config.rounds - 1:
-                acc, loss = evaluate(state.params, x_test, y_test)
+                # Evaluated once, on one local device (not redundantly on every mesh
+                # device): the local copy of the replicated parameters.
+                acc, loss = evaluate(state.params if n_devices == 1 else
+                                     jax.tree_util.tree_map(lambda a: a.addressable_data(0),
+                                                            state.params),
+                                     x_test, y_test)
                 row = dict(base, round=t + 1, accuracy=float(acc), loss=float(loss))
                 row.update({k: _scalar(v) for k, v in rm._asdict().items()
                             if k != "update_norm"})

@@ -1,0 +1,201 @@
+"""The cohort split over devices (ldpsim.fl.sharding): same results as one device.
+
+The multi-device checks run in a subprocess whose host platform exposes 4 CPU devices
+(``XLA_FLAGS=--xla_force_host_platform_device_count=4``, set before jax is imported); in
+that process the same simulation runs with ``devices=1`` and ``devices=4`` and the
+histories must agree to float rounding (client keys come from client ids, not from the
+device layout; only the order of the final cross-device sum differs).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from ldpsim import LdpsimError
+from ldpsim.fl import sharding
+from ldpsim.fl import simulate as sim
+from ldpsim.fl.config import SimulationConfig
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Run in the 4-device child. m = 10 clients on 4 devices with chunk 2: 3 slots per device,
+# 2 chunks of 2 each, so the cohort is padded from 10 to 16 slots (and 10 is not a
+# multiple of 4); on one device the same cohort is 5 chunks of 2, no padding.
+_CHILD = r"""
+import json, math, sys
+import jax, jax.numpy as jnp, numpy as np
+from ldpsim.data import PaddedPopulation
+from ldpsim.fl import sharding, simulate as sim
+from ldpsim.fl.config import SimulationConfig
+from ldpsim.models import get_model
+
+N = 24
+rng = np.random.default_rng(0)
+w = rng.normal(size=(6, 3))
+x = rng.normal(size=(N, 10, 6)).astype(np.float32)
+y = np.argmax(x @ w, -1)
+counts = rng.integers(3, 11, size=N)
+xt = rng.normal(size=(200, 6)).astype(np.float32)
+pop = PaddedPopulation.from_arrays(x, y, counts, num_classes=3, compact=False)
+data = (pop, xt, np.argmax(xt @ w, -1))
+cases = {"gaussian": {}, "laplace": {"mechanism": "laplace"},
+         "mindspore": {"privacy_mode": "mindspore"},
+         "distributed": {"privacy_mode": "distributed", "noise_multiplier": 0.8,
+                         "dropout_rate": 0.25}}
+out = {"device_count": jax.device_count(), "histories": {}}
+for name, kw in cases.items():
+    base = dict(dataset="toy", model="logreg", population=N, clients_per_round=10, rounds=2,
+                epsilon=20.0, delta=1e-3, clip=1.0, local_steps=2, batch_size=4,
+                client_lr=0.5, chunk_size=2, seed=3, **kw)
+    out["histories"][name] = [
+        [{k: v for k, v in row.items() if k != "wall_time"}
+         for row in sim.simulate(SimulationConfig(devices=d, **base), data=data)]
+        for d in (1, 4)]
+
+# The building block on its own: final parameters, and where the 4-device round ran.
+model = get_model("logreg", input_shape=(6,), num_classes=3)
+state = sim.init_state(model.init(jax.random.key(0), jnp.zeros((1, 6))), jax.random.key(1))
+hyper = sim.RoundHyper.create(sigma=0.3, clip=1.0, client_lr=0.5, server_lr=1.0)
+ids, mask = sim.sample_cohort(0, 0, N, 10)
+params = {}
+for d in (1, 4):
+    fn = jax.jit(sim.make_round_fn(apply_fn=model.apply, batch_size=4, chunk_size=2,
+                                   local_steps=2, devices=d))
+    new, _ = fn(state, pop, jnp.int32(0), ids, mask, hyper)
+    params[d] = [np.asarray(leaf).tolist() for leaf in jax.tree_util.tree_leaves(new.params)]
+    if d == 4:
+        hlo = fn.lower(state, pop, jnp.int32(0), ids, mask, hyper).compile().as_text()
+        out["all_reduce"] = "all-reduce" in hlo
+        out["out_devices"] = len(jax.tree_util.tree_leaves(new.params)[0].sharding.device_set)
+        out["num_partitions"] = int(hlo.split("num_partitions=")[1].split(",")[0].split()[0])
+out["params"] = params
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def four_devices() -> dict:
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
+               JAX_PLATFORMS="cpu",
+               PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# Float rounding: the 4 per-device partial sums are added in another order than one scan
+# adds the chunks; float32 sums of ~10 terms differ by a few ulps (observed <= 3e-7
+# relative), propagated through 2 rounds. rtol 1e-5 leaves two orders of margin.
+RTOL, ATOL = 1e-5, 1e-6
+
+
+@pytest.mark.parametrize("case", ["gaussian", "laplace", "mindspore", "distributed"])
+def test_four_devices_give_the_one_device_history(four_devices, case):
+    assert four_devices["device_count"] == 4
+    one, four = four_devices["histories"][case]
+    assert len(one) == len(four) == 2
+    for r1, r4 in zip(one, four):
+        assert r1.keys() == r4.keys()
+        for key, v1 in r1.items():
+            v4 = r4[key]
+            if isinstance(v1, float) and isinstance(v4, float):
+                if math.isnan(v1):
+                    assert math.isnan(v4), key
+                elif key == "accuracy":   # a test prediction may flip at a tie: 1 example
+                    assert abs(v1 - v4) <= 1 / 200 + 1e-9, (key, v1, v4)
+                else:
+                    assert v4 == pytest.approx(v1, rel=RTOL, abs=ATOL), (key, v1, v4)
+            else:  # counts, names, rounds: exact
+                assert v1 == v4, (key, v1, v4)
+        assert r1["clients"] == 10
+
+
+def test_four_device_round_really_runs_on_four_devices(four_devices):
+    assert four_devices["num_partitions"] == 4     # one SPMD program over 4 devices
+    assert four_devices["all_reduce"]              # the cross-device psum of the sums
+    assert four_devices["out_devices"] == 4        # new params replicated on all 4
+
+
+def test_four_device_round_params_equal_one_device(four_devices):
+    p1, p4 = four_devices["params"]["1"], four_devices["params"]["4"]
+    for a, b in zip(p1, p4):
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=RTOL, atol=ATOL)
+    # And the round did move the parameters (the comparison is not between two zeros).
+    assert max(np.max(np.abs(np.asarray(a))) for a in p1) > 1e-3
+
+
+def test_more_devices_than_available_is_a_clear_error():
+    n = jax.device_count()
+    with pytest.raises(LdpsimError, match=rf"devices must be <= {n}.*got {n + 1}"):
+        sharding.resolve_devices(n + 1)
+    cfg = SimulationConfig(dataset="synthetic", model="logreg", population=20,
+                           clients_per_round=5, rounds=1, devices=n + 1)
+    with pytest.raises(LdpsimError, match="devices must be <="):
+        sim.simulate(cfg)
+    with pytest.raises(LdpsimError, match="devices"):
+        sim.make_round_fn(apply_fn=lambda p, x: x, devices=n + 1)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True])
+def test_config_rejects_bad_devices(bad):
+    with pytest.raises(LdpsimError, match="devices must be an integer >= 1"):
+        SimulationConfig(devices=bad)
+
+
+def test_layout_pads_every_device_to_the_same_chunks():
+    # One device: exactly chunk_layout; D devices: ceil(m / D) slots each.
+    assert sharding.cohort_layout(10, 2, 1) == sim.chunk_layout(10, 2) == (5, 2)
+    assert sharding.cohort_layout(10, 2, 4) == (2, 2)      # 4 x 2 x 2 = 16 slots >= 10
+    assert sharding.cohort_layout(1000, 64, 2) == sim.chunk_layout(500, 64)
+    assert sharding.resolve_devices(None) == jax.device_count()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def test_two_processes_with_jax_distributed_give_the_one_device_history(tmp_path):
+    """``ldpsim run --distributed``: 2 processes x 2 host devices share the cohort (gloo
+    collectives on CPU); process 0 alone writes the CSV, equal to one device's history."""
+    import pandas as pd
+
+    settings = dict(dataset="synthetic", model="logreg", population=40, clients_per_round=10,
+                    rounds=2, epsilon=10.0, delta=1e-3, batch_size=7, local_steps=1,
+                    chunk_size=2)
+    flags = ["--dataset", "synthetic", "--model", "logreg", "--population", "40",
+             "--clients-per-round", "10", "--rounds", "2", "--epsilon", "10", "--delta",
+             "1e-3", "--batch-size", "7", "--local-steps", "1", "--chunk-size", "2",
+             "--no-progress", "--distributed", "--coordinator-address",
+             f"localhost:{_free_port()}", "--num-processes", "2"]
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2",
+               JAX_PLATFORMS="cpu",
+               PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    procs = [subprocess.Popen([sys.executable, "-m", "ldpsim", "run", *flags, "--process-id",
+                               str(i), "--out", str(tmp_path / f"p{i}.csv")],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for i in (0, 1)]
+    one = sim.simulate(SimulationConfig(devices=1, **settings))
+    outs = [p.communicate(timeout=600) for p in procs]
+    for p, (_, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-3000:]
+    assert not (tmp_path / "p1.csv").exists()     # only process 0 writes
+    four = pd.read_csv(tmp_path / "p0.csv")
+    assert len(four) == len(one) == 2
+    for r1, (_, r4) in zip(one, four.iterrows()):
+        assert r4["clients"] == r1["clients"] == 10
+        for key in ("loss", "noise_norm", "signal_norm", "train_loss", "model_change_norm"):
+            assert r4[key] == pytest.approx(r1[key], rel=RTOL, abs=ATOL), key
