@@ -16,6 +16,11 @@ Rows:
   only (no clip, no noise), training + clip (``mechanism="none"``), noise only (per-client
   ``gaussian_noise`` draws, summed).
 
+* ``--host-devices K1 K2 ...``: the engine rows again with the cohort split over ``K`` host
+  CPU devices (``XLA_FLAGS=--xla_force_host_platform_device_count=K`` set in the worker
+  before jax is imported, ``make_round_fn(devices=K)``, :mod:`ldpsim.fl.sharding`); the
+  ``x 1 dev`` column is the rate over the first K's engine rate at the same m, same run.
+
 Every configuration runs in a fresh subprocess so that its peak resident memory
 (``resource.getrusage(RUSAGE_SELF).ru_maxrss``) is its own; times are medians of repeats
 after one warm-up (compilation excluded).  Speed of light: training FLOPs per client
@@ -27,6 +32,7 @@ Usage::
     python benchmarks/throughput.py                     # full table
     python benchmarks/throughput.py --quick             # m = 10, 100 only
     python benchmarks/throughput.py --chunks 32 64 128  # chunk-size scan at m = 1,000
+    python benchmarks/throughput.py --ms 1000 --loop-max 0 --host-devices 1 2 --budget 20
 """
 
 from __future__ import annotations
@@ -84,7 +90,8 @@ def _block(tree):
     return jax.block_until_ready(tree)
 
 
-def worker(mode: str, m: int, chunk: int, repeats: int, budget_s: float) -> dict:
+def worker(mode: str, m: int, chunk: int, repeats: int, budget_s: float,
+           devices: int = 1) -> dict:
     import resource
 
     import jax
@@ -92,6 +99,7 @@ def worker(mode: str, m: int, chunk: int, repeats: int, budget_s: float) -> dict
     from jax import lax
 
     from ldpsim.fl import client as client_lib
+    from ldpsim.fl import sharding
     from ldpsim.fl.privatize import privatize
     from ldpsim.fl.simulate import RoundHyper, chunk_layout, init_state, make_round_fn
     from ldpsim.privacy import mechanisms
@@ -111,8 +119,9 @@ def worker(mode: str, m: int, chunk: int, repeats: int, budget_s: float) -> dict
 
     if mode in ("engine", "clip_only"):
         fn = jax.jit(make_round_fn(apply_fn=model.apply, local_steps=STEPS, batch_size=BATCH,
-                                   chunk_size=chunk,
+                                   chunk_size=chunk, devices=devices,
                                    mechanism="gaussian" if mode == "engine" else "none"))
+        state, pop = sharding.replicate((state, pop), devices)   # as simulate() does
         run = lambda: _block(fn(state, pop, jnp.int32(0), ids, mask, hyper))  # noqa: E731
     elif mode in ("train_only", "noise_only"):
         n_chunks, c = chunk_layout(m, chunk)  # the engine's layout, padding included
@@ -154,7 +163,8 @@ def worker(mode: str, m: int, chunk: int, repeats: int, budget_s: float) -> dict
 
     times = _time(run, repeats, budget_s)
     med = statistics.median(times)
-    return {"mode": mode, "m": m, "chunk": chunk, "seconds": med, "repeats": len(times),
+    return {"mode": mode, "m": m, "chunk": chunk, "devices": devices, "seconds": med,
+            "repeats": len(times),
             "rate": m / med, "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
             / 1024}
 
@@ -192,8 +202,14 @@ def machine_limits() -> dict:
 # ----------------------------------------------------------------------------- driver
 
 
-def _spawn(args: list[str], timeout: float) -> dict | None:
+def _spawn(args: list[str], timeout: float, host_devices: int | None = None) -> dict | None:
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    if host_devices is not None:   # must be set before the worker imports jax
+        flags = [f for f in env.get("XLA_FLAGS", "").split()
+                 if not f.startswith("--xla_force_host_platform_device_count")]
+        env["XLA_FLAGS"] = " ".join(
+            flags + [f"--xla_force_host_platform_device_count={host_devices}"])
+        args = [*args, "--devices", str(host_devices)]
     try:
         out = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True,
                              env=env, timeout=timeout, check=True)
@@ -219,11 +235,16 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--budget", type=float, default=60.0, help="seconds of repeats per row")
     p.add_argument("--quick", action="store_true", help="m = 10, 100; no breakdown")
+    p.add_argument("--host-devices", type=int, nargs="+", default=None, metavar="K",
+                   help="engine rows with the cohort split over K host CPU devices each "
+                        "(XLA_FLAGS=--xla_force_host_platform_device_count=K in the worker); "
+                        "compared with the first K; e.g. --host-devices 1 2")
+    p.add_argument("--devices", type=int, default=1, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
 
     if args.worker:
         mode, m, chunk = args.worker[0], int(args.worker[1]), int(args.worker[2])
-        print(json.dumps(worker(mode, m, chunk, args.repeats, args.budget)))
+        print(json.dumps(worker(mode, m, chunk, args.repeats, args.budget, args.devices)))
         return 0
     if args.limits:
         print(json.dumps(machine_limits()))
@@ -237,10 +258,14 @@ def main(argv=None) -> int:
     limits = _spawn(["--limits"], 900)
     rows = []
     for m in ms:
-        rows.append(_spawn(["--worker", "engine", str(m), str(chunk), *common], 1800))
+        for k in args.host_devices or [None]:
+            row = _spawn(["--worker", "engine", str(m), str(chunk), *common], 1800, k)
+            if row and k is not None:
+                row["mode"] = f"engine ({k} host dev)"
+            rows.append(row)
         if m <= args.loop_max:
             rows.append(_spawn(["--worker", "loop", str(m), "1", *common], 1800))
-    if not args.quick:
+    if not args.quick and not args.host_devices:
         m = 1000
         for mode in ("train_only", "clip_only", "noise_only"):
             rows.append(_spawn(["--worker", mode, str(m), str(chunk), *common], 1800))
@@ -256,17 +281,24 @@ def main(argv=None) -> int:
           f"{limits['train_mflops_per_client']:.1f} MFLOP/client -> speed of light "
           f"{limits['sol_rate']:.0f} client-updates/s\n")
     loop_rate = {r["m"]: r["rate"] for r in rows if r["mode"] == "loop"}
+    first_dev = {}
+    for r in rows:
+        if r["mode"].startswith("engine ("):
+            first_dev.setdefault(r["m"], r["rate"])
     best_loop = max(loop_rate.values()) if loop_rate else float("nan")
     hdr = (f"| {'formulation':<22} | {'m':>6} | {'chunk':>5} | {'updates/s':>9} | "
-           f"{'x loop':>6} | {'of SOL':>6} | {'peak RSS MB':>11} | {'s/round':>8} |")
+           f"{'x loop':>6} | {'x 1 dev':>7} | {'of SOL':>6} | {'peak RSS MB':>11} | {'s/round':>8} |")
     print(hdr)
     print("|" + "|".join("-" * (len(c)) for c in hdr.split("|")[1:-1]) + "|")
     for r in rows:
         ref = loop_rate.get(r["m"], best_loop)
-        speedup = r["rate"] / ref if r["mode"] in ("engine", "loop") else float("nan")
-        sol = r["rate"] / limits["sol_rate"] if r["mode"] in ("engine", "loop") else float("nan")
+        engine = r["mode"].startswith("engine") or r["mode"] == "loop"
+        speedup = r["rate"] / ref if engine else float("nan")
+        sol = r["rate"] / limits["sol_rate"] if engine else float("nan")
+        vs_dev = (r["rate"] / first_dev[r["m"]] if r["mode"].startswith("engine (")
+                  else float("nan"))
         print(f"| {r['mode']:<22} | {r['m']:>6,} | {r['chunk']:>5} | {r['rate']:>9.1f} | "
-              f"{speedup:>6.2f} | {sol:>6.1%} | {r['maxrss_mb']:>11.0f} | "
+              f"{speedup:>6.2f} | {vs_dev:>7.2f} | {sol:>6.1%} | {r['maxrss_mb']:>11.0f} | "
               f"{r['seconds']:>8.3f} |")
     by_mode = {r["mode"]: r for r in rows if r["m"] == 1000 and r["chunk"] == chunk}
     if {"engine", "train_only", "clip_only"} <= set(by_mode):
