@@ -199,3 +199,14 @@ def test_two_processes_with_jax_distributed_give_the_one_device_history(tmp_path
         assert r4["clients"] == r1["clients"] == 10
         for key in ("loss", "noise_norm", "signal_norm", "train_loss", "model_change_norm"):
             assert r4[key] == pytest.approx(r1[key], rel=RTOL, abs=ATOL), key
+
+
+def test_poisson_capacity_with_the_default_chunk_size():
+    # chunk_size=None (the backend default) used to fail with a TypeError here.
+    from scipy import stats
+
+    cfg = SimulationConfig(sampling="poisson", population=1000, clients_per_round=100)
+    cap = sim._poisson_capacity(cfg)
+    assert cap >= stats.binom.ppf(1 - 1e-9, 1000, 0.1)
+    chunk = sim.resolve_chunk_size(None)
+    assert cap <= chunk or cap % chunk == 0   # whole chunks when above one chunk

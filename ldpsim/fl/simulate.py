@@ -312,7 +312,7 @@ def _poisson_capacity(config: SimulationConfig) -> int:
 
     q = config.clients_per_round / config.population
     cap = int(stats.binom.ppf(1 - 1e-9, config.population, q))
-    chunk = config.chunk_size
+    chunk = resolve_chunk_size(config.chunk_size)   # None: the backend default
     return max(chunk * -(-cap // chunk), 1) if cap > chunk else max(cap, 1)
 
 
