@@ -189,9 +189,9 @@ def _with_base(**changes) -> SweepConfig:
 def test_execution_only_settings_do_not_change_the_fingerprint(tmp_path):
     from ldpsim.sweep.config import EXECUTION_FIELDS, fingerprint_of
 
-    assert set(EXECUTION_FIELDS) == {"chunk_size", "data_dir"}
-    a = _with_base(chunk_size=None, data_dir=None)
-    b = _with_base(chunk_size=4, data_dir="/elsewhere")
+    assert set(EXECUTION_FIELDS) == {"chunk_size", "data_dir", "devices"}
+    a = _with_base(chunk_size=None, data_dir=None, devices=None)
+    b = _with_base(chunk_size=4, data_dir="/elsewhere", devices=1)
     assert a.fingerprint() == b.fingerprint()
     assert b.describe_difference(a.normalized()) == "(no difference in settings)"
     # Settings that change results still change the fingerprint.

@@ -53,9 +53,10 @@ FORMAT = 1
 #: Fixed settings that change how a run executes, not its results, so they are left out of
 #: the fingerprint (a sweep may be resumed after changing them): ``chunk_size`` (clients per
 #: vmapped chunk; the noise and the update sums do not depend on it, only float summation
-#: order does: SimulationConfig and ldpsim.fl.simulate) and ``data_dir`` (where the verified
-#: copy of the dataset lives; the loaders check its SHA-256). They stay in the recorded config.
-EXECUTION_FIELDS = ("chunk_size", "data_dir")
+#: order does: SimulationConfig and ldpsim.fl.simulate), ``data_dir`` (where the verified
+#: copy of the dataset lives; the loaders check its SHA-256) and ``devices`` (how many devices
+#: the cohort is split over; keys come from client ids). They stay in the recorded config.
+EXECUTION_FIELDS = ("chunk_size", "data_dir", "devices")
 
 
 def fingerprint_of(normalized: Mapping[str, Any]) -> str:
