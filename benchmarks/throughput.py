@@ -25,7 +25,9 @@ Every configuration runs in a fresh subprocess so that its peak resident memory
 (``resource.getrusage(RUSAGE_SELF).ru_maxrss``) is its own; times are medians of repeats
 after one warm-up (compilation excluded).  Speed of light: training FLOPs per client
 (XLA's cost analysis of one client's ``local_update``) at the measured float32 matmul peak,
-plus the per-client noise at the measured ``jax.random.normal`` rate.
+plus the per-client noise at the measured rate of ldpsim's default sampler. Every ldpsim
+program (engine, loop, breakdown) is compiled with :func:`ldpsim._xla.jit` (ldpsim's XLA CPU
+options), so the loop baseline gets the same code generation as the engine.
 
 Usage::
 
@@ -98,6 +100,7 @@ def worker(mode: str, m: int, chunk: int, repeats: int, budget_s: float,
     import jax.numpy as jnp
     from jax import lax
 
+    from ldpsim import _xla
     from ldpsim.fl import client as client_lib
     from ldpsim.fl import sharding
     from ldpsim.fl.privatize import privatize
@@ -118,7 +121,7 @@ def worker(mode: str, m: int, chunk: int, repeats: int, budget_s: float,
         return delta
 
     if mode in ("engine", "clip_only"):
-        fn = jax.jit(make_round_fn(apply_fn=model.apply, local_steps=STEPS, batch_size=BATCH,
+        fn = _xla.jit(make_round_fn(apply_fn=model.apply, local_steps=STEPS, batch_size=BATCH,
                                    chunk_size=chunk, devices=devices,
                                    mechanism="gaussian" if mode == "engine" else "none"))
         state, pop = sharding.replicate((state, pop), devices)   # as simulate() does
@@ -139,10 +142,10 @@ def worker(mode: str, m: int, chunk: int, repeats: int, budget_s: float,
             return jax.tree_util.tree_map(lambda a, b: a + b.sum(0), acc, d), None
 
         zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
-        fn = jax.jit(lambda: lax.scan(body, zeros, chunks)[0])
+        fn = _xla.jit(lambda: lax.scan(body, zeros, chunks)[0])
         run = lambda: _block(fn())  # noqa: E731
     elif mode == "loop":
-        @jax.jit
+        @_xla.jit  # the same compile options as the engine
         def step(acc, params, cid, hyper):  # params, σ, C are arguments, as in a real loop
             key = jax.random.fold_in(state.key, cid)
             tk, nk = jax.random.split(key)
@@ -174,8 +177,10 @@ def machine_limits() -> dict:
     import jax
     import jax.numpy as jnp
 
+    from ldpsim import _xla
     from ldpsim.fl import client as client_lib
     from ldpsim.models import num_params
+    from ldpsim.privacy import sampling
 
     a = jnp.ones((2048, 2048), jnp.float32)
     mm = jax.jit(lambda a: a @ a)
@@ -183,7 +188,8 @@ def machine_limits() -> dict:
     peak = 2 * 2048 ** 3 / statistics.median(t)
     pop, model, params, _ = _setup(10)
     d = num_params(params)
-    normal = jax.jit(lambda k: jax.random.normal(k, (100, d)))
+    # Noise at the rate of ldpsim's default sampler, compiled as the engine compiles it.
+    normal = _xla.jit(lambda k: sampling.normal(k, (100, d)))
     t = _time(lambda: _block(normal(jax.random.key(0))), 5, 5.0)
     normal_rate = 100 * d / statistics.median(t)
     x, y, c = pop.gather(jnp.arange(1))
@@ -276,7 +282,7 @@ def main(argv=None) -> int:
     print(f"\nldpsim throughput: LeNet-5 (d = {limits['d']:,}), {EXAMPLES} examples/client, "
           f"batch {BATCH}, {STEPS} local steps, per-client Gaussian noise; backend "
           f"{limits['device']} x{limits['devices']}")
-    print(f"machine: matmul {limits['matmul_gflops']:.0f} GFLOP/s, jax.random.normal "
+    print(f"machine: matmul {limits['matmul_gflops']:.0f} GFLOP/s, ldpsim noise "
           f"{limits['normal_msamples']:.0f} M samples/s, training "
           f"{limits['train_mflops_per_client']:.1f} MFLOP/client -> speed of light "
           f"{limits['sol_rate']:.0f} client-updates/s\n")

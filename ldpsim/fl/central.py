@@ -44,6 +44,7 @@ import numpy as np
 import optax
 from jax import lax
 
+from ldpsim import _xla
 from ldpsim._checks import (
     LdpsimError,
     check_choice,
@@ -469,9 +470,9 @@ def train_dpsgd(config: DpsgdConfig, *, progress: bool = False,
                              micro_batches=config.micro_batches if config.dp else None)
     perm0 = epoch_permutation(data_key, 0, n, steps_per_epoch, config.batch_size)
     t0 = time.perf_counter()
-    epoch_c = jax.jit(epoch_fn, donate_argnums=(0, 1)).lower(
+    epoch_c = _xla.jit(epoch_fn, donate_argnums=(0, 1)).lower(
         params, opt_state, x_tr, y_tr, perm0).compile()
-    evaluate = jax.jit(make_eval_fn(model.apply, config.eval_batch_size))
+    evaluate = _xla.jit(make_eval_fn(model.apply, config.eval_batch_size))
     compile_time = time.perf_counter() - t0
     ledger = _Ledger(config, n, steps_per_epoch)
     bar = None

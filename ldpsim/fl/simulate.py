@@ -35,6 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ldpsim import _xla
 from ldpsim._checks import LdpsimError
 from ldpsim.fl import metrics as metrics_lib
 from ldpsim.fl import server as server_lib
@@ -392,16 +393,16 @@ def _compiled(model_name: str, input_shape: tuple[int, ...], num_classes: int,
                   local_steps=local_steps, local_epochs=local_epochs, batch_size=batch_size,
                   weighting=weighting, chunk_size=chunk_size, devices=devices)
     if mode is None:
-        round_fn = jax.jit(make_round_fn(**common))
+        round_fn = _xla.jit(make_round_fn(**common))
     else:
         from ldpsim.fl.modes import make_mode_round_fn
 
         privacy_mode, noise_mode, adaptive_clip, running_min, micro, m = mode
-        round_fn = jax.jit(make_mode_round_fn(
+        round_fn = _xla.jit(make_mode_round_fn(
             privacy_mode=privacy_mode, noise_mode=noise_mode, clients_per_round=m,
             adaptive_clip=adaptive_clip, mindspore_running_min=running_min,
             client_dp_micro_batches=micro, **common))
-    return model, round_fn, jax.jit(make_eval_fn(model.apply))
+    return model, round_fn, _xla.jit(make_eval_fn(model.apply))
 
 
 def initial_state(config: SimulationConfig, model: Any, population: Any) -> ServerState:

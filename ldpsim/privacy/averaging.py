@@ -28,7 +28,6 @@ References:
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -38,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 from scipy import special
 
+from ldpsim import _xla
 from ldpsim._checks import LdpsimError, check_choice, check_nonnegative, check_positive, check_positive_int
 from ldpsim.privacy import sampling
 from ldpsim.privacy.mechanisms import gaussian_noise, laplace_noise
@@ -227,7 +227,7 @@ def _random_direction(key: jax.Array, dim: int, clip: jax.Array, mechanism: str)
     return clip * g / jnp.sum(jnp.abs(g))
 
 
-@functools.partial(jax.jit, static_argnames=("dim", "chunk", "mechanism"))
+@_xla.jit(static_argnames=("dim", "chunk", "mechanism"))
 def _per_client_trial(key, num_clients, weights, noise_scale, clip, *, dim, chunk, mechanism):
     """Draw every client's noise and random direction, chunk by chunk, and aggregate.
 
@@ -265,7 +265,7 @@ def _per_client_trial(key, num_clients, weights, noise_scale, clip, *, dim, chun
     return _trial_stats(z_sum / total, r_sum / total, clip)
 
 
-@functools.partial(jax.jit, static_argnames=("dim", "mechanism"))
+@_xla.jit(static_argnames=("dim", "mechanism"))
 def _aggregate_trial(key, num_clients, weight_ratio, noise_scale, clip, dir_sq, *, dim, mechanism):
     """Draw z̄ from its exact distribution (Gaussian: any weights; Laplace: equal weights).
 

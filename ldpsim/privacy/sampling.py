@@ -129,7 +129,6 @@ References:
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Any
 
@@ -137,6 +136,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ldpsim import _xla
 from ldpsim._checks import LdpsimError, check_choice
 
 PyTree = Any
@@ -389,7 +389,7 @@ def _fast(
     return _fast_kernel(k0, k1, shape, offset, dtype, impl)
 
 
-@functools.partial(jax.jit, static_argnums=(2, 3, 4, 5))
+@_xla.jit(static_argnums=(2, 3, 4, 5))
 def _fast_kernel(
     k0, k1, shape: tuple[int, ...], offset: int, dtype: jnp.dtype, impl: str
 ) -> jax.Array:

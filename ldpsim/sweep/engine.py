@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from ldpsim import _xla
 from ldpsim._checks import LdpsimError
 from ldpsim.sweep.config import Cell
 
@@ -86,8 +87,8 @@ def simulate_epsilon_axis(configs: Sequence[Any], *, data: Any = None,
         server_optimizer=c0.server_optimizer, server_momentum=float(c0.server_momentum),
         local_steps=None if c0.local_epochs else c0.local_steps, local_epochs=c0.local_epochs,
         batch_size=c0.batch_size, weighting=c0.weighting, chunk_size=c0.chunk_size)
-    vround = jax.jit(jax.vmap(round_fn, in_axes=(0, None, None, None, None, 0)))
-    veval = jax.jit(jax.vmap(sim.make_eval_fn(model.apply), in_axes=(0, None, None)))
+    vround = _xla.jit(jax.vmap(round_fn, in_axes=(0, None, None, None, None, 0)))
+    veval = _xla.jit(jax.vmap(sim.make_eval_fn(model.apply), in_axes=(0, None, None)))
     # The same initial state as simulate() builds for this seed, replicated over ε.
     state = _initial_state(sim, model, c0, population)
     e = len(configs)
