@@ -181,3 +181,18 @@ def test_cnhw_patches_vjp_is_the_transpose_of_im2col(padding):
     gx = jax.vmap(lambda x, w: jax.grad(lambda x: jnp.sum(fn(x, w) ** 2))(x))(xs, ws)
     gx_ref = jax.vmap(lambda x, w: jax.grad(lambda x: jnp.sum(ref_fn(x, w) ** 2))(x))(xs, ws)
     np.testing.assert_allclose(gx, gx_ref, rtol=1e-4, atol=1e-3)
+
+
+def test_auto_model_name_and_lenet_error_on_vectors():
+    from ldpsim import LdpsimError
+    from ldpsim.models import get_model, resolve_model_name
+
+    assert resolve_model_name("auto", (28, 28, 1)) == "lenet5"
+    assert resolve_model_name("auto", (28, 28)) == "lenet5"
+    assert resolve_model_name("auto", (60,)) == "mlp"
+    assert resolve_model_name("logreg", (28, 28, 1)) == "logreg"
+    assert get_model("auto", input_shape=(60,), num_classes=10).name == "mlp"
+    with pytest.raises(LdpsimError, match="use model 'mlp'"):
+        get_model("lenet5", input_shape=(60,), num_classes=10)
+    with pytest.raises(LdpsimError, match="model"):
+        resolve_model_name("resnet", (28, 28, 1))

@@ -31,13 +31,14 @@ trains each client with DP-SGD (client_dp_epsilon column), combinable with every
 
 devices: each round's cohort is split over --devices devices (default: all JAX sees) with
 jax.sharding; results equal one device's up to float rounding (client keys come from client
-ids). On CPU, XLA_FLAGS=--xla_force_host_platform_device_count=K exposes K host devices.
+ids). On CPU the command exposes one host device per core (at most 8) unless XLA_FLAGS sets
+--xla_force_host_platform_device_count or LDPSIM_HOST_DEVICES=K is given (1: one device).
 Multi-host: run the same command on every host with --distributed, which calls
 jax.distributed.initialize() before anything else (coordinator, process count and id are
 auto-detected on Slurm/Open MPI/Kubernetes/Cloud TPU, or given by --coordinator-address,
 --num-processes, --process-id); every device of every host then shares the cohort and
 process 0 alone writes --out and prints.
-  XLA_FLAGS=--xla_force_host_platform_device_count=2 ldpsim run --devices 2 --out run.csv
+  LDPSIM_HOST_DEVICES=1 ldpsim run --out run.csv     # one CPU device
 """
 
 def _bool(text: str) -> bool:

@@ -54,7 +54,8 @@ class SimulationConfig:
             ``examples_per_client`` examples from its own Dirichlet(alpha) label mix).
         alpha: Dirichlet concentration for ``"dirichlet"`` and ``"sampled"`` (inf = IID).
         model: model name for :func:`ldpsim.models.get_model` (``"lenet5"``, ``"mlp"``,
-            ``"logreg"``).
+            ``"logreg"``), or ``"auto"`` (default): LeNet-5 for image datasets, the MLP for
+            feature vectors (the synthetic default); the history records the model used.
         population: number of clients N.
         examples_per_client: examples held by each client of a ``"sampled"`` population.
         clients_per_round: cohort size m (expected size under Poisson sampling).
@@ -132,7 +133,7 @@ class SimulationConfig:
     data_source: str = "auto"
     partition: str = "iid"
     alpha: float = math.inf
-    model: str = "lenet5"
+    model: str = "auto"
     population: int = 1000
     examples_per_client: int = 32
     clients_per_round: int = 100

@@ -616,7 +616,8 @@ def simulate(config: SimulationConfig, *, progress: bool = False,
     capacity = (_poisson_capacity(config) if config.sampling == "poisson"
                 else config.clients_per_round)
     base = {
-        "dataset": config.dataset, "model": config.model,
+        "dataset": config.dataset,
+        "model": model.name,
         **_mode_base(config, sigma, sens, mechanism),
         "clients_per_round": config.clients_per_round,
         "population": population.num_clients, "seed": config.seed,

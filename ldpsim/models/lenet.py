@@ -109,7 +109,8 @@ def lenet5(*, input_shape: tuple[int, ...] = (28, 28, 1), num_classes: int = 10,
     if len(shape) == 2:
         shape = shape + (1,)
     if len(shape) != 3:
-        raise LdpsimError(f"input_shape for lenet5 must be (H, W) or (H, W, C), got {input_shape!r}")
+        raise LdpsimError(f"lenet5 needs images of shape (H, W) or (H, W, C), but the inputs have "
+                          f"shape {input_shape!r}: use model 'mlp' or 'logreg' (or 'auto')")
     check_choice("first_conv_padding", first_conv_padding, ("SAME", "VALID"))
     shrink = 0 if first_conv_padding == "SAME" else 4
     side = min(shape[:2])

@@ -120,7 +120,7 @@ def simulate_epsilon_axis(configs: Sequence[Any], *, data: Any = None,
             elapsed = time.perf_counter() - start
             for i, (c, (sigma, sens, mech)) in enumerate(zip(configs, scales)):
                 row = {
-                    "dataset": c.dataset, "model": c.model, "mechanism": mech, "neighbours": c.neighbours,
+                    "dataset": c.dataset, "model": model.name, "mechanism": mech, "neighbours": c.neighbours,
                     "epsilon": c.epsilon, "delta": c.delta if mech == "gaussian" else math.nan,
                     "clip": c.clip, "sensitivity": sens, "sigma": sigma,
                     "clients_per_round": c.clients_per_round, "population": population.num_clients,
