@@ -19,6 +19,8 @@ Rows:
     pytree (10 leaves) when ``--dim`` is 61,706, so per-leaf overheads show.
   * ``... then sum over clients``: the noise consumed by a reduction (as in an
     aggregate), for both the baseline and the default sampler.
+  * ``... one client at a time (scan + running sum)``: the CPU engine's pattern (chunk 1:
+    ``lax.scan`` over the cohort, each client's noise added to the running sum), for both.
 
 Compilation: the ``jax.random`` rows use plain ``jax.jit`` (JAX's defaults); the ldpsim
 rows use :func:`ldpsim._xla.jit`, the way every ldpsim kernel is compiled (on CPU: XLA's
@@ -64,6 +66,17 @@ def _methods(clients: int, dim: int):
 
         return f
 
+    def scanned(draw):
+        # The CPU engine's pattern (chunk 1): clients one at a time inside lax.scan, each
+        # client's noise added to a running sum (ldpsim.fl.simulate accumulates the noised
+        # updates this way), so the noise is consumed without being stored.
+        def f(root, rnd):
+            keys = _client_keys(root, rnd, clients)
+            z = jnp.zeros((dim,), jnp.float32)
+            return jax.lax.scan(lambda acc, k: (acc + draw(k), None), z, keys)[0]
+
+        return f
+
     def summed(draw):
         def f(root, rnd):
             return jnp.sum(jax.vmap(draw)(_client_keys(root, rnd, clients)), axis=0)
@@ -95,6 +108,10 @@ def _methods(clients: int, dim: int):
             per_client(tree_noise), "threefry2x32"),
         "jax.random.normal threefry, summed over clients": (summed(ref), "threefry2x32"),
         "ldpsim fast normal, summed over clients": (summed(fast), "threefry2x32"),
+        "jax.random.normal threefry, one client at a time (scan + running sum)": (
+            scanned(ref), "threefry2x32"),
+        "ldpsim fast normal, one client at a time (scan + running sum)": (
+            scanned(fast), "threefry2x32"),
         "jax.random.normal threefry [ldpsim compile options]": (per_client(ref), "threefry2x32"),
         "ldpsim fast normal [plain jax.jit]": (per_client(fast), "threefry2x32"),
     }
