@@ -78,6 +78,18 @@ for d in (1, 4):
         out["out_devices"] = len(jax.tree_util.tree_leaves(new.params)[0].sharding.device_set)
         out["num_partitions"] = int(hlo.split("num_partitions=")[1].split(",")[0].split()[0])
 out["params"] = params
+
+# devices=None: all 4 devices, except on CPU above CPU_MULTI_DEVICE_MAX_CLIENTS (one device).
+seen = []
+orig = sim._compiled
+sim._compiled = lambda *a, **k: (seen.append(k.get("devices", 1)), orig(*a, **k))[1]
+base = dict(dataset="toy", model="logreg", population=N, clients_per_round=10, rounds=1,
+            epsilon=20.0, delta=1e-3, clip=1.0, local_steps=2, batch_size=4, chunk_size=2)
+for limit in (10, 9):
+    sim.CPU_MULTI_DEVICE_MAX_CLIENTS = limit
+    sim.simulate(SimulationConfig(devices=None, **base), data=data)
+sim.simulate(SimulationConfig(devices=4, **base), data=data)   # explicit: always honoured
+out["auto_devices"] = seen
 print(json.dumps(out))
 """
 
@@ -124,6 +136,11 @@ def test_four_device_round_really_runs_on_four_devices(four_devices):
     assert four_devices["num_partitions"] == 4     # one SPMD program over 4 devices
     assert four_devices["all_reduce"]              # the cross-device psum of the sums
     assert four_devices["out_devices"] == 4        # new params replicated on all 4
+
+
+def test_auto_devices_on_cpu_fall_back_to_one_device_for_large_cohorts(four_devices):
+    # m = 10 <= limit 10: all 4 devices; limit 9: one device; devices=4 given: 4.
+    assert four_devices["auto_devices"] == [4, 1, 4]
 
 
 def test_four_device_round_params_equal_one_device(four_devices):

@@ -90,7 +90,10 @@ class SimulationConfig:
             :mod:`ldpsim.fl.sharding`); None: every device JAX sees (all local devices, and
             every process's devices after ``jax.distributed.initialize()``). Results equal
             the one-device results up to the float rounding of the cross-device sum:
-            client keys come from client ids, not from the device layout.
+            client keys come from client ids, not from the device layout. On CPU, None
+            uses one device for cohorts above
+            :data:`ldpsim.fl.simulate.CPU_MULTI_DEVICE_MAX_CLIENTS` (20,000), where XLA's CPU
+            runtime would hold ~46 KB per client in a multi-device round.
         seed: root seed of all randomness (model init, cohorts, training, noise).
         privacy_mode: where the noise goes (:mod:`ldpsim.fl.modes`): ``"ldp"`` (each
             client clips to ``clip`` and adds noise for (``epsilon``, ``delta``), the

@@ -145,6 +145,16 @@ def chunk_sums(w: jax.Array, include: jax.Array, mask: jax.Array, priv: Any,
     )
 
 
+#: With ``devices=None`` on several host CPU devices, cohorts larger than this run on one
+#: device. Measured (jax 0.10.2, benchmarks/scale.py --lenet-round M with 2 host devices):
+#: XLA's CPU runtime holds about 46 KB per client until a multi-device round ends (peak RSS
+#: 1.25 GB at m = 2,000, 1.56 GB at 8,000, 5.4 GB at 100,000; one device: 1.1 GB at any m),
+#: although the compiled program's buffers do not grow with m. Below this size the split
+#: costs < 1 GB and runs ~1.7x faster on 2 cores; above it memory stays set by the chunk.
+#: An explicit ``devices=K`` is always honoured.
+CPU_MULTI_DEVICE_MAX_CLIENTS = 20_000
+
+
 def make_round_fn(*, apply_fn: Callable, mechanism: str = "gaussian",
                   client_optimizer: str = "sgd", server_optimizer: str = "fedavg",
                   server_momentum: float = 0.9, local_steps: int | None = 1,
@@ -572,6 +582,10 @@ def simulate(config: SimulationConfig, *, progress: bool = False,
     """
     start = time.perf_counter()
     n_devices = sharding.resolve_devices(config.devices)   # fails before loading data
+    if (config.devices is None and n_devices > 1 and jax.process_count() == 1
+            and jax.default_backend() == "cpu"
+            and config.clients_per_round > CPU_MULTI_DEVICE_MAX_CLIENTS):
+        n_devices = 1   # see CPU_MULTI_DEVICE_MAX_CLIENTS
     on_devices = {} if n_devices == 1 else {"devices": n_devices}
     if data is None:
         data = build_data(config)
