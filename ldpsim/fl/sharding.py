@@ -57,8 +57,9 @@ def resolve_devices(devices: int | None) -> int:
     n = check_positive_int("devices", devices)
     if n > available:
         platform = jax.devices()[0].platform
-        hint = (" (on CPU, set XLA_FLAGS=--xla_force_host_platform_device_count=K before "
-                "jax is imported)" if platform == "cpu" else "")
+        hint = (" (on CPU: LDPSIM_HOST_DEVICES=K for the ldpsim command, or "
+                "XLA_FLAGS=--xla_force_host_platform_device_count=K before jax is imported)"
+                if platform == "cpu" else "")
         raise LdpsimError(f"devices must be <= {available}, the number of {platform} devices "
                           f"JAX sees, got {n}; use devices=None for all of them{hint}")
     if jax.process_count() > 1 and n != available:
