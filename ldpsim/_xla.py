@@ -43,6 +43,16 @@ def compiler_options(backend: str | None = None) -> dict[str, Any]:
     return {"xla_cpu_prefer_vector_width": int(width)}
 
 
+@functools.cache
+def _accepted(items: tuple) -> bool:
+    """Whether this XLA compiles with these options (an older one rejects unknown ones)."""
+    try:
+        jax.jit(lambda: 0, compiler_options=dict(items)).lower().compile()
+    except Exception:  # noqa: BLE001 - any failure means: compile without the options
+        return False
+    return True
+
+
 def jit(fun: Callable | None = None, **jit_kwargs: Any) -> Any:
     """``jax.jit`` with :func:`compiler_options`, resolved at the first call (not at import).
 
@@ -69,6 +79,8 @@ class _LazyJit:
     def _get(self) -> Any:
         if self._top is None:
             opts = compiler_options()
+            if opts and not _accepted(tuple(sorted(opts.items()))):
+                opts = {}
             self._top = (jax.jit(self._fun, **self._kwargs, compiler_options=opts) if opts
                          else self._plain)
         return self._top
@@ -76,7 +88,9 @@ class _LazyJit:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         traced = any(isinstance(x, jax.core.Tracer)
                      for x in jax.tree_util.tree_leaves((args, kwargs)))
-        return (self._plain if traced else self._get())(*args, **kwargs)
+        if traced:
+            return self._plain(*args, **kwargs)
+        return self._get()(*args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):

@@ -36,3 +36,15 @@ def test_same_bits_as_plain_jit_top_level_and_nested():
     k = jax.random.key(5)
     np.testing.assert_array_equal(np.asarray(sampling.normal(k, (77,))),
                                   np.asarray(jax.jit(lambda k: sampling.normal(k, (77,)))(k)))
+
+
+def test_unknown_option_falls_back_to_plain_jit(monkeypatch):
+    # An older XLA that lacks the option rejects it at compile time ("No such compile
+    # option"); the kernel must still run, without the option.
+    monkeypatch.setattr(_xla, "compiler_options", lambda backend=None: {"xla_no_such_option": 1})
+    f = _xla.jit(lambda x: x * 2 + 1)
+    np.testing.assert_array_equal(np.asarray(f(jnp.arange(3.0))), [1.0, 3.0, 5.0])
+    compiled = _xla.jit(lambda x: x - 1).lower(jnp.arange(2.0)).compile()   # AOT path too
+    np.testing.assert_array_equal(np.asarray(compiled(jnp.arange(2.0))), [-1.0, 0.0])
+    assert _xla._accepted((("xla_no_such_option", 1),)) is False
+    assert _xla._accepted((("xla_cpu_prefer_vector_width", 512),)) is True
