@@ -32,7 +32,8 @@ Quick check (about a minute on 2 shared cores)::
 
     PYTHONPATH=. python benchmarks/scale.py
 
-Full measurement of the issue (per-client n = 10^6 alone is ~20-30 min on 2 cores)::
+Full measurement of the issue (per-client n = 10^6 took 3.7 min on 2 quiet cores; the
+LeNet-5 round with M = 10^5 about 5-10 min)::
 
     PYTHONPATH=. python benchmarks/scale.py --ns 1e3,1e4,1e5,1e6 --lenet-round 100000
 

@@ -298,7 +298,8 @@ def test_normal_like_is_one_flat_draw_split_into_leaves():
         (lambda: sampling.normal(jax.random.key(0), (3,), impl="ziggurat"), "impl"),
         (lambda: sampling.normal(jax.random.key(0), (3,), jnp.int32), "dtype"),
         (lambda: sampling.normal(jax.random.split(jax.random.key(0), 2), (3,)), "shape"),
-        (lambda: sampling.normal(jax.random.key(0, impl="rbg"), (3,)), "threefry"),
+        (lambda: sampling.normal(jax.random.key(0, impl="rbg"), (3,), impl="fast"),
+         "threefry"),
     ],
 )
 def test_bad_input_is_rejected(call, match):
@@ -309,3 +310,23 @@ def test_bad_input_is_rejected(call, match):
 def test_rbg_key_works_with_reference_impl():
     z = sampling.normal(jax.random.key(0, impl="rbg"), (3,), impl="jax")
     assert z.shape == (3,)
+
+
+def test_default_impl_follows_the_key_type():
+    from ldpsim.privacy import mechanisms
+
+    assert sampling.resolve_impl(jax.random.key(0), None) == "fast"
+    assert sampling.resolve_impl(jax.random.PRNGKey(0), None) == "fast"
+    rbg = jax.random.key(0, impl="rbg")
+    assert sampling.resolve_impl(rbg, None) == "jax"
+    assert sampling.resolve_impl(rbg, "icdf") == "icdf"   # explicit wins (and then fails)
+    # With a non-threefry key (jax_default_prng_impl="rbg") the default is jax.random.normal:
+    # the engine's noise keeps working, bit for bit the reference draw.
+    tree = {"w": jnp.zeros((4, 3)), "b": jnp.zeros(3)}
+    np.testing.assert_array_equal(
+        np.asarray(mechanisms.gaussian_noise(rbg, tree, 2.0)["w"]),
+        np.asarray(mechanisms.gaussian_noise(rbg, tree, 2.0, impl="jax")["w"]))
+    # With the default threefry key the default is the fast sampler.
+    k = jax.random.key(1)
+    np.testing.assert_array_equal(np.asarray(sampling.normal(k, (5,))),
+                                  np.asarray(sampling.normal(k, (5,), impl="fast")))

@@ -7,8 +7,9 @@ compiled program.
 
 Gaussian noise comes by default from :func:`ldpsim.privacy.sampling.normal_like`
 (``impl="fast"``: Threefry-2x32-20 bits + Box–Muller, several times faster than
-``jax.random.normal`` on CPU and validated in ``tests/test_sampling.py``); the leaves
-take consecutive blocks of one counter range of the key. ``impl="jax"`` restores
+``jax.random.normal`` on CPU and validated in ``tests/test_sampling.py``) whenever the key
+is a threefry key (JAX's default; other key types fall back to ``jax.random.normal``); the
+leaves take consecutive blocks of one counter range of the key. ``impl="jax"`` restores
 ``jax.random.normal`` with one key per leaf from ``jax.random.split(key, num_leaves)``.
 Laplace noise uses ``jax.random.laplace`` on split keys. Either way leaves receive
 independent noise, the same key always gives the same noise, and callers derive
@@ -49,19 +50,21 @@ def _float_dtype(dtype) -> jnp.dtype:
 
 
 def gaussian_noise(
-    key: jax.Array, tree: PyTree, stddev: jax.typing.ArrayLike, *, impl: str = "fast"
+    key: jax.Array, tree: PyTree, stddev: jax.typing.ArrayLike, *, impl: str | None = None
 ) -> PyTree:
     """iid N(0, stddev²) noise with the structure, shapes and dtypes of ``tree``.
 
     Args:
-        key: a threefry PRNG key (any key type with ``impl="jax"``).
+        key: a PRNG key (``"fast"``/``"icdf"`` need a threefry key, JAX's default).
         tree: a pytree whose leaves give the shapes/dtypes of the noise
             (non-floating leaves get float32 noise).
         stddev: per-coordinate standard deviation σ ≥ 0 (traced scalar is fine).
         impl: the N(0, 1) sampler, one of :data:`ldpsim.privacy.sampling.IMPLS`:
-            ``"fast"`` (default; Box–Muller on Threefry-2x32-20 bits, |z| ≤ 6.76),
+            ``"fast"`` (Box–Muller on Threefry-2x32-20 bits, |z| ≤ 6.76),
             ``"icdf"`` (64-bit inverse CDF, |z| ≤ 9.08) or ``"jax"``
-            (``jax.random.normal`` on per-leaf split keys, the previous behaviour).
+            (``jax.random.normal`` on per-leaf split keys, the previous behaviour);
+            None (default): ``"fast"`` for threefry keys, ``"jax"`` for other key
+            types (:func:`ldpsim.privacy.sampling.resolve_impl`).
 
     Raises:
         LdpsimError: unknown ``impl``, or a non-threefry key with ``"fast"``/``"icdf"``.
@@ -81,7 +84,7 @@ def laplace_noise(key: jax.Array, tree: PyTree, scale: jax.typing.ArrayLike) -> 
 
 
 def add_gaussian_noise(
-    key: jax.Array, tree: PyTree, stddev: jax.typing.ArrayLike, *, impl: str = "fast"
+    key: jax.Array, tree: PyTree, stddev: jax.typing.ArrayLike, *, impl: str | None = None
 ) -> PyTree:
     """``tree + N(0, stddev² I)`` leaf by leaf (see :func:`gaussian_noise`)."""
     return jax.tree_util.tree_map(jnp.add, tree, gaussian_noise(key, tree, stddev, impl=impl))

@@ -403,12 +403,25 @@ def _fast_kernel(
     return z.astype(dtype)
 
 
+def resolve_impl(key: jax.Array, impl: str | None) -> str:
+    """``impl``, or for None the default for ``key``: ``"fast"`` for a threefry key
+    (JAX's default), ``"jax"`` for any other key type (e.g. with
+    ``jax_default_prng_impl="rbg"``), whose bits this module cannot reproduce."""
+    if impl is not None:
+        check_choice("impl", impl, IMPLS)
+        return impl
+    if jax.dtypes.issubdtype(jnp.result_type(key), jax.dtypes.prng_key):
+        return "fast" if "threefry" in str(jax.random.key_impl(key)) else "jax"
+    shape, dtype = jnp.shape(key), jnp.result_type(key)
+    return "fast" if shape == (2,) and dtype == jnp.uint32 else "jax"
+
+
 def normal(
     key: jax.Array,
     shape: tuple[int, ...] = (),
     dtype: Any = jnp.float32,
     *,
-    impl: str = "fast",
+    impl: str | None = None,
 ) -> jax.Array:
     """iid N(0, 1) samples of ``shape``; pure, jittable, vmappable over ``key``.
 
@@ -419,10 +432,11 @@ def normal(
         dtype: a floating dtype. ``"fast"``/``"icdf"`` compute in float32 and
             cast (bfloat16/float16 noise is float32 noise rounded; float64 noise
             has float32 resolution).
-        impl: ``"fast"`` (Threefry-2x32-20 bits + Box–Muller, ``|z| ≤ 6.76``;
-            the default), ``"icdf"`` (same bits + 64-bit inverse CDF,
-            ``|z| ≤ 9.08``, about 1.4× slower) or ``"jax"``
-            (``jax.random.normal``, the reference). See the module docstring.
+        impl: ``"fast"`` (Threefry-2x32-20 bits + Box–Muller, ``|z| ≤ 6.76``),
+            ``"icdf"`` (same bits + 64-bit inverse CDF, ``|z| ≤ 9.08``) or ``"jax"``
+            (``jax.random.normal``, the reference); None (default): ``"fast"`` for
+            threefry keys, ``"jax"`` for other key types (:func:`resolve_impl`).
+            See the module docstring.
 
     Returns:
         An array of ``shape`` and ``dtype``. The same key and shape always give
@@ -433,7 +447,7 @@ def normal(
         LdpsimError: unknown ``impl``, non-floating ``dtype``, a non-threefry or
             batched key with ``impl="fast"``/``"icdf"``, or more than 2**32 elements.
     """
-    check_choice("impl", impl, IMPLS)
+    impl = resolve_impl(key, impl)
     dtype = _check_dtype(dtype)
     shape = tuple(int(s) for s in shape)
     if impl == "jax":
@@ -443,7 +457,7 @@ def normal(
 
 
 def normal_like(
-    key: jax.Array, tree: PyTree, *, dtype: Any = None, impl: str = "fast"
+    key: jax.Array, tree: PyTree, *, dtype: Any = None, impl: str | None = None
 ) -> PyTree:
     """iid N(0, 1) noise with the structure and shapes of ``tree``.
 
@@ -459,12 +473,12 @@ def normal_like(
         tree: pytree whose leaves give the shapes (and dtypes, when ``dtype`` is
             None; non-floating leaves get float32 noise).
         dtype: force one floating dtype for every leaf.
-        impl: ``"fast"``, ``"icdf"`` or ``"jax"`` (see :func:`normal`).
+        impl: ``"fast"``, ``"icdf"``, ``"jax"`` or None (see :func:`normal`).
 
     Returns:
         A pytree like ``tree`` of N(0, 1) samples.
     """
-    check_choice("impl", impl, IMPLS)
+    impl = resolve_impl(key, impl)
     leaves, treedef = jax.tree_util.tree_flatten(tree)
 
     def leaf_dtype(x):
@@ -495,6 +509,7 @@ __all__ = [
     "normal",
     "normal_from_bits",
     "normal_like",
+    "resolve_impl",
     "threefry2x32",
     "upper_probit",
 ]
