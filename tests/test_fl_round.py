@@ -146,6 +146,29 @@ def test_chunk_size_changes_results_only_by_rounding(mechanism):
         _close(m, ref_m, rtol=1e-4, atol=1e-6)
 
 
+def test_chunks_in_flight_change_results_only_by_rounding():
+    # The cohort scan unrolled k chunks per iteration (k = 1, 2, 3 and more chunks than
+    # there are: 23 clients in chunks of 5 -> 5 chunks) adds the same chunks in the same
+    # order; only XLA's fusion of the unrolled body may differ.
+    model, params = _setup()
+    pop = _population()
+    ids, mask = sample_cohort(5, 2, pop.num_clients, 23)
+    runs = []
+    for k in (1, 2, 3, 8):
+        fn = make_round_fn(apply_fn=model.apply, local_steps=2, batch_size=3, chunk_size=5,
+                           chunks_in_flight=k)
+        args = (init_state(params, jax.random.key(11)), pop, jnp.int32(5), ids, mask,
+                _hyper(sigma=0.3, clip=1.0, client_lr=0.2))
+        unrolls = [e.params["unroll"] for e in jax.make_jaxpr(fn)(*args).eqns
+                   if e.primitive.name == "scan"]
+        assert unrolls == [min(k, 5)]   # the cohort scan: 5 chunks
+        runs.append(jax.jit(fn)(*args))
+    for state, m in runs[1:]:
+        _close(state.params, runs[0][0].params, rtol=1e-6, atol=1e-7)
+        _close(m, runs[0][1], rtol=1e-5, atol=1e-7)
+    assert float(runs[0][1].noise_norm) > 0
+
+
 def test_padding_and_order_change_nothing():
     pop = _population()
     ids, mask = sample_cohort(5, 2, pop.num_clients, 23)

@@ -169,6 +169,16 @@ def test_config_rejects_bad_devices(bad):
         SimulationConfig(devices=bad)
 
 
+def test_chunks_in_flight_default_and_validation():
+    assert sharding.resolve_chunks_in_flight(None, 1, "cpu") == (
+        sharding.CPU_ONE_DEVICE_CHUNKS_IN_FLIGHT)
+    assert sharding.resolve_chunks_in_flight(None, 2, "cpu") == 1   # one device per core
+    assert sharding.resolve_chunks_in_flight(None, 1, "gpu") == 1
+    assert sharding.resolve_chunks_in_flight(5, 2, "cpu") == 5
+    with pytest.raises(LdpsimError, match="chunks_in_flight"):
+        sharding.resolve_chunks_in_flight(0, 1, "cpu")
+
+
 def test_layout_pads_every_device_to_the_same_chunks():
     # One device: exactly chunk_layout; D devices: ceil(m / D) slots each.
     assert sharding.cohort_layout(10, 2, 1) == sim.chunk_layout(10, 2) == (5, 2)

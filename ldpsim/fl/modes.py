@@ -138,7 +138,7 @@ def make_mode_round_fn(*, apply_fn: Callable, privacy_mode: str = "ldp",
                        server_momentum: float = 0.9, local_steps: int | None = 1,
                        local_epochs: int | None = None, batch_size: int = 16,
                        weighting: str = "examples", chunk_size: int | None = None,
-                       devices: int | None = 1) -> Callable:
+                       devices: int | None = 1, chunks_in_flight: int | None = None) -> Callable:
     """Build ``round_fn(state, pstate, population, round_idx, ids, mask, hyper, phyper)``.
 
     Args:
@@ -153,7 +153,7 @@ def make_mode_round_fn(*, apply_fn: Callable, privacy_mode: str = "ldp",
         client_dp_micro_batches: None for ordinary clients; M for DP-SGD clients
             (:func:`ldpsim.fl.dp_client.dp_local_update`, clip/multiplier from ``phyper``).
         client_optimizer, server_optimizer, server_momentum, local_steps, local_epochs,
-        batch_size, weighting, chunk_size, devices: as
+        batch_size, weighting, chunk_size, devices, chunks_in_flight: as
             :func:`ldpsim.fl.simulate.make_round_fn` (central and distributed always weight
             clients equally, w = 1); the cohort is split over ``devices`` by
             :func:`ldpsim.fl.sharding.map_cohort`, server-side draws happen once, after the
@@ -263,7 +263,8 @@ def make_mode_round_fn(*, apply_fn: Callable, privacy_mode: str = "ldp",
         operands = (params, state.key, round_idx, population, pstate, round_clip, hyper,
                     phyper)
         sums, (var_sum, bit_sum, survivors, clip_sum) = sharding.map_cohort(
-            chunk_fn, zeros, operands, ids, mask, chunk_size=chunk_size, devices=n_devices)
+            chunk_fn, zeros, operands, ids, mask, chunk_size=chunk_size, devices=n_devices,
+            chunks_in_flight=chunks_in_flight)
 
         if privacy_mode == "central" and noisy:
             std_sum = phyper.noise_multiplier * round_clip

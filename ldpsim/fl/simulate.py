@@ -160,7 +160,8 @@ def make_round_fn(*, apply_fn: Callable, mechanism: str = "gaussian",
                   server_momentum: float = 0.9, local_steps: int | None = 1,
                   local_epochs: int | None = None, batch_size: int = 16,
                   weighting: str = "examples", chunk_size: int | None = None,
-                  client_update: Callable | None = None, devices: int | None = 1) -> Callable:
+                  client_update: Callable | None = None, devices: int | None = 1,
+                  chunks_in_flight: int | None = None) -> Callable:
     """Build the pure round function ``round_fn(state, population, round_idx, ids, mask, hyper)``.
 
     Args:
@@ -180,6 +181,9 @@ def make_round_fn(*, apply_fn: Callable, mechanism: str = "gaussian",
             :func:`ldpsim.fl.sharding.map_cohort`; the result equals the one-device
             result up to the float rounding of the cross-device sum.  1 (default): no
             sharding, the single-device program.
+        chunks_in_flight: chunks computed per iteration of the cohort scan, added in
+            cohort order (None: 3 for one CPU device, else 1; see
+            :func:`ldpsim.fl.sharding.resolve_chunks_in_flight`).
 
     Returns:
         ``round_fn(state, population, round_idx, cohort_ids, cohort_mask, hyper) ->
@@ -224,7 +228,7 @@ def make_round_fn(*, apply_fn: Callable, mechanism: str = "gaussian",
         sums = sharding.map_cohort(
             chunk_fn, metrics_lib.CohortSums.zeros(params),
             (params, state.key, round_idx, population, hyper), cohort_ids, cohort_mask,
-            chunk_size=chunk_size, devices=n_devices)
+            chunk_size=chunk_size, devices=n_devices, chunks_in_flight=chunks_in_flight)
         clean, noise, round_metrics = metrics_lib.finalize_metrics(
             sums, noise_factor * hyper.sigma)
         aggregate = jax.tree_util.tree_map(jnp.add, clean, noise)
