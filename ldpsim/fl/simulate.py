@@ -633,16 +633,7 @@ def simulate(config: SimulationConfig, *, progress: bool = False,
     y_test = jnp.asarray(y_test, jnp.int32)
     capacity = (_poisson_capacity(config) if config.sampling == "poisson"
                 else config.clients_per_round)
-    base = {
-        "dataset": config.dataset,
-        "model": model.name,
-        **_mode_base(config, sigma, sens, mechanism),
-        "clients_per_round": config.clients_per_round,
-        "population": population.num_clients, "seed": config.seed,
-        "privacy_mode": config.privacy_mode, "noise_mode": config.noise_mode,
-        "noise_multiplier": (config.noise_multiplier
-                             if config.privacy_mode in ("central", "distributed") else math.nan),
-    }
+    base = _run_columns(config, model.name, population.num_clients, sigma, sens, mechanism)
     epsilon_of = _epsilon_spent(config, population.num_clients, sigma, sens, mechanism,
                                 setup if modal else None)
     client_dp_epsilon = _client_dp_epsilon(config, population)
@@ -676,20 +667,16 @@ def simulate(config: SimulationConfig, *, progress: bool = False,
                                      jax.tree_util.tree_map(lambda a: a.addressable_data(0),
                                                             state.params),
                                      x_test, y_test)
-                row = dict(base, round=t + 1, accuracy=float(acc), loss=float(loss))
-                row.update({k: _scalar(v) for k, v in rm._asdict().items()
-                            if k != "update_norm"})
-                if modal:
-                    row.update(_modal_columns(config, row, aux, setup))
-                else:
-                    row.update(_ldp_aux_columns(config, row, sigma, mechanism,
-                                                _sum_w2(config, counts, ids, mask)))
-                row["model_change_norm"] = float(_change_norm(prev_params, state.params))
                 k_max = int(participation.max())
-                row["max_participation"] = k_max
-                row["epsilon_spent"] = epsilon_of(k_max, t + 1, z_eff_min)
-                row["client_dp_epsilon"] = client_dp_epsilon(k_max)
-                row["wall_time"] = time.perf_counter() - start
+                row = _history_row(
+                    base, t, acc, loss, rm._asdict(),
+                    (lambda r: _modal_columns(config, r, aux, setup)) if modal else
+                    (lambda r: _ldp_aux_columns(config, r, sigma, mechanism,
+                                                _sum_w2(config, counts, ids, mask))),
+                    change=_change_norm(prev_params, state.params), k_max=k_max,
+                    epsilon=epsilon_of(k_max, t + 1, z_eff_min),
+                    client_dp_epsilon=client_dp_epsilon(k_max),
+                    wall_time=time.perf_counter() - start)
                 history.append(row)
                 if callback is not None:
                     callback(row)
@@ -701,6 +688,37 @@ def simulate(config: SimulationConfig, *, progress: bool = False,
         if bar is not None:
             bar.close()
     return history
+
+
+def _run_columns(config: SimulationConfig, model_name: str, population: int, sigma: float,
+                 sens: float, mechanism: str) -> dict:
+    """The run-level columns every history row of ``config`` starts with."""
+    return {
+        "dataset": config.dataset,
+        "model": model_name,
+        **_mode_base(config, sigma, sens, mechanism),
+        "clients_per_round": config.clients_per_round,
+        "population": population, "seed": config.seed,
+        "privacy_mode": config.privacy_mode, "noise_mode": config.noise_mode,
+        "noise_multiplier": (config.noise_multiplier
+                             if config.privacy_mode in ("central", "distributed") else math.nan),
+    }
+
+
+def _history_row(base: dict, t: int, accuracy: Any, loss: Any, metrics: dict,
+                 columns: Callable[[dict], dict], *, change: Any, k_max: int, epsilon: float,
+                 client_dp_epsilon: float, wall_time: float) -> dict:
+    """One history row: run columns, round ``t + 1``'s evaluation and engine metrics, then
+    the mode's columns (``columns(row_so_far)``), the model change and the privacy spent."""
+    row = dict(base, round=t + 1, accuracy=float(accuracy), loss=float(loss))
+    row.update({k: _scalar(v) for k, v in metrics.items() if k != "update_norm"})
+    row.update(columns(row))
+    row["model_change_norm"] = float(change)
+    row["max_participation"] = k_max
+    row["epsilon_spent"] = epsilon
+    row["client_dp_epsilon"] = client_dp_epsilon
+    row["wall_time"] = wall_time
+    return row
 
 
 def _modal_columns(config: SimulationConfig, row: dict, aux: Any, setup: _ModeSetup) -> dict:

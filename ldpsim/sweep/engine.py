@@ -90,7 +90,7 @@ def simulate_epsilon_axis(configs: Sequence[Any], *, data: Any = None,
     vround = _xla.jit(jax.vmap(round_fn, in_axes=(0, None, None, None, None, 0)))
     veval = _xla.jit(jax.vmap(sim.make_eval_fn(model.apply), in_axes=(0, None, None)))
     # The same initial state as simulate() builds for this seed, replicated over ε.
-    state = _initial_state(sim, model, c0, population)
+    state = sim.initial_state(c0, model, population)
     e = len(configs)
     state = jax.tree_util.tree_map(lambda x: jnp.stack([x] * e), state)
     hyper = sim.RoundHyper(*(jnp.stack(v) for v in zip(*(
@@ -99,7 +99,10 @@ def simulate_epsilon_axis(configs: Sequence[Any], *, data: Any = None,
     x_test = jnp.asarray(x_test, jnp.float32)
     y_test = jnp.asarray(y_test, jnp.int32)
     capacity = sim._poisson_capacity(c0) if c0.sampling == "poisson" else c0.clients_per_round
-    accountants = [sim._accountant(mech, sigma, sens, c.delta) for (sigma, sens, mech), c in zip(scales, configs)]
+    epsilon_of = [sim._epsilon_spent(c, population.num_clients, sigma, sens, mech, None)
+                  for (sigma, sens, mech), c in zip(scales, configs)]
+    bases = [sim._run_columns(c, model.name, population.num_clients, sigma, sens, mech)
+             for (sigma, sens, mech), c in zip(scales, configs)]
     participation = np.zeros(population.num_clients, np.int64)
     counts = np.asarray(population.client_counts())
     vchange = jax.jit(jax.vmap(sim._change_norm))
@@ -119,39 +122,16 @@ def simulate_epsilon_axis(configs: Sequence[Any], *, data: Any = None,
             sum_w2 = sim._sum_w2(c0, counts, ids, mask)
             elapsed = time.perf_counter() - start
             for i, (c, (sigma, sens, mech)) in enumerate(zip(configs, scales)):
-                row = {
-                    "dataset": c.dataset, "model": model.name, "mechanism": mech, "neighbours": c.neighbours,
-                    "epsilon": c.epsilon, "delta": c.delta if mech == "gaussian" else math.nan,
-                    "clip": c.clip, "sensitivity": sens, "sigma": sigma,
-                    "clients_per_round": c.clients_per_round, "population": population.num_clients,
-                    "seed": c.seed, "privacy_mode": c.privacy_mode, "noise_mode": c.noise_mode,
-                    "noise_multiplier": math.nan,
-                    "round": t + 1, "accuracy": float(acc[i]), "loss": float(loss[i]),
-                }
-                row.update({k: sim._scalar(v[i]) for k, v in metrics.items() if k != "update_norm"})
-                row.update(sim._ldp_aux_columns(c, row, sigma, mech, sum_w2))
-                row["model_change_norm"] = float(change[i])
-                row["max_participation"] = k_max
-                row["epsilon_spent"] = accountants[i].epsilon(k_max) if accountants[i] else math.nan
-                row["client_dp_epsilon"] = math.nan
-                row["wall_time"] = elapsed
+                row = sim._history_row(
+                    bases[i], t, acc[i], loss[i], {k: v[i] for k, v in metrics.items()},
+                    lambda r, c=c, sigma=sigma, mech=mech: sim._ldp_aux_columns(
+                        c, r, sigma, mech, sum_w2),
+                    change=change[i], k_max=k_max, epsilon=epsilon_of[i](k_max, t + 1, math.inf),
+                    client_dp_epsilon=math.nan, wall_time=elapsed)
                 histories[i].append(row)
         if on_round is not None:
             on_round()
     return histories
-
-
-def _initial_state(sim, model, config, population):
-    """The server state :func:`ldpsim.fl.simulate.simulate` starts from (same keys)."""
-    import jax
-    import jax.numpy as jnp
-
-    root = jax.random.key(config.seed)
-    params = model.init(jax.random.fold_in(root, 0x696E6974),  # "init", as in simulate()
-                        jnp.zeros((1,) + tuple(population.input_shape), jnp.float32))
-    return sim.init_state(params, jax.random.fold_in(root, 0x726F756E),  # "roun"
-                          server_optimizer=config.server_optimizer,
-                          server_momentum=config.server_momentum)
 
 
 class EngineRunner:
