@@ -258,3 +258,29 @@ def test_central_epsilon_matches_dp_accounting():
                 1000)
     assert eps == pytest.approx(acc.get_epsilon(1e-6), rel=1e-9)
     assert eps == pytest.approx(2.4367, abs=1e-4)   # ALGORITHMS §4.5
+
+
+@pytest.mark.parametrize("mode", ["distributed", "mindspore"])
+def test_chunks_in_flight_change_mode_rounds_only_by_rounding(setup, mode):
+    # 10 clients in chunks of 4 = 3 chunks; 2 in flight pads them to 4 chunks (one of
+    # padding slots only), 5 in flight is capped at 3. Dropout and MindSpore's per-client
+    # state are drawn/kept by client id, so the padding and the unrolling change nothing.
+    model, params, pop = setup
+    state = init_state(params, jax.random.key(6))
+    ids, mask = _cohort(10, offset=7)
+    phyper = (modes.PrivacyHyper.create(noise_multiplier=1.5, dropout_rate=0.3)
+              if mode == "distributed" else
+              modes.PrivacyHyper.create(sigma_per_clip=0.8, dp_norm_clip=0.4))
+    pstate = modes.init_privacy_state(mode, num_clients=N, clip=0.5, adaptive_clip=False)
+    outs = []
+    for k in (1, 2, 5):
+        rf = _round(model, mode, chunks_in_flight=k)
+        outs.append(rf(state, pstate, pop, 2, ids, mask, _hyper(clip=0.5), phyper))
+    def arrays(out):  # (state, pstate, metrics, aux) without the server's PRNG key
+        return [x for x in jax.tree_util.tree_leaves(out)
+                if not jnp.issubdtype(x.dtype, jax.dtypes.prng_key)]
+
+    for out in outs[1:]:
+        for a, b in zip(arrays(out), arrays(outs[0]), strict=True):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-7)
+    assert int(outs[0][3].survivors) <= 10

@@ -170,13 +170,16 @@ def test_config_rejects_bad_devices(bad):
 
 
 def test_chunks_in_flight_default_and_validation():
-    assert sharding.resolve_chunks_in_flight(None, 1, "cpu") == (
-        sharding.CPU_ONE_DEVICE_CHUNKS_IN_FLIGHT)
-    assert sharding.resolve_chunks_in_flight(None, 2, "cpu") == 1   # one device per core
-    assert sharding.resolve_chunks_in_flight(None, 1, "gpu") == 1
-    assert sharding.resolve_chunks_in_flight(5, 2, "cpu") == 5
+    big = sharding.CPU_CHUNKS_IN_FLIGHT_MIN_CHUNKS
+    k = sharding.CPU_ONE_DEVICE_CHUNKS_IN_FLIGHT
+    assert sharding.resolve_chunks_in_flight(None, 1, big, "cpu") == k
+    assert sharding.resolve_chunks_in_flight(None, 1, big - 1, "cpu") == 1  # small cohort
+    assert sharding.resolve_chunks_in_flight(None, 2, big, "cpu") == 1   # one device per core
+    assert sharding.resolve_chunks_in_flight(None, 1, big, "gpu") == 1
+    assert sharding.resolve_chunks_in_flight(5, 2, 10, "cpu") == 5
+    assert sharding.resolve_chunks_in_flight(5, 2, 2, "cpu") == 2     # at most n_chunks
     with pytest.raises(LdpsimError, match="chunks_in_flight"):
-        sharding.resolve_chunks_in_flight(0, 1, "cpu")
+        sharding.resolve_chunks_in_flight(0, 1, 10, "cpu")
 
 
 def test_layout_pads_every_device_to_the_same_chunks():

@@ -48,15 +48,24 @@ CLIENT_AXIS = "clients"
 #: core the cores are already busy: 2 devices ran 538/s with 1 and 474/s with 2.
 CPU_ONE_DEVICE_CHUNKS_IN_FLIGHT = 3
 
+#: ... but only for cohorts of at least this many chunks per round: the unrolled body
+#: compiles k times (LeNet-5 4.4 s -> 8.9 s, an MLP 3 s -> 9 s), which a round of a few
+#: hundred LeNet-5 clients repays within a few rounds and a small cohort never does.
+CPU_CHUNKS_IN_FLIGHT_MIN_CHUNKS = 256
 
-def resolve_chunks_in_flight(chunks_in_flight: int | None, devices: int,
+
+def resolve_chunks_in_flight(chunks_in_flight: int | None, devices: int, n_chunks: int,
                              backend: str | None = None) -> int:
-    """``chunks_in_flight``, or the default for ``devices`` on ``backend`` when it is None:
-    :data:`CPU_ONE_DEVICE_CHUNKS_IN_FLIGHT` for one CPU device, else 1."""
+    """Chunks per iteration of the cohort scan: ``chunks_in_flight`` if given, else
+    :data:`CPU_ONE_DEVICE_CHUNKS_IN_FLIGHT` for one CPU device scanning at least
+    :data:`CPU_CHUNKS_IN_FLIGHT_MIN_CHUNKS` chunks, else 1; never more than ``n_chunks``."""
     if chunks_in_flight is not None:
-        return check_positive_int("chunks_in_flight", chunks_in_flight)
-    backend = backend or jax.default_backend()
-    return CPU_ONE_DEVICE_CHUNKS_IN_FLIGHT if backend == "cpu" and devices == 1 else 1
+        k = check_positive_int("chunks_in_flight", chunks_in_flight)
+    else:
+        backend = backend or jax.default_backend()
+        k = (CPU_ONE_DEVICE_CHUNKS_IN_FLIGHT if backend == "cpu" and devices == 1
+             and n_chunks >= CPU_CHUNKS_IN_FLIGHT_MIN_CHUNKS else 1)
+    return max(1, min(k, n_chunks))
 
 
 def resolve_devices(devices: int | None) -> int:
@@ -143,9 +152,10 @@ def map_cohort(chunk_fn: Callable[[PyTree, jax.Array, jax.Array], PyTree], zeros
         ids, mask: the cohort, int32[m] / bool[m]; padded here.
         chunk_size: clients per chunk (None: the backend default).
         devices: devices to split the cohort over (resolved, see :func:`resolve_devices`).
-        chunks_in_flight: chunks per scan iteration (the scan's ``unroll``); None: see
-            :func:`resolve_chunks_in_flight`.  The chunks are still added to the carry one
-            by one in cohort order, so the sum does not depend on it.
+        chunks_in_flight: chunks per scan iteration (the scan's ``unroll``; the chunks are
+            padded to a multiple of it); None: see :func:`resolve_chunks_in_flight`.  The
+            chunks are still added to the carry one by one in cohort order, so the sum
+            does not depend on it beyond float rounding.
 
     Returns:
         The summed pytree, replicated.  One device: ``lax.scan`` adding the chunks in
@@ -155,7 +165,10 @@ def map_cohort(chunk_fn: Callable[[PyTree, jax.Array, jax.Array], PyTree], zeros
     ids = jnp.asarray(ids, jnp.int32)
     mask = jnp.asarray(mask, bool)
     n_chunks, chunk = cohort_layout(ids.shape[0], chunk_size, devices)
-    in_flight = resolve_chunks_in_flight(chunks_in_flight, devices)
+    in_flight = resolve_chunks_in_flight(chunks_in_flight, devices, n_chunks)
+    # Whole iterations only (a remainder would compile the body once more): at most
+    # in_flight - 1 extra chunks of padding slots, which contribute nothing.
+    n_chunks = in_flight * -(-n_chunks // in_flight)
     pad = devices * n_chunks * chunk - ids.shape[0]
     if pad:
         ids = jnp.concatenate([ids, jnp.zeros((pad,), jnp.int32)])
@@ -168,7 +181,7 @@ def map_cohort(chunk_fn: Callable[[PyTree, jax.Array, jax.Array], PyTree], zeros
 
         sums, _ = lax.scan(body, zeros, (ids.reshape(n_chunks, chunk),
                                          mask.reshape(n_chunks, chunk)),
-                           unroll=min(in_flight, n_chunks))
+                           unroll=in_flight)
         return sums
 
     if devices == 1:

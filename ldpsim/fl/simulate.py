@@ -182,7 +182,7 @@ def make_round_fn(*, apply_fn: Callable, mechanism: str = "gaussian",
             result up to the float rounding of the cross-device sum.  1 (default): no
             sharding, the single-device program.
         chunks_in_flight: chunks computed per iteration of the cohort scan, added in
-            cohort order (None: 3 for one CPU device, else 1; see
+            cohort order (None: 3 for one CPU device and at least 256 chunks, else 1; see
             :func:`ldpsim.fl.sharding.resolve_chunks_in_flight`).
 
     Returns:
