@@ -17,6 +17,9 @@ Formulations:
 Measured (2-core CPU shared with other jobs, load ~8, m = 200, CPU-ms per update):
 loop-im2col 6.8, map1-im2col 4.4, map2 6.9, map4 7.2, map10 7.4, map25 7.9; after the
 in-place col2im VJP of im2col, map1-im2col 3.8 (channels-first cnhw 4.4, xla 23).
+Later (quiet machine, 512-bit kernels, m = 128, median of 7, updates/s): map1-im2col 345,
+map1-mixed 435 (LeNet-5's conv1 channels-first, conv2 im2col; the CPU default since),
+map1-mixed/slices 377, map1-mixed/window 358, map2-mixed 374.
 
 Speed of light: training FLOPs (3x the forward FLOPs of 32 examples, counted from the
 layer shapes) at the float32 matmul peak measured in the same run (2048^2 jnp.dot).
@@ -152,7 +155,7 @@ def main(argv=None):
     p.add_argument("--m", type=int, nargs="+", default=[10, 100, 1000])
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--formulations", nargs="+", default=[
-        "loop-im2col", "map1-im2col", "map1-cnhw", "map2-im2col", "map8-im2col",
+        "loop-im2col", "map1-im2col", "map1-mixed", "map1-cnhw", "map2-im2col", "map8-im2col",
         "map25-im2col", "vmap-im2col"])
     p.add_argument("--loop-max-m", type=int, default=200,
                    help="time loops on at most this many clients (rate is per client)")

@@ -76,7 +76,8 @@ def test_lenet5_impls_agree_in_value_and_gradient():
     y = jnp.arange(4) % 10
     outs = []
     # every conv impl once; every pool impl in both layouts (NHWC and channels-first)
-    combos = [(impl, "reshape") for impl in IMPLS] + [("im2col", "window"), ("cnhw", "slices")]
+    combos = ([(impl, "reshape") for impl in IMPLS + ("mixed",)]
+              + [("im2col", "window"), ("cnhw", "slices")])
     for impl, pool in combos:
         model = get_model("lenet5", input_shape=(28, 28, 1), num_classes=10,
                           conv_impl=impl, pool_impl=pool)
@@ -93,7 +94,7 @@ def test_lenet5_impls_agree_in_value_and_gradient():
         _leaves_close(grads, outs[0][1], rtol=1e-3, atol=1e-5)
 
 
-@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("impl", IMPLS + ("mixed",))
 def test_lenet5_vmap_over_per_client_params(impl):
     model = get_model("lenet5", input_shape=(28, 28, 1), num_classes=10, conv_impl=impl)
     keys = jax.random.split(KEY, 3)
