@@ -12,9 +12,9 @@ Rows:
 * ``loop``: a Python loop over clients calling ONE jitted single-client step (the same
   ``local_update`` + ``privatize`` code, local steps unrolled, data gather included) and
   accumulating the sum on the device: the baseline, measured in the same run.
-* breakdown at m = 1,000 (engine kernels built from the same building blocks): training
-  only (no clip, no noise), training + clip (``mechanism="none"``), noise only (per-client
-  ``gaussian_noise`` draws, summed).
+* breakdown at m = 1,000 (engine kernels built from the same building blocks, scanned with
+  the engine's chunks in flight): training only (no clip, no noise), training + clip
+  (``mechanism="none"``), noise only (per-client ``gaussian_noise`` draws, summed).
 
 * ``--host-devices K1 K2 ...``: the engine rows again with the cohort split over ``K`` host
   CPU devices (``XLA_FLAGS=--xla_force_host_platform_device_count=K`` set in the worker
@@ -142,7 +142,9 @@ def worker(mode: str, m: int, chunk: int, repeats: int, budget_s: float,
             return jax.tree_util.tree_map(lambda a, b: a + b.sum(0), acc, d), None
 
         zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
-        fn = _xla.jit(lambda: lax.scan(body, zeros, chunks)[0])
+        # The engine's scan: the same chunks in flight (the default for this layout).
+        in_flight = sharding.resolve_chunks_in_flight(None, 1, n_chunks)
+        fn = _xla.jit(lambda: lax.scan(body, zeros, chunks, unroll=in_flight)[0])
         run = lambda: _block(fn())  # noqa: E731
     elif mode == "loop":
         @_xla.jit  # the same compile options as the engine
