@@ -3,7 +3,6 @@ aggregate noise, DP-SGD clients (ldpsim.fl.modes through the driver)."""
 
 from __future__ import annotations
 
-import functools
 import math
 
 import jax
@@ -14,10 +13,10 @@ import pandas as pd
 import pytest
 
 from ldpsim import LdpsimError
-from ldpsim.data import PaddedPopulation
 from ldpsim.fl import modes
 from ldpsim.fl import simulate as sim
 from ldpsim.fl.config import SimulationConfig
+from toy_data import toy_logreg_problem
 
 MODE_COLUMNS = {"privacy_mode", "noise_mode", "noise_multiplier", "clip_bound", "noise_sum_std",
                 "survivors", "noise_variance_fraction", "unclipped_fraction",
@@ -28,14 +27,7 @@ N = 24
 @pytest.fixture(scope="module")
 def data():
     """A 24-client, 3-class logistic-regression problem (counts 3..10 of 10 slots)."""
-    rng = np.random.default_rng(0)
-    w = rng.normal(size=(6, 3))
-    x = rng.normal(size=(N, 10, 6)).astype(np.float32)
-    y = np.argmax(x @ w, -1)
-    counts = rng.integers(3, 11, size=N)
-    xt = rng.normal(size=(100, 6)).astype(np.float32)
-    pop = PaddedPopulation.from_arrays(x, y, counts, num_classes=3, compact=False)
-    return pop, xt, np.argmax(xt @ w, -1)
+    return toy_logreg_problem(N, n_test=100)
 
 
 def _config(**kw):

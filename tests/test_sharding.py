@@ -33,20 +33,15 @@ REPO = Path(__file__).resolve().parents[1]
 _CHILD = r"""
 import json, math, sys
 import jax, jax.numpy as jnp, numpy as np
-from ldpsim.data import PaddedPopulation
 from ldpsim.fl import sharding, simulate as sim
 from ldpsim.fl.config import SimulationConfig
 from ldpsim.models import get_model
 
+from toy_data import toy_logreg_problem
+
 N = 24
-rng = np.random.default_rng(0)
-w = rng.normal(size=(6, 3))
-x = rng.normal(size=(N, 10, 6)).astype(np.float32)
-y = np.argmax(x @ w, -1)
-counts = rng.integers(3, 11, size=N)
-xt = rng.normal(size=(200, 6)).astype(np.float32)
-pop = PaddedPopulation.from_arrays(x, y, counts, num_classes=3, compact=False)
-data = (pop, xt, np.argmax(xt @ w, -1))
+data = toy_logreg_problem(N, n_test=200)
+pop = data[0]
 cases = {"gaussian": {}, "laplace": {"mechanism": "laplace"},
          "mindspore": {"privacy_mode": "mindspore"},
          "distributed": {"privacy_mode": "distributed", "noise_multiplier": 0.8,
@@ -98,7 +93,8 @@ print(json.dumps(out))
 def four_devices() -> dict:
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
                JAX_PLATFORMS="cpu",
-               PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+               PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tests"),
+                                           os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -8,7 +8,7 @@ stays fast.
 Host CPU devices: before JAX starts, the command asks XLA for one host CPU device per core
 (at most 8; ``--xla_force_host_platform_device_count``) so that ``ldpsim run`` and
 ``ldpsim sweep`` split each round's cohort over the cores (``SimulationConfig.devices``
-None = every device; measured 1.65x on 2 cores by ``benchmarks/throughput.py
+None = every device; measured 1.3-1.7x on 2 cores by ``benchmarks/throughput.py
 --host-devices 1 2``). Results equal one device's up to float summation order. An
 ``XLA_FLAGS`` that already sets the count wins; ``LDPSIM_HOST_DEVICES=K`` sets K (1: off).
 It has no effect on GPU/TPU backends, whose devices are used instead.

@@ -49,7 +49,7 @@ CLIENT_AXIS = "clients"
 CPU_ONE_DEVICE_CHUNKS_IN_FLIGHT = 3
 
 #: ... but only for cohorts of at least this many chunks per round: the unrolled body
-#: compiles k times (LeNet-5 4.4 s -> 8.9 s, an MLP 3 s -> 9 s), which a round of a few
+#: compiles k times (LeNet-5 4.4 s -> 8.9 s, an MLP 3.3 s -> 6.0 s), which a round of a few
 #: hundred LeNet-5 clients repays within a few rounds and a small cohort never does.
 CPU_CHUNKS_IN_FLIGHT_MIN_CHUNKS = 256
 

@@ -149,9 +149,11 @@ def chunk_sums(w: jax.Array, include: jax.Array, mask: jax.Array, priv: Any,
 #: device. Measured (jax 0.10.2, benchmarks/scale.py --lenet-round M with 2 host devices):
 #: XLA's CPU runtime holds about 46 KB per client until a multi-device round ends (peak RSS
 #: 1.25 GB at m = 2,000, 1.56 GB at 8,000, 5.4 GB at 100,000; one device: 1.1 GB at any m),
-#: although the compiled program's buffers do not grow with m. Below this size the split
-#: costs < 1 GB and runs ~1.7x faster on 2 cores; above it memory stays set by the chunk.
-#: An explicit ``devices=K`` is always honoured.
+#: although the compiled program's buffers do not grow with m. glibc's per-thread malloc
+#: arenas are part of the cause, not all of it: with MALLOC_ARENA_MAX=1 the LeNet-5 peak was
+#: 915 / 932 MB at m = 2,000 / 8,000 but still 1,784 MB at 30,000. Below this size the split
+#: costs < 1 GB and runs 1.3-1.7x faster on 2 cores than one device with chunks in flight;
+#: above it memory stays set by the chunk. An explicit ``devices=K`` is always honoured.
 CPU_MULTI_DEVICE_MAX_CLIENTS = 20_000
 
 
