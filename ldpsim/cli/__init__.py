@@ -85,6 +85,24 @@ def _request_host_devices() -> None:
         os.environ["XLA_FLAGS"] = f"{flags} {HOST_DEVICES_FLAG}={n}".strip()
 
 
+def _one_line_warnings(command: str) -> None:
+    """Show Python warnings as one line ``ldpsim <command>: warning: ...`` on stderr, and
+    silence the per-order convergence chatter dp_accounting logs through absl."""
+    import warnings
+
+    def show(message, category, filename, lineno, file=None, line=None):  # noqa: ARG001
+        text = " ".join(str(message).split())
+        print(f"ldpsim {command}: warning: {text}", file=file or sys.stderr)
+
+    warnings.showwarning = show
+    try:
+        import absl.logging
+
+        absl.logging.set_verbosity(absl.logging.ERROR)
+    except ImportError:  # pragma: no cover (absl comes with dp-accounting)
+        pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         _request_host_devices()
@@ -96,8 +114,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "handler", None):
         parser.print_help()
         return 2
+    _one_line_warnings(args.command)
     try:
         return int(args.handler(args) or 0)
+    except BrokenPipeError:
+        # The reader went away (`ldpsim ... | head -1`): end quietly, as Unix tools do.
+        try:
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (no flush error at exit)
+        except OSError:  # pragma: no cover
+            pass
+        return 0
     except LdpsimError as err:
         print(f"ldpsim {args.command}: error: {err}", file=sys.stderr)
         return 2

@@ -26,9 +26,12 @@ returned :class:`PrivacyReport`:
   :func:`dpfedavg_noise_multiplier`; McMahan et al. 2018, arXiv:1710.06963).
   ``m`` of ``N`` users per round, noise multiplier ``z`` relative to the per-user
   clip, ``T`` rounds. Poisson sampling (``q = m/N``) uses
-  ``PoissonSampledDpEvent`` with add-or-remove-one-user neighbours; fixed-size
-  sampling uses ``SampledWithoutReplacementDpEvent`` with replace-one-user
-  neighbours (RDP only: dp_accounting's PLD does not support it).
+  ``PoissonSampledDpEvent`` with add-or-remove-one-user neighbours (the clipped sum
+  moves by at most ``C``: multiplier ``z``); fixed-size sampling uses
+  ``SampledWithoutReplacementDpEvent`` with replace-one-user neighbours, under which
+  the clipped sum moves by up to ``2C``, so the event's multiplier is ``z/2`` (RDP
+  only: dp_accounting's PLD does not support it, except when every user takes part,
+  where there is no amplification and the event is a plain Gaussian of ``z/2``).
 * **DP-SGD, sample-level** (:func:`dpsgd_epsilon`, :func:`dpsgd_noise_multiplier`;
   Abadi et al. 2016, arXiv:1607.00133): the same maths with examples instead of
   users, ``q = batch/N``.
@@ -43,6 +46,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -117,25 +121,70 @@ def _check_count(name: str, value: Any) -> int:
     return out
 
 
-def _fresh_accountant(method: str, neighbours: str = "add-remove"):
+#: Default PLD discretization (dp_accounting's), and the most points a PLD may span.
+_PLD_INTERVAL = 1e-4
+_PLD_MAX_POINTS = 1e6
+
+
+def _fresh_accountant(method: str, neighbours: str = "add-remove",
+                      interval: float = _PLD_INTERVAL):
     relation = _REPLACE if neighbours == "replace" else _ADD_REMOVE
     if method == "rdp":
         return RdpAccountant(neighboring_relation=relation)
-    return PLDAccountant(neighboring_relation=relation)
+    return PLDAccountant(neighboring_relation=relation, value_discretization_interval=interval)
+
+
+def _pld_interval(event, neighbours: str) -> float:
+    """PLD discretization for ``event``: dp_accounting's 1e-4 unless the privacy loss spans
+    more than :data:`_PLD_MAX_POINTS` such steps (tiny noise, ε₀ in the hundreds or more),
+    where a coarser grid keeps memory bounded. The PLD is discretized pessimistically, so a
+    coarser grid can only raise the reported ε (by at most one interval per composition),
+    never lower it.
+    """
+    rdp = _fresh_accountant("rdp", neighbours)
+    if not rdp.supports(event):
+        return _PLD_INTERVAL
+    rdp.compose(event)
+    # The (ε, δ = 1e-12) of one event bounds the privacy loss where the PLD keeps its mass.
+    scale = float(rdp.get_epsilon(1e-12))
+    if not math.isfinite(scale):
+        return _PLD_INTERVAL
+    return max(_PLD_INTERVAL, 10.0 * scale / _PLD_MAX_POINTS)
+
+
+#: Coarsest PLD grid used; beyond it (ε₀ ≳ 10⁴ per event) the RDP bound is reported.
+_PLD_MAX_INTERVAL = 0.05
+
+
+class PldRangeWarning(UserWarning):
+    """PLD accounting was out of range (ε in the thousands or more); the RDP bound is used."""
 
 
 def _epsilon_of(event, count: int, delta: float, method: str, neighbours: str = "add-remove") -> float:
     """ε at ``delta`` of ``event`` composed ``count`` times, by dp_accounting."""
+    return _epsilon_and_method(event, count, delta, method, neighbours)[0]
+
+
+def _epsilon_and_method(event, count: int, delta: float, method: str,
+                        neighbours: str = "add-remove") -> tuple[float, str]:
+    """``(ε, method used)``: as :func:`_epsilon_of`; the method is ``"rdp"`` where PLD was
+    out of range (:class:`PldRangeWarning`)."""
     if count == 0:
-        return 0.0
-    accountant = _fresh_accountant(method, neighbours)
+        return 0.0, method
+    interval = _pld_interval(event, neighbours) if method == "pld" else _PLD_INTERVAL
+    if interval > _PLD_MAX_INTERVAL:
+        warnings.warn(f"{type(event).__name__}: the privacy loss is too large for PLD "
+                      "accounting (epsilon per event in the thousands); reporting the RDP "
+                      "bound, which is never smaller", PldRangeWarning, stacklevel=3)
+        method, interval = "rdp", _PLD_INTERVAL
+    accountant = _fresh_accountant(method, neighbours, interval)
     if not accountant.supports(event):
         raise LdpsimError(
             f"method={method!r} does not support {type(event).__name__} with {neighbours} "
             "neighbours in dp_accounting; use method='rdp'"
         )
     accountant.compose(event, count)
-    return float(accountant.get_epsilon(delta))
+    return float(accountant.get_epsilon(delta)), method
 
 
 def _calibrate(make_event: Callable[[float], Any], target_epsilon: float, delta: float,
@@ -164,11 +213,12 @@ def _calibrate(make_event: Callable[[float], Any], target_epsilon: float, delta:
     if method == "rdp":
         return z_rdp
     lower = z_rdp
-    while _epsilon_of(make_event(lower), 1, delta, "pld", neighbours) <= target_epsilon:
-        if lower < 0.05:
-            raise LdpsimError(f"target_epsilon={target_epsilon!r} needs a noise multiplier "
-                              "below 0.05, out of the range of the PLD accountant")
+    while lower >= 0.05 and _epsilon_of(make_event(lower), 1, delta, "pld",
+                                        neighbours) <= target_epsilon:
         lower /= 2
+    if lower < 0.05:
+        raise LdpsimError(f"target_epsilon={target_epsilon!r} needs a noise multiplier "
+                          "below 0.05, out of the range of the PLD accountant; use method='rdp'")
     return calibrate("pld", dp_accounting.ExplicitBracketInterval(lower, z_rdp))
 
 
@@ -290,7 +340,7 @@ def ldp_epsilon(
         eps = 0.0 if k == 0 else float(
             dp_accounting.get_epsilon_gaussian(event.noise_multiplier / math.sqrt(k), delta))
     else:
-        eps = _epsilon_of(event, k, delta, method)
+        eps, method = _epsilon_and_method(event, k, delta, method)
     return PrivacyReport(eps, delta, method, neighbouring, k, info)
 
 
@@ -339,10 +389,49 @@ class LdpAccountant:
 
 
 def _sampled_gaussian_event(z: float, sample_size: int, population: int, sampling: str):
-    gaussian = dp_accounting.GaussianDpEvent(z)
+    """The dp_accounting event of one round (or step) of the sampled Gaussian mechanism.
+
+    ``z`` is the noise std on the clipped sum divided by the clip bound C, the convention
+    of every public function here. The event's multiplier is relative to the sensitivity
+    of the neighbouring relation it is accounted under:
+
+    * Poisson (add-or-remove one unit): the sum moves by at most C, so the multiplier is
+      ``z`` (``PoissonSampledDpEvent``, Mironov, Talwar & Zhang 2019).
+    * Fixed-size sampling without replacement (replace one unit, the only relation under
+      which the cohort size is public): the sum moves by up to ``2C`` (one clipped update
+      swapped for another), so the multiplier is ``z/2``
+      (``SampledWithoutReplacementDpEvent`` in dp_accounting's RDP accountant, Wang, Balle
+      & Kasiviswanathan 2019, whose inner Gaussian is stated relative to the replace-one
+      sensitivity). With every unit in every round (``sample_size == population``) there
+      is no amplification: the event is the plain Gaussian of multiplier ``z/2``, which
+      PLD also supports.
+    """
     if sampling == "poisson":
-        return dp_accounting.PoissonSampledDpEvent(sample_size / population, gaussian)
+        return dp_accounting.PoissonSampledDpEvent(
+            sample_size / population, dp_accounting.GaussianDpEvent(z))
+    gaussian = dp_accounting.GaussianDpEvent(z / 2.0)
+    if sample_size == population:
+        return gaussian
     return dp_accounting.SampledWithoutReplacementDpEvent(population, sample_size, gaussian)
+
+
+def _sampled_relation(sampling: str, sample_size: int, population: int) -> str:
+    """The dp_accounting relation under which :func:`_sampled_gaussian_event` is composed.
+
+    The full-participation fixed case is a plain Gaussian whose multiplier already carries
+    the replace-one sensitivity 2C, so it is composed as such (dp_accounting's PLD would
+    double the sensitivity again under ``REPLACE_ONE``).
+    """
+    if sampling == "fixed" and sample_size != population:
+        return "replace"
+    return "add-remove"
+
+
+def sensitivity_factor(sampling: str) -> float:
+    """Sensitivity of the clipped sum in units of the clip bound C: 1 (Poisson, add/remove
+    one unit) or 2 (fixed-size sampling, replace one unit)."""
+    check_choice("sampling", sampling, SAMPLINGS)
+    return 2.0 if sampling == "fixed" else 1.0
 
 
 def _check_sampled(sample_name, sample_size, population_name, population, count_name, count,
@@ -355,7 +444,7 @@ def _check_sampled(sample_name, sample_size, population_name, population, count_
     delta = check_open_unit("delta", delta)
     check_choice("sampling", sampling, SAMPLINGS)
     _check_method(method)
-    if sampling == "fixed" and method == "pld":
+    if sampling == "fixed" and method == "pld" and m != n:
         raise LdpsimError("sampling='fixed' (sampling without replacement) is supported by "
                           "dp_accounting's RDP accountant only; use method='rdp' or "
                           "sampling='poisson'")
@@ -363,12 +452,15 @@ def _check_sampled(sample_name, sample_size, population_name, population, count_
 
 
 def _sampled_report(unit, z, m, n, k, delta, sampling, method, names) -> PrivacyReport:
-    neighbours = "replace" if sampling == "fixed" else "add-remove"
     event = _sampled_gaussian_event(z, m, n, sampling)
-    eps = _epsilon_of(event, k, delta, method, neighbours)
-    relation = (f"replace one {unit}" if neighbours == "replace" else f"add-or-remove one {unit}")
+    eps, method = _epsilon_and_method(event, k, delta, method, _sampled_relation(sampling, m, n))
+    factor = sensitivity_factor(sampling)
+    relation = (f"replace one {unit}" if sampling == "fixed" else f"add-or-remove one {unit}")
     details = {"noise_multiplier": z, names[0]: m, names[1]: n, "sampling_probability": m / n,
-               "sampling": sampling}
+               "sampling": sampling, "sensitivity": f"{factor:g}C",
+               "accounted_noise_multiplier": z / factor,
+               "amplification": "none (every unit in every round)" if (
+                   sampling == "fixed" and m == n) else sampling}
     return PrivacyReport(eps, delta, method, relation, k, details)
 
 
@@ -391,14 +483,22 @@ def dpfedavg_epsilon(
     (Mironov, Talwar & Zhang 2019 for RDP; Poisson ⇒ add-or-remove-one-user
     neighbours; fixed ⇒ replace-one-user, Wang, Balle & Kasiviswanathan 2019).
 
+    Sensitivity: under Poisson sampling (add/remove one user) the clipped sum moves by
+    at most C; under fixed-size sampling (replace one user) by up to 2C, so the
+    accounted multiplier is ``z/2`` (details ``sensitivity`` and
+    ``accounted_noise_multiplier`` of the report). With ``clients_per_round ==
+    population`` and fixed sampling nothing is amplified: the report is that of ``T``
+    Gaussians of multiplier ``z/2`` (e.g. z = 1, T = 1, δ = 1e-5: ε = 9.997 exactly by
+    PLD, 10.73 by RDP).
+
     Args:
-        noise_multiplier: z ≥ 0, noise std on the sum divided by the per-user clip
+        noise_multiplier: z ≥ 0, noise std on the sum divided by the per-user clip C
             (z = 0 gives ε = inf).
         clients_per_round: m ≥ 1 (expected cohort for Poisson).
         population: N ≥ m.
         rounds: T ≥ 0.
         delta: δ in (0, 1).
-        sampling: ``"poisson"`` (default) or ``"fixed"`` (RDP only).
+        sampling: ``"poisson"`` (default) or ``"fixed"`` (RDP only, unless m = N).
         method: ``"rdp"`` (default) or ``"pld"``.
     """
     z = check_nonnegative("noise_multiplier", noise_multiplier)
@@ -426,10 +526,9 @@ def dpfedavg_noise_multiplier(
     m, n, k, delta = _check_sampled("clients_per_round", clients_per_round, "population",
                                     population, "rounds", rounds, delta, sampling, method)
     check_positive_int("rounds", k)
-    neighbours = "replace" if sampling == "fixed" else "add-remove"
     return _calibrate(
         lambda z: dp_accounting.SelfComposedDpEvent(_sampled_gaussian_event(z, m, n, sampling), k),
-        eps, delta, method, neighbours)
+        eps, delta, method, _sampled_relation(sampling, m, n))
 
 
 def dpsgd_epsilon(
@@ -446,7 +545,8 @@ def dpsgd_epsilon(
 
     ``q = batch_size/num_examples``; the accounting is that of
     :func:`dpfedavg_epsilon` with examples in place of users (Poisson sampling ⇒
-    add-or-remove-one-example neighbours). ``noise_multiplier`` is the noise std
+    add-or-remove-one-example neighbours, multiplier z; fixed-size batches ⇒
+    replace-one-example neighbours, sensitivity 2C, multiplier z/2). ``noise_multiplier`` is the noise std
     on the *sum* of clipped per-example (or per-micro-batch) gradients divided by
     the clip bound. Example: ``q = 256/60000, z = 1.1, 14062 steps, δ = 1e-5``
     gives 2.5966 (RDP) and 2.3817 (PLD).
@@ -498,7 +598,7 @@ class SampledGaussianAccountant:
         self._unit = check_choice("unit", unit, ("user", "example"))
         self.steps = 0
         if method == "rdp":
-            acc = _fresh_accountant("rdp", "replace" if sampling == "fixed" else "add-remove")
+            acc = _fresh_accountant("rdp", _sampled_relation(sampling, self._m, self._n))
             acc.compose(_sampled_gaussian_event(self._z, self._m, self._n, sampling))
             self._orders, self._rdp_step = acc.orders, acc.rdp
         self._cache: dict[int, float] = {0: 0.0}

@@ -155,6 +155,12 @@ def adaptive_noise_split(noise_multiplier: float, clients_per_round: float,
     a sensitivity-½ sum, multiplier ``2σ_b``) is a Gaussian mechanism with multiplier
     ``z`` (RDP/zCDP add in ``1/z²``). ``z = 0`` gives ``(0, 0)``.
 
+    The split holds for both neighbouring relations: under add/remove one user the value
+    sum moves by C and the shifted-bit sum by ½; under replace one user (fixed-size
+    cohorts) by 2C and 1 — both sensitivities double, so the pair composes to a Gaussian
+    of multiplier ``z/2``, which is what
+    :func:`ldpsim.privacy.accounting.dpfedavg_epsilon` accounts for ``sampling="fixed"``.
+
     Args:
         noise_multiplier: the overall z ≥ 0.
         clients_per_round: m > 0 (the expected cohort).
