@@ -192,7 +192,11 @@ def test_padding_and_order_change_nothing():
     _close(m, ref_m, rtol=1e-4)
 
 
-def test_nonfinite_updates_are_excluded_and_counted():
+def test_nonfinite_update_is_released_as_noise_around_zero():
+    """Privacy review: a diverged client must not be revealed. Its update is replaced by
+    the zero update and noised like any other, so the round's noise is exactly that of
+    the all-finite round (noise is by position), the client stays in the aggregate (same
+    weights), and only the diagnostic column counts it."""
     pop = _population()
     x = np.asarray(pop.x).copy()
     bad = [3, 17]
@@ -205,11 +209,37 @@ def test_nonfinite_updates_are_excluded_and_counted():
     state, m = _run(bad_pop, ids, mask, chunk=5)
     assert int(m.nonfinite_clients) == 2 and int(m.clients) == 23
     assert all(np.isfinite(np.asarray(v)).all() for v in jax.tree_util.tree_leaves(state.params))
-    # Same as a round in which those two clients never took part (noise is by position).
-    ref_state, ref_m = _run(pop, ids, ~np.isin(ids, bad), chunk=5)
-    _close(state.params, ref_state.params)
-    assert int(ref_m.clients) == 21 and int(ref_m.nonfinite_clients) == 0
-    np.testing.assert_allclose(float(m.noise_norm), float(ref_m.noise_norm), rtol=1e-5)
+    # The noise of the round is that of the same cohort with every client finite.
+    _, all_m = _run(pop, ids, mask, chunk=5)
+    np.testing.assert_allclose(float(m.noise_norm), float(all_m.noise_norm), rtol=1e-6)
+    np.testing.assert_allclose(float(m.n_eff), float(all_m.n_eff), rtol=1e-6)
+    np.testing.assert_allclose(float(m.theory_noise_norm), float(all_m.theory_noise_norm),
+                               rtol=1e-6)
+    # The clean part is the good clients' sum over the FULL cohort's weight.
+    _, good_m = _run(pop, ids, ~np.isin(ids, bad), chunk=5)
+    w = np.asarray(pop.counts, np.float64)[ids]
+    scale = w[~np.isin(ids, bad)].sum() / w.sum()
+    np.testing.assert_allclose(float(m.signal_norm), float(good_m.signal_norm) * scale,
+                               rtol=1e-5)
+
+
+@pytest.mark.parametrize("mechanism", ["gaussian", "laplace"])
+def test_privatize_nonfinite_release_equals_zero_update_release(mechanism):
+    """Under jit(vmap), a NaN or inf update releases exactly what the zero update releases
+    with the same key: noise around a data-independent substitute, never zeros."""
+    tree = {"a": jnp.array([[jnp.nan, 1.0, 2.0], [jnp.inf, 0.0, 1.0], [1e30, -1e30, 3.0]]),
+            "b": jnp.array([[1.0], [2.0], [-jnp.inf]])}
+    zeros = jax.tree_util.tree_map(jnp.zeros_like, tree)
+    keys = jax.random.split(jax.random.key(7), 3)
+    fn = jax.jit(jax.vmap(lambda k, t: privatize(k, t, clip=1.0, scale=0.5,
+                                                 mechanism=mechanism)))
+    p, p0 = fn(keys, tree), fn(keys, zeros)
+    np.testing.assert_array_equal(np.asarray(p.finite), [False, False, False])
+    for leaf, leaf0 in zip(jax.tree_util.tree_leaves(p.noisy), jax.tree_util.tree_leaves(p0.noisy)):
+        np.testing.assert_array_equal(np.asarray(leaf), np.asarray(leaf0))
+        assert np.all(np.asarray(leaf) != 0.0)   # noise is drawn, not zeroed
+    np.testing.assert_array_equal(np.asarray(p.release_norm), [0.0, 0.0, 0.0])
+    assert not np.any(np.asarray(p.was_clipped))
 
 
 # ---------------------------------------------------------- noise cancellation (ALG. §5)
@@ -268,7 +298,9 @@ def test_privatize_zero_noise_and_clip_direction():
     assert float(p.norm) == pytest.approx(5.0) and bool(p.was_clipped) and bool(p.finite)
     p = privatize(jax.random.key(0), {"a": jnp.array([jnp.nan, 1.0])}, clip=1.0, scale=1.0)
     assert not bool(p.finite) and not bool(p.was_clipped)
-    assert float(jnp.sum(jnp.abs(p.noisy["a"]))) == 0.0
+    np.testing.assert_array_equal(np.asarray(p.clipped["a"]), [0.0, 0.0])
+    np.testing.assert_array_equal(np.asarray(p.noisy["a"]), np.asarray(p.noise["a"]))
+    assert float(jnp.sum(jnp.abs(p.noisy["a"]))) > 0.0   # noise around the zero substitute
 
 
 # --------------------------------------------------------- traced hyperparameters, sweeps

@@ -25,7 +25,9 @@ unless --clip inf).
 privacy modes: --privacy-mode mindspore (MindSpore Federated DP_ENCRYPT), central (DP-FedAvg,
 user-level epsilon_spent by RDP with q = m/N, optional --adaptive-clip true), distributed
 (per-client share of the central noise, --dropout-rate reports the shortfall). --noise-mode
-aggregate draws the noise sum once (exact in distribution, Gaussian only). --client-dp true
+aggregate draws the noise sum once (exact in distribution, Gaussian only; a simulation
+shortcut: no client holds its own noise, so it models the server's view, not the clients').
+--client-dp true
 trains each client with DP-SGD (client_dp_epsilon column), combinable with every mode.
   ldpsim run --privacy-mode central --noise-multiplier 1.0 --clip 0.5 --out central.csv
 
@@ -107,7 +109,8 @@ _OPTIONS = (
      "(DP-FedAvg: one server draw N(0,(zC)^2) on the clipped sum) or distributed (each "
      "client N(0,(zC)^2/m)); --epsilon is used by ldp only"),
     ("--noise-mode", "noise_mode", str, ("per-client", "aggregate"),
-     "per-client draws, or one exact draw of the noise sum (Gaussian only)"),
+     "per-client draws, or one exact draw of the noise sum (Gaussian only; a simulation "
+     "shortcut: no client holds its noise)"),
     ("--noise-multiplier", "noise_multiplier", float, None,
      "central/distributed z: noise std on the sum / C"),
     ("--adaptive-clip", "adaptive_clip", _bool, None,
@@ -198,10 +201,21 @@ def run(args: argparse.Namespace) -> int:
     if not lead:
         return 0
     last = history[-1]
-    print(f"round {last['round']}: accuracy {last['accuracy']:.4f}, loss {last['loss']:.4f}, "
-          f"noise_norm {last['noise_norm']:.4g}, snr {last['snr']:.4g} "
-          f"({last['privacy_mode']} {last['mechanism']}, epsilon {last['epsilon']:g}, sigma {last['sigma']:.4g}, "
-          f"{last['neighbours']} neighbours, sensitivity {last['sensitivity']:.4g})")
+    print(f"round {last['round']}: accuracy {last['accuracy']:.4f}, loss {last['loss']:.4f}")
+    if last["privacy_mode"] in ("central", "distributed"):
+        budget = f"user-level, noise multiplier {last['noise_multiplier']:g}"
+    else:
+        budget = f"epsilon {last['epsilon']:g} per round"
+    print(f"privacy: {last['privacy_mode']} {last['mechanism']}, {budget}, sigma "
+          f"{last['sigma']:.4g}, {last['neighbours']} neighbours, sensitivity "
+          f"{last['sensitivity']:.4g}; epsilon_spent {last['epsilon_spent']:.4g} at delta "
+          f"{last['delta']:g}")
+    print(f"diagnostics (simulation only, not released): noise_norm {last['noise_norm']:.4g}, "
+          f"snr {last['snr']:.4g}, clip_fraction {last['clip_fraction']:.3g}, "
+          f"nonfinite_clients {last['nonfinite_clients']}")
+    if last["noise_mode"] == "aggregate":
+        print("noise-mode aggregate is a simulation shortcut: the summed noise is drawn once, "
+              "exactly in distribution; no client ever holds its own noise")
     if args.out is not None:
         print(f"wrote {len(history)} rows to {args.out}", file=sys.stderr)
     return 0

@@ -31,8 +31,9 @@ class CohortSums(NamedTuple):
         noise: Σ w_k ξ_k, the weighted sum of the noise (model-shaped).
         weight: Σ w_k. weight_sq: Σ w_k².
         clients: number of participating (non-padding) clients.
-        clipped: participating finite clients whose clip bound was active.
-        nonfinite: participating clients whose update was not finite (excluded).
+        clipped: participating clients whose clip bound was active.
+        nonfinite: participating clients whose update was not finite (aggregated as their
+            privatized zero substitute; a diagnostic of the simulation, never released).
         loss: Σ of the finite participants' mean local training loss.
         examples: Σ |D_k| over included clients.
     """
@@ -64,8 +65,10 @@ class RoundMetrics(NamedTuple):
         snr: signal_norm / noise_norm (inf without noise).
         cosine: cosine between the noisy aggregate ū + z̄ and the clean aggregate ū.
         update_norm: ‖ū + z̄‖, norm of what the server applies.
-        clip_fraction: fraction of finite participants whose update was clipped.
-        nonfinite_clients: participants excluded because their update was not finite.
+        clip_fraction: fraction of participants whose update was clipped (a non-finite
+            update's zero substitute is not clipped).
+        nonfinite_clients: participants whose update was not finite (aggregated as the
+            privatized zero substitute; a diagnostic of the simulation, never released).
         clients: participants in the round (cohort size, padding excluded).
         n_eff: (Σw)²/Σw², the effective number of clients of the weighted mean.
         theory_noise_norm: s·√(d/n_eff) (ALGORITHMS §5), s the per-coordinate noise std.
@@ -146,7 +149,7 @@ def finalize_metrics(sums: CohortSums, noise_std: jax.typing.ArrayLike
         cosine=cosine,
         update_norm=update_norm,
         clip_fraction=_safe_div(sums.clipped.astype(jnp.float32),
-                                finite_clients.astype(jnp.float32), jnp.nan),
+                                sums.clients.astype(jnp.float32), jnp.nan),
         nonfinite_clients=sums.nonfinite,
         clients=sums.clients,
         n_eff=n_eff,

@@ -229,7 +229,7 @@ def make_mode_round_fn(*, apply_fn: Callable, privacy_mode: str = "ldp",
         clip, scale, std = clients_clip_scale(c_ids, pstate, round_clip, hyper, phyper)
         priv, loss = jax.vmap(one_client, in_axes=(None, 0, 0, 0, 0, 0, 0, None, None))(
             params, x, y, counts, keys, clip, scale, hyper, phyper)
-        include = c_mask & priv.finite
+        include = c_mask   # a non-finite update enters as its privatized zero substitute
         if privacy_mode == "distributed":
             coin = jax.vmap(lambda k: jax.random.uniform(
                 jax.random.fold_in(k, _DROPOUT_SALT)))(keys)
@@ -240,7 +240,7 @@ def make_mode_round_fn(*, apply_fn: Callable, privacy_mode: str = "ldp",
             w = server_lib.aggregation_weights(counts, include, weighting)
         inc = include.astype(jnp.float32)
         extra = (jnp.sum(w * w * std * std),
-                 jnp.sum(adaptive.quantile_bits(priv.norm, clip, include)),
+                 jnp.sum(adaptive.quantile_bits(priv.release_norm, clip, include)),
                  jnp.sum(include, dtype=jnp.int32),
                  jnp.sum(inc * clip))
         return chunk_sums(w, include, c_mask, priv, loss, counts), extra
@@ -337,9 +337,20 @@ def central_epsilon(*, noise_multiplier: float, clients_per_round: int, populati
     """User-level ε of central/distributed DP-FedAvg after ``rounds`` rounds, q = m/N.
 
     :func:`ldpsim.privacy.accounting.dpfedavg_epsilon` (RDP): the engine's ``"uniform"``
-    cohort (m of N without replacement) is accounted as ``"fixed"`` (replace-one user),
-    ``"poisson"`` as Poisson (add/remove one user). For distributed DP pass the smallest
-    effective multiplier ``z·√(survivors/m)`` seen so far (the dropout shortfall).
+    cohort (m of N without replacement) is accounted as ``"fixed"`` — replace one user,
+    under which the clipped sum moves by up to 2C, so the accounted multiplier is z/2 —
+    and ``"poisson"`` as Poisson (add/remove one user, the sum moves by at most C,
+    multiplier z). With adaptive clipping the value noise z_Δ and the clipped-count noise
+    σ_b compose to a Gaussian of multiplier z under add/remove (the count's shifted bits
+    ±½ have sensitivity ½) and z/2 under replace-one (a bit flips from −½ to ½:
+    sensitivity 1, as the value's 2C), so passing the overall z is exact in both cases.
+
+    Distributed DP: pass the smallest effective multiplier ``z·√(survivors/m)`` seen so
+    far (the dropout shortfall). Assumption: the protected client is honest, so its own
+    noise share counts towards its protection (the standard distributed-DP analysis,
+    Kairouz, Liu & Steinke 2021). If the adversary may know the target's own share (for
+    instance, the target's device is compromised), the conservative multiplier is
+    ``z·√((survivors − 1)/m)``; ldpsim does not report that variant.
     """
     from ldpsim.privacy import accounting
 

@@ -11,9 +11,12 @@ Formal guarantee:
     bound, as in :func:`ldpsim.privacy.mechanisms.laplace_randomizer`).  With σ (or b)
     calibrated by :func:`ldpsim.privacy.calibration.calibrate` for sensitivity 2C
     (replace-one neighbours) it is (ε, δ)-LDP (or ε-LDP) for one round.  A non-finite
-    update is replaced by the zero update *before* noise and flagged, so the engine can
-    exclude and count it; privacy is unaffected (the released value is a function of
-    the clipped update only).
+    update (local training diverged) is replaced by the zero update *before* noise, and
+    the noise is added as for any other update, so the release is ``0 + ξ``: noise around
+    a data-independent substitute, indistinguishable in law from a finite client's
+    release, and the engine aggregates it like every other one.  Whether the update was
+    finite is returned (``finite``) for the simulation's diagnostics only; it is never
+    part of the release.
 
 References:
     McMahan et al., "Learning Differentially Private Recurrent Language Models", ICLR
@@ -42,18 +45,24 @@ class Privatized(NamedTuple):
 
     Attributes:
         noisy: the released update ``clipped + noise`` (what the server receives).
-        clipped: the clean clipped update (zeros if the update was not finite).
-        noise: the noise ``ξ`` that was added (zeros if not finite).
-        norm: pre-clip norm of the update, L2 (L1 for Laplace); NaN/inf if not finite
-            (including a finite update whose norm overflows float32: it is excluded too).
-        was_clipped: ``norm > clip`` (the clip bound was active).
-        finite: whether every entry of the update was finite.
+        clipped: the clean clipped update (the zero substitute if the update was not
+            finite).
+        noise: the noise ``ξ`` that was added (drawn for every client).
+        norm: pre-clip norm of the update, L2 (L1 for Laplace); NaN/inf if not finite,
+            +inf for a finite update whose norm exceeds float32's range (it is still
+            clipped exactly).  Diagnostic: not released.
+        release_norm: the norm of what was clipped: ``norm``, or 0 for the zero
+            substitute of a non-finite update (what a mechanism that releases a function
+            of the norm, such as the adaptive clip's quantile bit, must use).
+        was_clipped: the clip bound was active (``release_norm > clip``).
+        finite: whether every entry of the update was finite (diagnostic only).
     """
 
     noisy: PyTree
     clipped: PyTree
     noise: PyTree
     norm: jax.Array
+    release_norm: jax.Array
     was_clipped: jax.Array
     finite: jax.Array
 
@@ -80,14 +89,15 @@ def privatize(key: jax.Array, delta: PyTree, *, clip: jax.typing.ArrayLike,
         clipped, norm = clipping.clip_by_l1_norm(delta, clip)
     else:
         clipped, norm = clipping.clip_by_global_norm(delta, clip)
-    finite = jnp.isfinite(norm)
+    finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(x))
+                                for x in jax.tree_util.tree_leaves(delta)] or [jnp.bool_(True)]))
+    release_norm = jnp.where(finite, norm, jnp.zeros_like(norm))
     if mechanism == "gaussian":
         noise = mechanisms.gaussian_noise(key, clipped, scale)
     elif mechanism == "laplace":
         noise = mechanisms.laplace_noise(key, clipped, scale)
     else:  # "none": no noise is drawn at all (ε = inf); clipping still applies.
         noise = jax.tree_util.tree_map(jnp.zeros_like, clipped)
-    noise = jax.tree_util.tree_map(lambda z: jnp.where(finite, z, jnp.zeros_like(z)), noise)
     noisy = jax.tree_util.tree_map(jnp.add, clipped, noise)
-    was_clipped = finite & (norm > jnp.asarray(clip, norm.dtype))
-    return Privatized(noisy, clipped, noise, norm, was_clipped, finite)
+    was_clipped = release_norm > jnp.asarray(clip, norm.dtype)
+    return Privatized(noisy, clipped, noise, norm, release_norm, was_clipped, finite)

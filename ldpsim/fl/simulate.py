@@ -127,7 +127,8 @@ def chunk_sums(w: jax.Array, include: jax.Array, mask: jax.Array, priv: Any,
 
     Args:
         w: float32[k] aggregation weights (0 for excluded clients).
-        include: bool[k], in the aggregate (real slot, finite update, not dropped).
+        include: bool[k], in the aggregate (real slot, not dropped out; a non-finite
+            update is included as its privatized zero substitute).
         mask: bool[k], real (non-padding) slot.
         priv: the chunk's :class:`~ldpsim.fl.privatize.Privatized` updates.
         loss: float32[k] mean local training losses. counts: int32[k] examples.
@@ -140,7 +141,7 @@ def chunk_sums(w: jax.Array, include: jax.Array, mask: jax.Array, priv: Any,
         clients=jnp.sum(mask, dtype=jnp.int32),
         clipped=jnp.sum(include & priv.was_clipped, dtype=jnp.int32),
         nonfinite=jnp.sum(mask & ~priv.finite, dtype=jnp.int32),
-        loss=jnp.sum(jnp.where(include, loss, 0.0)),
+        loss=jnp.sum(jnp.where(include & priv.finite, loss, 0.0)),
         examples=jnp.sum(jnp.where(include, counts, 0)).astype(jnp.float32),
     )
 
@@ -220,7 +221,7 @@ def make_round_fn(*, apply_fn: Callable, mechanism: str = "gaussian",
         keys = jax.vmap(lambda c: client_key(key, round_idx, c))(c_ids)
         priv, loss = jax.vmap(one_client, in_axes=(None, 0, 0, 0, 0, None))(
             params, x, y, counts, keys, hyper)
-        include = c_mask & priv.finite
+        include = c_mask   # a non-finite update enters as its privatized zero substitute
         w = server_lib.aggregation_weights(counts, include, weighting)
         return chunk_sums(w, include, c_mask, priv, loss, counts)
 
@@ -513,9 +514,8 @@ def _ldp_aux_columns(config: SimulationConfig, row: dict, sigma: float, mechanis
     factor = math.sqrt(2.0) if mechanism == "laplace" else 1.0
     return {
         "clip_bound": config.clip,
-        "noise_sum_std": (factor * sigma * math.sqrt(sum_w2) if row["nonfinite_clients"] == 0
-                          else math.nan),
-        "survivors": int(row["clients"]) - int(row["nonfinite_clients"]),
+        "noise_sum_std": factor * sigma * math.sqrt(sum_w2),
+        "survivors": int(row["clients"]),
         "noise_variance_fraction": 1.0,
         "unclipped_fraction": math.nan,
     }
@@ -523,7 +523,7 @@ def _ldp_aux_columns(config: SimulationConfig, row: dict, sigma: float, mechanis
 
 def _sum_w2(config: SimulationConfig, counts: np.ndarray, ids: np.ndarray,
             mask: np.ndarray) -> float:
-    """Σ_k w_k² of a cohort with every client finite (w = |D_k|, or 1 for uniform)."""
+    """Σ_k w_k² of a cohort (w = |D_k|, or 1 for uniform; every participant is aggregated)."""
     if config.weighting == "uniform":
         return float(np.count_nonzero(mask))
     c = counts[ids[mask]].astype(np.float64)
@@ -734,12 +734,21 @@ def _modal_columns(config: SimulationConfig, row: dict, aux: Any, setup: _ModeSe
         out.update(sigma=setup.sigma_per_clip * c, sensitivity=setup.sens_per_clip * c)
     elif mode == "central":
         c = out["clip_bound"]
-        out.update(sigma=setup.value_multiplier * c, sensitivity=c)
+        out.update(sigma=setup.value_multiplier * c, sensitivity=_sum_sensitivity(config) * c)
     else:   # distributed: each client's std zC/√m
         c = out["clip_bound"]
         out.update(sigma=setup.value_multiplier * c / math.sqrt(config.clients_per_round),
-                   sensitivity=c)
+                   sensitivity=_sum_sensitivity(config) * c)
     return out
+
+
+def _sum_sensitivity(config: SimulationConfig) -> float:
+    """Sensitivity of the clipped sum per unit of C in the central/distributed modes: 2
+    for the engine's fixed-size ("uniform") cohorts (replace one user), 1 for Poisson
+    (add or remove one user); see :func:`ldpsim.privacy.accounting.sensitivity_factor`."""
+    from ldpsim.privacy.accounting import sensitivity_factor
+
+    return sensitivity_factor("poisson" if config.sampling == "poisson" else "fixed")
 
 
 def _epsilon_spent(config: SimulationConfig, population: int, sigma: float, sens: float,
