@@ -26,8 +26,10 @@ TABLE = [
 def test_table_exact_java_classic(eps, delta, exact, java, classic):
     # The table is printed to 6 decimals: allow that rounding on top of 1e-6 relative.
     assert cal.analytic_gaussian_sigma(eps, delta) == pytest.approx(exact, rel=1e-6, abs=5e-7)
-    assert cal.mindspore_gaussian_sigma(eps, delta) == pytest.approx(java, rel=1e-3)
     with warnings.catch_warnings():
+        # (10, 0.01) for MindSpore and ε ≥ 1 for classic miss the request: tests/test_calibration_extremes.py
+        warnings.simplefilter("ignore", cal.CalibrationShortfallWarning)
+        assert cal.mindspore_gaussian_sigma(eps, delta) == pytest.approx(java, rel=1e-3)
         warnings.simplefilter("ignore", cal.ClassicGaussianRangeWarning)
         assert cal.classic_gaussian_sigma(eps, delta) == pytest.approx(classic, rel=1e-6, abs=5e-7)
 
@@ -81,7 +83,9 @@ def test_laplace_scale_and_neighbours():
     assert cal.sensitivity(1.5, "add-remove") == 1.5
     c = cal.calibrate("laplace", epsilon=2.0, clip=1.0)
     assert (c.sensitivity, c.scale, c.neighbours, c.method) == (2.0, 1.0, "replace", "laplace")
-    assert set(c.as_dict()) == {"mechanism", "epsilon", "delta", "clip", "neighbours", "sensitivity", "method", "scale"}
+    assert set(c.as_dict()) == {"mechanism", "epsilon", "delta", "clip", "neighbours", "sensitivity", "method", "scale",
+                                "achieved_epsilon", "achieved_delta"}
+    assert c.achieved_epsilon == 2.0 and c.achieved_delta is None and not c.shortfall
     g = cal.calibrate(epsilon=50, delta=0.01, clip=1, method="mindspore", neighbours="add-remove")
     assert g.sigma == pytest.approx(0.125934, rel=1e-3) and g.sensitivity == 1.0
     assert "sigma" in g.as_dict() and "scale" not in g.as_dict()

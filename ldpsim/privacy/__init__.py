@@ -4,12 +4,17 @@ Importable and useful on its own, without :mod:`ldpsim.fl`.
 """
 
 from ldpsim.privacy.calibration import (
+    SHORTFALL_RTOL,
     Calibration,
+    CalibrationShortfallWarning,
     ClassicGaussianRangeWarning,
     analytic_gaussian_delta,
+    analytic_gaussian_epsilon,
     analytic_gaussian_sigma,
     calibrate,
     classic_gaussian_sigma,
+    gaussian_achieved,
+    laplace_epsilon,
     laplace_scale,
     mindspore_gaussian_sigma,
     sensitivity,
@@ -32,12 +37,15 @@ from ldpsim.privacy.mechanisms import (
 )
 
 __all__ = [
+    "SHORTFALL_RTOL",
     "Calibration",
+    "CalibrationShortfallWarning",
     "ClassicGaussianRangeWarning",
     "Privatized",
     "add_gaussian_noise",
     "add_laplace_noise",
     "analytic_gaussian_delta",
+    "analytic_gaussian_epsilon",
     "analytic_gaussian_sigma",
     "calibrate",
     "classic_gaussian_sigma",
@@ -45,9 +53,11 @@ __all__ = [
     "clip_by_l1_norm",
     "clip_per_layer",
     "gaussian_noise",
+    "gaussian_achieved",
     "gaussian_randomizer",
     "global_norm",
     "laplace_noise",
+    "laplace_epsilon",
     "laplace_randomizer",
     "laplace_scale",
     "mindspore_gaussian_sigma",
