@@ -60,7 +60,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ldpsim.privacy.calibration import CalibrationShortfallWarning, calibrate
+    from ldpsim.privacy.calibration import (
+        CalibrationShortfallWarning,
+        calibrate,
+        sampler_delta_floor,
+    )
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -75,8 +79,15 @@ def run(args: argparse.Namespace) -> int:
     if cal.shortfall and not shortfall_warned:  # pragma: no cover (the calibration warns itself)
         print("ldpsim calibrate: warning: the noise misses the requested guarantee "
               f"(achieved epsilon {cal.achieved_epsilon:.6g}, delta {cal.achieved_delta})", file=sys.stderr)
+    floor = sampler_delta_floor(cal.sigma if cal.mechanism == "gaussian" else cal.scale,
+                                cal.sensitivity, mechanism=cal.mechanism)
+    claimed = cal.delta if cal.mechanism == "gaussian" else 0.0
+    if floor > claimed:
+        print(f"ldpsim calibrate: warning: ldpsim's float32 {cal.mechanism} sampler has bounded "
+              f"tails: at this noise level no delta below {floor:.3g} is delivered "
+              f"(sampler_delta_floor; see docs/privacy_sharp_edges.md)", file=sys.stderr)
     if args.json:
-        print(json.dumps(cal.as_dict()))
+        print(json.dumps({**cal.as_dict(), "sampler_delta_floor": floor}))
         return 0
     if cal.mechanism == "gaussian":
         print(f"sigma        {cal.sigma:.9g}")
@@ -91,6 +102,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"requested    epsilon {cal.epsilon:.6g} (pure DP)")
         print(f"achieved     epsilon {cal.achieved_epsilon:.6g} (pure DP; exact: sensitivity/scale)")
+    print(f"sampler      delta >= {floor:.3g} whatever epsilon, with ldpsim's default float32 "
+          "sampler (bounded tails)" + ("   MISSES the requested delta" if floor > claimed else ""))
     if cal.shortfall:
         print("shortfall    the noise MISSES the requested guarantee and delivers only the achieved "
               "one (use --method analytic)")

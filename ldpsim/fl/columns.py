@@ -50,6 +50,10 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "noise_multiplier": ("setting", "central/distributed z: noise std on the sum / C"),
     "noise_sum_std": ("setting", "std per coordinate of the noise on the weighted sum"),
     "round": ("setting", "round number (1-based)"),
+    "sampler_delta_floor": ("setting", "no delta below this is delivered by the float noise "
+                                       "sampler's bounded tails (ldpsim.privacy.calibration."
+                                       "sampler_delta_floor); epsilon_spent is inf when it "
+                                       "exceeds delta"),
     # --- released (functions of the privatized reports and public data)
     "accuracy": ("release", "test accuracy of the released model (public test set)"),
     "loss": ("release", "test cross-entropy of the released model"),

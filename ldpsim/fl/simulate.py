@@ -565,6 +565,12 @@ def simulate(config: SimulationConfig, *, progress: bool = False,
         rounds any one client has taken part in so far), epsilon_spent, client_dp_epsilon
         and wall_time (seconds since the start, compilation included).
 
+        sampler_delta_floor (a run column): no δ below it is delivered, because the float
+        noise sampler's tails are bounded
+        (:func:`ldpsim.privacy.calibration.sampler_delta_floor`); where it exceeds the
+        claimed δ a :class:`~ldpsim.privacy.calibration.SamplerTailWarning` is issued and
+        epsilon_spent is ``inf`` (no ε holds at that δ).
+
         epsilon_spent: ``"ldp"``: the most-sampled client's LDP ε at total δ =
         ``config.delta`` (exact composition of Gaussians, Balle & Wang 2018 Thm. 8, via
         :class:`ldpsim.privacy.accounting.LdpAccountant`; basic composition k·ε for
@@ -638,6 +644,11 @@ def simulate(config: SimulationConfig, *, progress: bool = False,
     base = _run_columns(config, model.name, population.num_clients, sigma, sens, mechanism)
     epsilon_of = _epsilon_spent(config, population.num_clients, sigma, sens, mechanism,
                                 setup if modal else None)
+    floor, claimed_delta = _sampler_floor(config, sigma, sens, mechanism,
+                                          setup if modal else None)
+    base["sampler_delta_floor"] = floor
+    if floor > claimed_delta:
+        epsilon_of = _tail_limited(epsilon_of, floor, claimed_delta, mechanism)
     client_dp_epsilon = _client_dp_epsilon(config, population)
     counts = None if modal else np.asarray(population.client_counts())
     participation = np.zeros(population.num_clients, np.int64)
@@ -749,6 +760,57 @@ def _sum_sensitivity(config: SimulationConfig) -> float:
     from ldpsim.privacy.accounting import sensitivity_factor
 
     return sensitivity_factor("poisson" if config.sampling == "poisson" else "fixed")
+
+
+def _sampler_floor(config: SimulationConfig, sigma: float, sens: float, mechanism: str,
+                   setup: _ModeSetup | None) -> tuple[float, float]:
+    """``(floor, claimed δ)``: :func:`ldpsim.privacy.calibration.sampler_delta_floor` of the
+    run's noise (per client in ldp/mindspore, on the sum in central mode) and the δ the
+    run claims (0 for Laplace). NaN floor where it is not computed (no noise; distributed
+    DP, whose summed noise is not one draw of the sampler)."""
+    from ldpsim.privacy import calibration, sampling
+
+    mode = config.privacy_mode
+    impl = sampling.resolve_impl(jax.random.key(0), None)
+    if mechanism == "none" or mode == "distributed":
+        return math.nan, math.nan
+    if mode == "mindspore":
+        return (calibration.sampler_delta_floor(setup.sigma_per_clip, setup.sens_per_clip,
+                                                impl=impl), config.dp_delta)
+    if mode == "central":
+        if setup.value_multiplier <= 0:
+            return math.nan, math.nan
+        return (calibration.sampler_delta_floor(setup.value_multiplier,
+                                                _sum_sensitivity(config), impl=impl),
+                config.delta)
+    if mechanism == "laplace":
+        # Claimed pure DP: any positive floor breaks it; warn from 1e-6 (per-round ε ≳ 3.6).
+        return calibration.sampler_delta_floor(sigma, sens, mechanism="laplace"), 1e-6
+    return calibration.sampler_delta_floor(sigma, sens, impl=impl), config.delta
+
+
+def _tail_limited(epsilon_of: Callable, floor: float, claimed_delta: float,
+                  mechanism: str) -> Callable:
+    """Warn that the sampler cannot deliver the claimed δ; for Gaussian noise, ε at that δ
+    is then infinite (no ε holds), so ``epsilon_of`` reports ``inf`` once anything was
+    released."""
+    import warnings
+
+    from ldpsim.privacy.calibration import SamplerTailWarning
+
+    if mechanism == "laplace":
+        warnings.warn(
+            f"float32 Laplace noise is bounded (|x| <= 16.64 b): at this epsilon the release "
+            f"is not pure epsilon-DP; worst-case neighbours are told apart with probability "
+            f">= {floor:.3g} (column sampler_delta_floor)", SamplerTailWarning, stacklevel=3)
+        return epsilon_of
+    warnings.warn(
+        f"the Gaussian sampler's bounded tails make delta={claimed_delta:g} impossible at "
+        f"this noise level: worst-case neighbours are told apart with probability >= "
+        f"{floor:.3g} whatever epsilon, so epsilon_spent is reported as inf; use a smaller "
+        f"epsilon per round or a larger delta (see docs/privacy_sharp_edges.md)",
+        SamplerTailWarning, stacklevel=3)
+    return lambda k, t, z: math.inf if max(k, t) > 0 else 0.0
 
 
 def _epsilon_spent(config: SimulationConfig, population: int, sigma: float, sens: float,

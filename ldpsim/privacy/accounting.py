@@ -21,7 +21,7 @@ returned :class:`PrivacyReport`:
   composition ``(kε₀, kδ₀)`` (Dwork & Roth 2014, Thm. 3.16), or RDP / PLD
   composition of ``k`` Gaussians (tighter), or the exact analytic value
   (``k`` Gaussians with multiplier ``z`` are one Gaussian with ``z/√k``; Balle &
-  Wang 2018, Thm. 8 via ``dp_accounting.get_epsilon_gaussian``).
+  Wang 2018, Thm. 8 via :func:`ldpsim.privacy.calibration.analytic_gaussian_epsilon`).
 * **DP-FedAvg, user-level central DP** (:func:`dpfedavg_epsilon`,
   :func:`dpfedavg_noise_multiplier`; McMahan et al. 2018, arXiv:1710.06963).
   ``m`` of ``N`` users per round, noise multiplier ``z`` relative to the per-user
@@ -55,6 +55,7 @@ from dp_accounting.pld import PLDAccountant
 from dp_accounting.rdp import RdpAccountant
 from dp_accounting.rdp import rdp_privacy_accountant as _rdp
 
+from ldpsim.privacy.calibration import analytic_gaussian_epsilon
 from ldpsim._checks import (
     LdpsimError,
     check_choice,
@@ -263,7 +264,7 @@ def ldp_round_epsilon(
 
     Gaussian: the exact (tightest) ε of ``N(0, sigma²)`` noise on a query of L2
     sensitivity ``sensitivity`` at ``delta`` (Balle & Wang 2018, Thm. 8;
-    ``dp_accounting.get_epsilon_gaussian``). Laplace: ``ε₀ = sensitivity/scale``
+    :func:`ldpsim.privacy.calibration.analytic_gaussian_epsilon`, overflow-free). Laplace: ``ε₀ = sensitivity/scale``
     for L1 sensitivity (Dwork & Roth 2014, Thm. 3.6), ``δ₀ = 0``.
 
     Args:
@@ -278,7 +279,7 @@ def ldp_round_epsilon(
     """
     event, details, delta = _ldp_event_and_eps0(mechanism, sigma, scale, sensitivity, delta)
     if mechanism == "gaussian":
-        eps = float(dp_accounting.get_epsilon_gaussian(event.noise_multiplier, delta))
+        eps = analytic_gaussian_epsilon(event.noise_multiplier, delta)
         method = "analytic"
     else:
         eps, method = 1.0 / event.noise_multiplier, "laplace"
@@ -306,7 +307,8 @@ def ldp_epsilon(
           ε is reported at the total ``delta``.
         * ``"analytic"`` (Gaussian only): exact; ``k`` Gaussians with multiplier
           ``z`` equal one with ``z/√k`` (their privacy-loss distributions compose
-          exactly), evaluated by ``dp_accounting.get_epsilon_gaussian``.
+          exactly), evaluated by
+          :func:`ldpsim.privacy.calibration.analytic_gaussian_epsilon`.
 
     Args:
         mechanism: ``"gaussian"`` or ``"laplace"``.
@@ -337,8 +339,8 @@ def ldp_epsilon(
     if method == "analytic":
         if mechanism != "gaussian":
             raise LdpsimError("method='analytic' applies to mechanism='gaussian' only")
-        eps = 0.0 if k == 0 else float(
-            dp_accounting.get_epsilon_gaussian(event.noise_multiplier / math.sqrt(k), delta))
+        eps = 0.0 if k == 0 else analytic_gaussian_epsilon(
+            event.noise_multiplier / math.sqrt(k), delta)
     else:
         eps, method = _epsilon_and_method(event, k, delta, method)
     return PrivacyReport(eps, delta, method, neighbouring, k, info)

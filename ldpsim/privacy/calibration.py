@@ -580,6 +580,62 @@ def mindspore_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 
 # --------------------------------------------------------------------------- laplace
 
 
+class SamplerTailWarning(UserWarning):
+    """The sampler's bounded tails make the requested δ impossible at this noise level."""
+
+
+def sampler_delta_floor(scale: float, sensitivity: float, *, mechanism: str = "gaussian",
+                        impl: str = "fast") -> float:
+    """A floor under the δ that the *implemented* noise can deliver, at every ε.
+
+    Floating-point samplers have bounded tails (Mironov, "On significance of the least
+    significant bits for differential privacy", CCS 2012): ldpsim's default Gaussian
+    sampler never returns ``|z| > T = 6.764`` (``"icdf"``: 9.08; ``jax.random.normal``:
+    5.42; ``jax.random.laplace``: 16.64 in units of b; :data:`ldpsim.privacy.sampling.TAIL_BOUND`).
+    Take two neighbouring inputs whose clipped updates differ by the full sensitivity Δ
+    along one coordinate, ``x' = x + Δ e₁``. Under ``x'`` a release below
+    ``x₁ + Δ − T·s`` on that coordinate is impossible, while under ``x`` it has
+    probability ``P(Z < Δ/s − T)``. So for every ε the implemented mechanism is not
+    (ε, δ)-DP for any ``δ`` below
+
+        ``floor = P(Z < Δ/s − T)``  (Z the sampler's standard law, s = σ or b),
+
+    whatever the ideal analysis says. With the default sampler at δ = 1e-5 this bites
+    once Δ/σ > 2.5, i.e. for a per-release ε above about 14 (replace-one, analytic
+    calibration); ``jax.random.normal`` already above ε ≈ 5.6. For Laplace the floor is
+    positive for every ε: float32 Laplace noise is never pure ε-DP.
+
+    The value uses the ideal law's tail up to ``T``, which the samplers reproduce to
+    within their distribution error (< 1e-6 for ``"fast"``; see
+    :mod:`ldpsim.privacy.sampling`). It is a lower bound, not a guarantee: it says when
+    a claimed δ is certainly *not* delivered.
+
+    Args:
+        scale: σ (Gaussian std) or b (Laplace scale) per coordinate, > 0.
+        sensitivity: Δ > 0 (L2 for Gaussian, L1 for Laplace).
+        mechanism: ``"gaussian"`` or ``"laplace"``.
+        impl: the Gaussian sampler (``"fast"``, ``"icdf"``, ``"jax"``); ignored for Laplace.
+
+    Returns:
+        The floor in [0, 1].
+    """
+    from ldpsim.privacy.sampling import IMPLS, LAPLACE_TAIL_BOUND, TAIL_BOUND
+
+    check_choice("mechanism", mechanism, MECHANISMS)
+    scale = check_positive("scale", scale)
+    sens = check_positive("sensitivity", sensitivity)
+    mu = sens / scale
+    if mechanism == "laplace":
+        t = mu - LAPLACE_TAIL_BOUND
+        if t >= LAPLACE_TAIL_BOUND:
+            return 1.0
+        return 0.5 * math.exp(t) if t < 0 else 1.0 - 0.5 * math.exp(-t)
+    bound = TAIL_BOUND[check_choice("impl", impl, IMPLS)]
+    if mu - bound >= bound:
+        return 1.0
+    return float(special.ndtr(mu - bound))
+
+
 def laplace_scale(epsilon: float, sensitivity: float = 1.0) -> float:
     """Laplace scale ``b = Δ₁/ε``: Lap(b) per coordinate is ε-DP for L1 sensitivity Δ₁.
 

@@ -142,6 +142,19 @@ from ldpsim._checks import LdpsimError, check_choice
 PyTree = Any
 
 IMPLS = ("fast", "icdf", "jax")
+
+#: The largest |z| each N(0, 1) sampler can return (see the module docstring): ``"fast"``
+#: √(66 ln 2) (Box–Muller radius at U = 2**-33), ``"icdf"`` Φ⁻¹(1 − 2**-64),
+#: ``"jax"`` (``jax.random.normal`` in float32, erfinv of a 24-bit uniform; the largest value
+#: it returns, measured over 5·10⁷ draws and equal to Φ⁻¹(1 − 2**-25) to 7 digits). Noise
+#: bounded by ``T·σ`` puts a floor under the δ of the Gaussian mechanism:
+#: :func:`ldpsim.privacy.calibration.sampler_delta_floor`.
+TAIL_BOUND = {"fast": math.sqrt(66.0 * math.log(2.0)) + 1.6e-6,   # + its float32 error
+              "icdf": 9.080155124873613 + 1e-5,                    # + float32 rounding
+              "jax": 5.41998291015625}                             # a float32 value
+#: ``jax.random.laplace`` in float32 returns ``±log1p(−|u|)`` of a 24-bit uniform: |x| ≤ 24 ln 2
+#: in units of the scale b (16.635532379 in float32, reached over 5·10⁷ draws).
+LAPLACE_TAIL_BOUND = 16.63553237915039
 """``"fast"``: Threefry-2x32-20 + Box–Muller (default). ``"icdf"``: Threefry-2x32-20 +
 64-bit inverse CDF (tails to 9.08σ, slower). ``"jax"``: ``jax.random.normal`` (the
 reference; any key type)."""

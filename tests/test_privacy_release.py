@@ -1,0 +1,137 @@
+"""What a run releases: bounded-tail samplers put a floor under δ, and every results
+column is classified as a setting, part of the release, or a simulation diagnostic."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats
+
+from ldpsim.data import PaddedPopulation
+from ldpsim.fl import columns
+from ldpsim.fl import simulate as sim
+from ldpsim.fl.config import SimulationConfig
+from ldpsim.privacy import calibration, sampling
+
+# ------------------------------------------------------------------ sampler tails
+
+
+@pytest.mark.parametrize("impl", ["fast", "icdf", "jax"])
+def test_samplers_never_exceed_their_tail_bound(impl):
+    z = sampling.normal(jax.random.key(3), (2_000_000,), impl=impl)
+    assert float(jnp.max(jnp.abs(z))) <= sampling.TAIL_BOUND[impl]
+
+
+def test_laplace_never_exceeds_its_tail_bound():
+    x = jax.random.laplace(jax.random.key(4), (2_000_000,))
+    assert float(jnp.max(jnp.abs(x))) <= sampling.LAPLACE_TAIL_BOUND
+
+
+def test_floor_formula():
+    t = sampling.TAIL_BOUND["fast"]
+    assert calibration.sampler_delta_floor(1.0, t - 2.0) == pytest.approx(stats.norm.cdf(-2.0))
+    assert t == pytest.approx(math.sqrt(66 * math.log(2)), abs=2e-6)
+    assert calibration.sampler_delta_floor(1.0, 2 * t) == 1.0
+    # Laplace: P(L < ε − T) for a standard Laplace, T = 24 ln 2.
+    tl = sampling.LAPLACE_TAIL_BOUND
+    assert calibration.sampler_delta_floor(1.0, 1.0, mechanism="laplace") == pytest.approx(
+        0.5 * math.exp(1.0 - tl))
+    # The review-level numbers: replace-one, δ = 1e-5, default sampler.
+    s10 = calibration.analytic_gaussian_sigma(10.0, 1e-5, 2.0)
+    s50 = calibration.analytic_gaussian_sigma(50.0, 1e-5, 2.0)
+    assert calibration.sampler_delta_floor(s10, 2.0) < 1e-5 < calibration.sampler_delta_floor(
+        s10, 2.0, impl="jax")
+    assert calibration.sampler_delta_floor(s50, 2.0) > 0.4
+
+
+def test_bounded_tails_break_the_claim_empirically():
+    """The distinguishing event of the floor, sampled with the engine's own noise: at
+    ε = 50, δ = 1e-5 (replace-one, C = 1, Δ = 2 on one coordinate) a release below
+    Δ − T·σ never happens when the input is Δ and happens ~47 % of the time when it is 0.
+    n = 200,000 draws; the check is 6 binomial standard errors below the floor (false
+    failure < 1e-9)."""
+    sigma = calibration.analytic_gaussian_sigma(50.0, 1e-5, 2.0)
+    floor = calibration.sampler_delta_floor(sigma, 2.0)
+    n = 200_000
+    z0 = np.asarray(sampling.normal(jax.random.key(11), (n,))) * sigma          # input 0
+    z1 = 2.0 + np.asarray(sampling.normal(jax.random.key(12), (n,))) * sigma    # input Δ
+    cut = 2.0 - sampling.TAIL_BOUND["fast"] * sigma
+    p0, p1 = np.mean(z0 < cut), np.mean(z1 < cut)
+    assert p1 == 0.0
+    assert p0 > floor - 6 * math.sqrt(floor * (1 - floor) / n)
+    assert p0 - math.exp(50.0) * p1 > 1e-5   # (50, 1e-5)-DP would need this <= 1e-5
+
+
+# ------------------------------------------------------------------ the engine
+
+
+@pytest.fixture(scope="module")
+def toy_data():
+    rng = np.random.default_rng(1)
+    w = rng.normal(size=(5, 3))
+    x = rng.normal(size=(24, 6, 5)).astype(np.float32)
+    y = np.argmax(x @ w, -1)
+    pop = PaddedPopulation.from_arrays(x, y, rng.integers(2, 7, size=24), num_classes=3,
+                                       compact=False)
+    xt = rng.normal(size=(40, 5)).astype(np.float32)
+    return pop, xt, np.argmax(xt @ w, -1)
+
+
+def _rows(data, **kw):
+    base = dict(dataset="toy", model="logreg", population=24, clients_per_round=6, rounds=2,
+                epsilon=5.0, delta=1e-5, clip=1.0, local_steps=1, batch_size=3,
+                client_lr=0.1, chunk_size=3, eval_every=1, seed=0)
+    base.update(kw)
+    return sim.simulate(SimulationConfig(**base), data=data)
+
+
+def test_engine_reports_inf_when_the_sampler_cannot_deliver_delta(toy_data):
+    with pytest.warns(calibration.SamplerTailWarning, match="epsilon_spent is reported as inf"):
+        rows = _rows(toy_data, epsilon=100.0)
+    assert all(math.isinf(r["epsilon_spent"]) for r in rows)
+    assert rows[0]["sampler_delta_floor"] > 0.9
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", calibration.SamplerTailWarning)
+        rows = _rows(toy_data, epsilon=5.0)
+    assert all(math.isfinite(r["epsilon_spent"]) for r in rows)
+    assert rows[0]["sampler_delta_floor"] < 1e-5
+
+
+def test_engine_central_floor_uses_the_sum_sensitivity(toy_data):
+    with pytest.warns(calibration.SamplerTailWarning):
+        rows = _rows(toy_data, privacy_mode="central", noise_multiplier=0.4)
+    assert rows[-1]["sampler_delta_floor"] == pytest.approx(
+        calibration.sampler_delta_floor(0.4, 2.0))
+    assert math.isinf(rows[-1]["epsilon_spent"])
+
+
+# ------------------------------------------------------------------ results columns
+
+
+@pytest.mark.parametrize("kw", [
+    {}, {"mechanism": "laplace", "epsilon": 2.0}, {"epsilon": math.inf},
+    {"privacy_mode": "central", "noise_multiplier": 1.0},
+    {"privacy_mode": "central", "noise_multiplier": 0.5, "adaptive_clip": True},
+    {"privacy_mode": "distributed", "noise_multiplier": 1.0, "dropout_rate": 0.2},
+    {"privacy_mode": "mindspore"}, {"noise_mode": "aggregate"},
+])
+def test_every_results_column_is_classified(toy_data, kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", calibration.SamplerTailWarning)
+        rows = _rows(toy_data, rounds=1, **kw)
+    unknown = set(rows[0]) - set(columns.COLUMNS)
+    assert not unknown, f"unclassified results columns: {sorted(unknown)}"
+    assert {columns.column_kind(c) for c in rows[0]} <= set(columns.KINDS)
+
+
+def test_diagnostics_are_the_columns_that_need_client_data():
+    assert set(columns.columns_of_kind("diagnostic")) == {
+        "noise_norm", "signal_norm", "snr", "cosine", "clip_fraction", "nonfinite_clients",
+        "train_loss"}
+    with pytest.raises(ValueError, match="kind must be one of"):
+        columns.columns_of_kind("secret")
