@@ -121,3 +121,90 @@ def test_averaging_law(n, d, trials):
     norms = np.linalg.norm(z, axis=1)
     expected = np.sqrt(d) * (1 - 1 / (4 * d)) * sigma / np.sqrt(n)
     assert abs(norms.mean() - expected) < 5 * sigma / np.sqrt(2 * n * trials)
+
+
+# ---------------------------------------------------------------------------
+# Argument checks: concrete bad values raise LdpsimError naming the argument; traced
+# values are not checked (they cannot be inspected) and still work under jit.
+
+from ldpsim._checks import LdpsimError  # noqa: E402
+
+_UPDATE = {"w": jnp.array([3.0, -4.0]), "b": jnp.array([1.0])}
+_BAD_CLIPS = [-1.0, 0.0, -0.0, np.nan, np.float32(-2.0), jnp.float32(-1.0), jnp.array([1.0, -1.0]), "x"]
+_BAD_SCALES = [-1.0, -1e-30, np.nan, np.inf, -np.inf, np.float32(np.nan), jnp.float32(-0.5),
+               jnp.array([0.5, np.inf]), "x"]
+
+
+@pytest.mark.parametrize("clip", _BAD_CLIPS, ids=repr)
+@pytest.mark.parametrize("randomizer,kw", [(mechanisms.gaussian_randomizer, "stddev"),
+                                          (mechanisms.laplace_randomizer, "scale")])
+def test_randomizers_reject_concrete_bad_clip(randomizer, kw, clip):
+    with pytest.raises(LdpsimError, match="clip"):
+        randomizer(jax.random.key(0), _UPDATE, clip=clip, **{kw: 1.0})
+    with pytest.raises(ValueError):  # LdpsimError is a ValueError
+        randomizer(jax.random.key(0), _UPDATE, clip=clip, **{kw: 1.0})
+
+
+@pytest.mark.parametrize("value", _BAD_SCALES, ids=repr)
+@pytest.mark.parametrize("call,name", [
+    (lambda v: mechanisms.gaussian_randomizer(jax.random.key(0), _UPDATE, clip=1.0, stddev=v), "stddev"),
+    (lambda v: mechanisms.laplace_randomizer(jax.random.key(0), _UPDATE, clip=1.0, scale=v), "scale"),
+    (lambda v: mechanisms.gaussian_noise(jax.random.key(0), _UPDATE, v), "stddev"),
+    (lambda v: mechanisms.gaussian_noise(jax.random.key(0), _UPDATE, v, impl="jax"), "stddev"),
+    (lambda v: mechanisms.laplace_noise(jax.random.key(0), _UPDATE, v), "scale"),
+    (lambda v: mechanisms.add_gaussian_noise(jax.random.key(0), _UPDATE, v), "stddev"),
+    (lambda v: mechanisms.add_laplace_noise(jax.random.key(0), _UPDATE, v), "scale"),
+], ids=["gaussian_randomizer", "laplace_randomizer", "gaussian_noise", "gaussian_noise_jax",
+        "laplace_noise", "add_gaussian_noise", "add_laplace_noise"])
+def test_noise_functions_reject_concrete_bad_scale(call, name, value):
+    with pytest.raises(LdpsimError, match=name):
+        call(value)
+
+
+def test_negative_clip_no_longer_flips_the_update():
+    # Before: clip=-1 silently released -u/‖u‖ (the sign-flipped update).
+    with pytest.raises(LdpsimError, match="clip must be > 0"):
+        mechanisms.gaussian_randomizer(jax.random.key(0), {"w": jnp.array([3.0, 4.0])},
+                                       clip=-1.0, stddev=0.0)
+
+
+@pytest.mark.parametrize("clip,scale", [(np.inf, 0.0), (1e-30, 0.0), (1e30, 1e30),
+                                        (np.float32(2.0), np.float64(0.5)), (jnp.float32(1.0), jnp.float32(0.0)),
+                                        (2, 1), (jnp.array([1.0]), jnp.array([0.5]))],
+                         ids=repr)
+def test_valid_concrete_arguments_are_accepted(clip, scale):
+    g = mechanisms.gaussian_randomizer(jax.random.key(0), _UPDATE, clip=clip, stddev=scale)
+    lap = mechanisms.laplace_randomizer(jax.random.key(0), _UPDATE, clip=clip, scale=scale)
+    for out in (g, lap):
+        assert all(np.all(np.isfinite(np.asarray(x))) for x in jax.tree_util.tree_leaves(out.noised))
+
+
+def test_traced_arguments_are_not_checked_and_still_work_under_jit():
+    @jax.jit
+    def release(key, clip, stddev, scale):
+        g = mechanisms.gaussian_randomizer(key, _UPDATE, clip=clip, stddev=stddev)
+        lap = mechanisms.laplace_randomizer(key, _UPDATE, clip=clip, scale=scale)
+        z = mechanisms.add_gaussian_noise(key, _UPDATE, stddev)
+        y = mechanisms.add_laplace_noise(key, _UPDATE, scale)
+        return g, lap, z, y
+
+    g, lap, z, y = release(jax.random.key(0), jnp.float32(2.0), jnp.float32(0.0), jnp.float32(0.0))
+    np.testing.assert_allclose(_flat(g.noised), 2.0 * np.array([1.0, 3.0, -4.0]) / np.sqrt(26.0), rtol=1e-6)
+    np.testing.assert_allclose(_flat(lap.noised), np.array([1.0, 3.0, -4.0]) / 4.0, rtol=1e-6)
+    np.testing.assert_array_equal(_flat(z), _flat(_UPDATE))
+    np.testing.assert_array_equal(_flat(y), _flat(_UPDATE))
+    # A traced bad value cannot be inspected: no error is raised (documented; the engine
+    # validates its configuration before tracing).
+    g, *_ = release(jax.random.key(0), jnp.float32(-1.0), jnp.float32(0.0), jnp.float32(0.0))
+    np.testing.assert_allclose(_flat(g.noised), -np.array([1.0, 3.0, -4.0]) / np.sqrt(26.0), rtol=1e-6)
+
+
+def test_vmapped_per_client_arguments_are_accepted():
+    keys = jax.random.split(jax.random.key(1), 3)
+    updates = {"w": jnp.arange(6.0).reshape(3, 2)}
+    clips, stds = jnp.array([0.5, 1.0, 2.0]), jnp.array([0.0, 0.0, 0.0])
+    out = jax.vmap(lambda k, u, c, s: mechanisms.gaussian_randomizer(k, u, clip=c, stddev=s))(
+        keys, updates, clips, stds)
+    norms = np.linalg.norm(np.asarray(out.noised["w"]), axis=1)
+    np.testing.assert_allclose(norms, np.minimum(np.linalg.norm(np.arange(6.0).reshape(3, 2), axis=1),
+                                                 clips), rtol=1e-6)

@@ -23,6 +23,16 @@ Guarantees (with :mod:`ldpsim.privacy.calibration` and :mod:`.clipping`):
   this is (ε, δ)-LDP for the stated neighbouring relation (Balle & Wang 2018).
 * :func:`laplace_randomizer` releases ``clip¹_C(u) + Lap(b)^d`` (L1 clipping).
   With ``b = Δ₁/ε`` it is ε-LDP (Dwork & Roth 2014, Thm. 3.6).
+
+Argument checks: every public function raises :class:`ldpsim._checks.LdpsimError` (a
+``ValueError`` naming the argument) for a *concrete* bad value — ``clip`` ≤ 0 or NaN
+(``clip = inf`` means no clipping and is allowed; a negative clip would flip the update's
+sign), ``stddev``/``scale`` < 0, NaN or ±inf (0 is allowed: no noise). Python numbers,
+NumPy values and concrete JAX arrays (every entry, if not a scalar) are checked. A traced
+value (inside ``jit``/``vmap``/``grad``) cannot be inspected and is NOT checked: callers
+that trace these arguments — the FL engine, which passes ``clip`` and σ as traced scalars
+so that a new ε never recompiles — validate them before tracing
+(:class:`ldpsim.fl.config.SimulationConfig`).
 """
 
 from __future__ import annotations
@@ -31,11 +41,47 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from ldpsim._checks import LdpsimError
 from ldpsim.privacy import sampling
 from ldpsim.privacy.clipping import clip_by_global_norm, clip_by_l1_norm
 
 PyTree = Any
+
+
+def _concrete(value: Any) -> np.ndarray | None:
+    """``value`` as a float64 NumPy array when it is concrete; None for a JAX tracer.
+
+    Raises:
+        LdpsimError: a value that is not numeric (message names no argument; see callers).
+    """
+    if isinstance(value, jax.core.Tracer):
+        return None  # traced (jit/vmap/grad): unknowable until run time, left unchecked
+    try:
+        return np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise LdpsimError(f"must be a number, got {value!r}") from None
+
+
+def _check_clip(value: Any) -> None:
+    """Reject a concrete clip bound that is ≤ 0 or NaN (inf is allowed: no clipping)."""
+    try:
+        arr = _concrete(value)
+    except LdpsimError as err:
+        raise LdpsimError(f"clip {err}") from None
+    if arr is not None and not np.all(arr > 0):  # NaN > 0 is False
+        raise LdpsimError(f"clip must be > 0 (inf allowed, meaning no clipping), got {value!r}")
+
+
+def _check_scale(name: str, value: Any) -> None:
+    """Reject a concrete noise scale that is < 0, NaN or ±inf (0 is allowed: no noise)."""
+    try:
+        arr = _concrete(value)
+    except LdpsimError as err:
+        raise LdpsimError(f"{name} {err}") from None
+    if arr is not None and not np.all(np.isfinite(arr) & (arr >= 0)):
+        raise LdpsimError(f"{name} must be finite and >= 0, valid range [0, inf); got {value!r}")
 
 
 def _per_leaf(key: jax.Array, tree: PyTree, draw) -> PyTree:
@@ -58,7 +104,8 @@ def gaussian_noise(
         key: a PRNG key (``"fast"``/``"icdf"`` need a threefry key, JAX's default).
         tree: a pytree whose leaves give the shapes/dtypes of the noise
             (non-floating leaves get float32 noise).
-        stddev: per-coordinate standard deviation σ ≥ 0 (traced scalar is fine).
+        stddev: per-coordinate standard deviation σ ≥ 0, finite (a traced scalar is
+            fine but is not checked).
         impl: the N(0, 1) sampler, one of :data:`ldpsim.privacy.sampling.IMPLS`:
             ``"fast"`` (Box–Muller on Threefry-2x32-20 bits, |z| ≤ 6.76),
             ``"icdf"`` (64-bit inverse CDF, |z| ≤ 9.08) or ``"jax"``
@@ -67,14 +114,22 @@ def gaussian_noise(
             types (:func:`ldpsim.privacy.sampling.resolve_impl`).
 
     Raises:
-        LdpsimError: unknown ``impl``, or a non-threefry key with ``"fast"``/``"icdf"``.
+        LdpsimError: a concrete ``stddev`` that is < 0, NaN or inf; unknown ``impl``, or
+            a non-threefry key with ``"fast"``/``"icdf"``.
     """
+    _check_scale("stddev", stddev)
     z = sampling.normal_like(key, tree, impl=impl)
     return jax.tree_util.tree_map(lambda n: n * jnp.asarray(stddev, n.dtype), z)
 
 
 def laplace_noise(key: jax.Array, tree: PyTree, scale: jax.typing.ArrayLike) -> PyTree:
-    """iid Laplace(0, scale) noise (density ``exp(-|x|/b)/(2b)``, variance ``2b²``) like ``tree``."""
+    """iid Laplace(0, scale) noise (density ``exp(-|x|/b)/(2b)``, variance ``2b²``) like ``tree``.
+
+    ``scale`` is the Laplace scale b ≥ 0, finite (a traced scalar is fine but is not
+    checked). Raises :class:`~ldpsim._checks.LdpsimError` for a concrete ``scale`` that
+    is < 0, NaN or inf.
+    """
+    _check_scale("scale", scale)
 
     def draw(k, shape, dtype):
         dtype = _float_dtype(dtype)
@@ -86,12 +141,12 @@ def laplace_noise(key: jax.Array, tree: PyTree, scale: jax.typing.ArrayLike) -> 
 def add_gaussian_noise(
     key: jax.Array, tree: PyTree, stddev: jax.typing.ArrayLike, *, impl: str | None = None
 ) -> PyTree:
-    """``tree + N(0, stddev² I)`` leaf by leaf (see :func:`gaussian_noise`)."""
+    """``tree + N(0, stddev² I)`` leaf by leaf (see :func:`gaussian_noise`; same checks)."""
     return jax.tree_util.tree_map(jnp.add, tree, gaussian_noise(key, tree, stddev, impl=impl))
 
 
 def add_laplace_noise(key: jax.Array, tree: PyTree, scale: jax.typing.ArrayLike) -> PyTree:
-    """``tree + Lap(scale)^d`` leaf by leaf (see :func:`laplace_noise`)."""
+    """``tree + Lap(scale)^d`` leaf by leaf (see :func:`laplace_noise`; same checks)."""
     return jax.tree_util.tree_map(jnp.add, tree, laplace_noise(key, tree, scale))
 
 
@@ -117,7 +172,13 @@ def gaussian_randomizer(
 
     (ε, δ)-LDP when ``stddev`` is calibrated for ``sensitivity(clip, neighbours)``
     (:func:`ldpsim.privacy.calibration.calibrate`).
+
+    Raises:
+        LdpsimError: a concrete ``clip`` ≤ 0 or NaN, or a concrete ``stddev`` < 0, NaN
+            or inf. Traced arguments (under ``jit``/``vmap``) are not checked.
     """
+    _check_clip(clip)
+    _check_scale("stddev", stddev)
     clipped, norm = clip_by_global_norm(tree, clip)
     return Privatized(add_gaussian_noise(key, clipped, stddev), clipped, norm)
 
@@ -128,6 +189,12 @@ def laplace_randomizer(
     """Laplace local randomizer: L1-clip ``tree`` to ``clip``, then add Lap(scale) per coordinate.
 
     ε-LDP when ``scale = sensitivity(clip, neighbours)/ε`` (pure DP, δ = 0).
+
+    Raises:
+        LdpsimError: a concrete ``clip`` ≤ 0 or NaN, or a concrete ``scale`` < 0, NaN
+            or inf. Traced arguments (under ``jit``/``vmap``) are not checked.
     """
+    _check_clip(clip)
+    _check_scale("scale", scale)
     clipped, norm = clip_by_l1_norm(tree, clip)
     return Privatized(add_laplace_noise(key, clipped, scale), clipped, norm)
