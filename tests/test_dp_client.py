@@ -235,13 +235,59 @@ def test_shuffle_epsilon_is_k_gaussians_of_half_multiplier():
     assert "replace one example" in rep.neighbouring
 
 
-def test_poisson_epsilon_matches_dpsgd_epsilon():
-    rep = dp_client_epsilon(noise_multiplier=1.1, batch_size=256, num_examples=60000,
-                            local_steps=7031, rounds=2, delta=1e-5, method="rdp")
+def test_poisson_epsilon_sensitivity_follows_the_micro_batches():
+    """rdp/pld: sensitivity C (multiplier z) only with per-example clipping (M = B); with
+    micro-batches of several rows (M < B) or M unknown, 2C (multiplier z/2)."""
+    kw = dict(noise_multiplier=1.1, batch_size=256, num_examples=60000, local_steps=7031,
+              rounds=2, delta=1e-5, method="rdp")
+    rep = dp_client_epsilon(**kw, micro_batches=256)
     assert rep.epsilon == pytest.approx(2.5966, abs=1e-4)  # ALGORITHMS §4.5 / dp_accounting
     ref = dpsgd_epsilon(noise_multiplier=1.1, batch_size=256, num_examples=60000, steps=14062,
                         delta=1e-5, method="rdp")
     assert rep.epsilon == ref.epsilon
+    assert rep.details["sensitivity"] == "C" and rep.details["accounted_noise_multiplier"] == 1.1
+    # Independent: dp_accounting's Poisson-sampled Gaussian with multiplier z/2 = 0.55.
+    acc = dp_accounting.rdp.RdpAccountant()
+    acc.compose(dp_accounting.PoissonSampledDpEvent(
+        256 / 60000, dp_accounting.GaussianDpEvent(0.55)), 14062)
+    for m in (32, 128, None):
+        rep2 = dp_client_epsilon(**kw, micro_batches=m)
+        assert rep2.epsilon == pytest.approx(acc.get_epsilon(1e-5), rel=1e-9)
+        assert rep2.details["sensitivity"] == "2C"
+        assert "add-or-remove one example" in rep2.neighbouring
+        assert "2C" in rep2.neighbouring and "Poisson" in rep2.neighbouring
+    assert rep2.epsilon > 3 * rep.epsilon
+    # The shuffle guarantee is replace-one, 2C whatever M.
+    kw["method"] = "shuffle"
+    assert (dp_client_epsilon(**kw, micro_batches=256).epsilon
+            == dp_client_epsilon(**kw, micro_batches=32).epsilon
+            == dp_client_epsilon(**kw).epsilon)
+    with pytest.raises(LdpsimError, match="micro_batches"):
+        dp_client_epsilon(**kw, micro_batches=3)
+
+
+def test_shuffle_sensitivity_2c_is_attained_by_dp_local_update():
+    """Replacing one row of a micro-batch can move the noiseless step by the full 2C/M·lr.
+
+    One step, B = M = 2 (each chunk is one row, per-example clipping), lr 1, a linear model
+    without bias at W = 0 (∇ℓ(x, y) = (softmax(0) − e_y) xᵀ): replacing x by −x turns the
+    row's clipped gradient g into −g, so the two updates differ by 2C/M in norm.
+    """
+    apply_fn = lambda p, x: x @ p  # noqa: E731
+    w = jnp.zeros((5, 3))
+    x, y = _data(2)
+    C = 0.01
+
+    @jax.jit
+    def step(xb):
+        return dp_local_update(w, xb, y, jnp.int32(2), apply_fn=apply_fn,
+                               optimizer=optax.sgd(1.0), batch_size=2, key=jax.random.key(0),
+                               local_steps=1, micro_batches=2, clip_norm=C,
+                               noise_multiplier=0.0, unroll=1)[0]
+
+    a = step(x)
+    b = step(x.at[0].multiply(-1.0))
+    np.testing.assert_allclose(float(jnp.linalg.norm(a - b)), 2 * C / 2, rtol=1e-5)
 
 
 def test_epsilon_edge_cases():

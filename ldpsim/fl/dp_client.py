@@ -25,16 +25,21 @@ added to the aggregate. Each guarantee holds for its own neighbouring relation.
 
 Formal guarantee (one client, its own dataset of ``n`` rows, clip ``C``, multiplier
 ``z``): one local step is the Gaussian mechanism on the sum of clipped micro-batch
-gradients. Replacing one example changes one chunk, so the sum moves by at most
-``2C`` and the batch composition is unchanged (the shuffle depends on row positions
-and the key only). Every example is used at most once per pass over the data, so after
-``k`` passes the client's released update is (ε, δ)-DP for replace-one-example neighbours
-with ε that of ``k`` Gaussians of multiplier ``z/2`` (exact: one Gaussian of
-multiplier ``z/(2√k)``, Balle & Wang 2018, Thm. 8); see :func:`dp_client_epsilon`
-with ``method="shuffle"`` (each round starts a fresh pass, so ``k`` counts passes per
-round times rounds). The usual DP-SGD figure assumes Poisson sampling with
-``q = B/n`` (add/remove one example, Abadi et al. 2016, arXiv:1607.00133), which the
-shuffled batches only approximate: ``method="rdp"`` / ``"pld"``.
+gradients. Replacing one example changes one chunk's clipped gradient from ``g`` to
+``g'``, so the sum moves by at most ``‖g − g'‖ ≤ 2C`` and the batch composition is
+unchanged (the shuffle depends on row positions and the key only). Every example is used
+at most once per pass over the data, so after ``k`` passes the client's released update is
+(ε, δ)-DP for replace-one-example neighbours with ε that of ``k`` Gaussians of multiplier
+``z/2`` (exact: one Gaussian of multiplier ``z/(2√k)``, Balle & Wang 2018, Thm. 8); see
+:func:`dp_client_epsilon` with ``method="shuffle"`` (each round starts a fresh pass, so
+``k`` counts passes per round times rounds). The usual DP-SGD figure assumes Poisson
+sampling with ``q = B/n`` (add/remove one example, Abadi et al. 2016,
+arXiv:1607.00133), which the shuffled batches do not do: ``method="rdp"`` / ``"pld"``
+are a reference figure, not a guarantee of this function. Even there the sensitivity is
+``C`` only with per-example clipping (``micro_batches = batch_size``); a micro-batch of
+several rows changes from ``g`` to ``g'`` when one of its rows is added or removed, up to
+``2C``, so those methods use the multiplier ``z/2`` unless told the clipping is
+per-example.
 
 References:
     Abadi et al., "Deep Learning with Differential Privacy", CCS 2016 (arXiv:1607.00133), Alg. 1.
@@ -163,7 +168,8 @@ def make_dp_client_update(*, micro_batches: int, clip_norm: float, noise_multipl
 
 
 def dp_client_epsilon(*, noise_multiplier: float, batch_size: int, num_examples: int,
-                      local_steps: int, rounds: int = 1, delta: float, method: str = "shuffle"):
+                      local_steps: int, rounds: int = 1, delta: float, method: str = "shuffle",
+                      micro_batches: int | None = None):
     """Sample-level ε of one client after ``rounds`` rounds of ``local_steps`` DP-SGD steps each.
 
     The client holds ``num_examples`` rows; every round's update is a function of that
@@ -172,17 +178,28 @@ def dp_client_epsilon(*, noise_multiplier: float, batch_size: int, num_examples:
 
     Methods:
       ``"shuffle"`` (rigorous for :func:`dp_local_update`'s batching, no sampling
-      assumption): replace-one-example neighbours, sensitivity ``2C`` per step, and an
-      example is in at most one batch per pass over the client's data; a round of ``K``
-      steps makes ``ceil(K / ceil(n/B))`` passes (each round starts a fresh pass), so
-      ``k = rounds · ceil(K / ceil(n/B))``: ε of ``k`` Gaussians with multiplier ``z/2``,
-      exactly (dp_accounting). For ``local_epochs=E`` pass ``local_steps = E·ceil(n/B)``.
-      ``"rdp"`` / ``"pld"``: the standard DP-SGD figure, Poisson sampling with
+      assumption): replace-one-example neighbours, sensitivity ``2C`` per step whatever
+      the micro-batching, and an example is in at most one batch per pass over the
+      client's data; a round of ``K`` steps makes ``ceil(K / ceil(n/B))`` passes (each
+      round starts a fresh pass), so ``k = rounds · ceil(K / ceil(n/B))``: ε of ``k``
+      Gaussians with multiplier ``z/2``, exactly (dp_accounting). For ``local_epochs=E``
+      pass ``local_steps = E·ceil(n/B)``.
+      ``"rdp"`` / ``"pld"``: the standard DP-SGD figure, *assuming* Poisson sampling with
       ``q = B/n`` (add/remove one example) over ``rounds · K`` steps via
-      :func:`ldpsim.privacy.accounting.dpsgd_epsilon`; shuffled batches only approximate it.
+      :func:`ldpsim.privacy.accounting.dpsgd_epsilon` — :func:`dp_local_update` shuffles,
+      so this is a reference figure, not its guarantee. The sensitivity is ``C`` (multiplier
+      ``z``) only for per-example clipping, ``micro_batches == batch_size``; otherwise
+      (including ``micro_batches=None``, unknown) a micro-batch holds several rows and the
+      sensitivity is ``2C`` (multiplier ``z/2``).
+
+    Args:
+      micro_batches: M of :func:`dp_local_update` (must divide ``batch_size``); only the
+        ``"rdp"``/``"pld"`` sensitivity depends on it. None: assume ``M < B`` (2C, valid
+        for every M).
 
     Returns:
-      A :class:`ldpsim.privacy.accounting.PrivacyReport`.
+      A :class:`ldpsim.privacy.accounting.PrivacyReport`; ``details`` has ``sensitivity``
+      (``"C"`` or ``"2C"``) and ``accounted_noise_multiplier`` (``z`` over it).
     """
     from ldpsim.privacy import accounting
 
@@ -191,6 +208,11 @@ def dp_client_epsilon(*, noise_multiplier: float, batch_size: int, num_examples:
     b = check_positive_int("batch_size", batch_size)
     n = check_positive_int("num_examples", num_examples)
     delta = check_open_unit("delta", delta)
+    if micro_batches is not None:
+        micro_batches = check_positive_int("micro_batches", micro_batches)
+        if b % micro_batches:
+            raise LdpsimError(f"batch_size ({b}) must be a multiple of micro_batches, got "
+                              f"{micro_batches}")
     for name, value in (("local_steps", local_steps), ("rounds", rounds)):
         if isinstance(value, bool) or int(value) != value or value < 0:
             raise LdpsimError(f"{name} must be an integer >= 0, got {value!r}")
@@ -199,13 +221,26 @@ def dp_client_epsilon(*, noise_multiplier: float, batch_size: int, num_examples:
         if b >= n:
             raise LdpsimError(f"batch_size must be < num_examples ({n}) for method={method!r} "
                               f"(sampling rate q = B/n < 1), got {b}; use method='shuffle'")
-        return accounting.dpsgd_epsilon(noise_multiplier=z, batch_size=b, num_examples=n,
-                                        steps=rounds * local_steps, delta=delta, method=method)
+        s = 1 if micro_batches == b else 2
+        rep = accounting.dpsgd_epsilon(noise_multiplier=z / s, batch_size=b, num_examples=n,
+                                       steps=rounds * local_steps, delta=delta,
+                                       sampling="poisson", method=method)
+        why = ("per-example clipping" if s == 1 else
+               "a micro-batch of several rows changes by up to 2C")
+        return dataclasses.replace(
+            rep, neighbouring=f"add-or-remove one example of the client, sensitivity "
+                              f"{'C' if s == 1 else '2C'} ({why}); assumes Poisson sampling "
+                              "with q = B/n, which dp_local_update does not do",
+            details={**rep.details, "noise_multiplier": z, "micro_batches": micro_batches,
+                     "sensitivity": "C" if s == 1 else "2C", "accounted_noise_multiplier": z / s})
     per_pass = -(-n // b)
     k = rounds * -(-local_steps // per_pass)
     details = {"noise_multiplier": z, "batch_size": b, "num_examples": n,
-               "local_steps": local_steps, "rounds": rounds, "passes": k}
-    neighbouring = "replace one example of the client (no sampling amplification)"
+               "local_steps": local_steps, "rounds": rounds, "passes": k,
+               "micro_batches": micro_batches, "sensitivity": "2C",
+               "accounted_noise_multiplier": z / 2}
+    neighbouring = ("replace one example of the client, sensitivity 2C "
+                    "(no sampling amplification)")
     if k == 0:
         return accounting.PrivacyReport(0.0, delta, "analytic", neighbouring, 0, details)
     if z == 0:

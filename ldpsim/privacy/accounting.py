@@ -459,7 +459,7 @@ def _sampled_report(unit, z, m, n, k, delta, sampling, method, names) -> Privacy
     factor = sensitivity_factor(sampling)
     relation = (f"replace one {unit}" if sampling == "fixed" else f"add-or-remove one {unit}")
     details = {"noise_multiplier": z, names[0]: m, names[1]: n, "sampling_probability": m / n,
-               "sampling": sampling, "sensitivity": f"{factor:g}C",
+               "sampling": sampling, "sensitivity": "2C" if factor == 2 else "C",
                "accounted_noise_multiplier": z / factor,
                "amplification": "none (every unit in every round)" if (
                    sampling == "fixed" and m == n) else sampling}
@@ -552,6 +552,12 @@ def dpsgd_epsilon(
     on the *sum* of clipped per-example (or per-micro-batch) gradients divided by
     the clip bound. Example: ``q = 256/60000, z = 1.1, 14062 steps, δ = 1e-5``
     gives 2.5966 (RDP) and 2.3817 (PLD).
+
+    The unit of clipping matters: with per-example clipping (or micro-batches of one
+    example) adding or removing an example moves the clipped sum by at most C; with
+    micro-batches of several examples one changed example moves its micro-batch's clipped
+    gradient from g to g', up to 2C, so pass ``noise_multiplier / 2`` (as
+    :mod:`ldpsim.fl.central` does).
     """
     z = check_nonnegative("noise_multiplier", noise_multiplier)
     m, n, k, delta = _check_sampled("batch_size", batch_size, "num_examples", num_examples,
