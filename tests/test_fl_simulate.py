@@ -35,8 +35,9 @@ def small_data():
 
 
 def _config(**kw):
+    # epsilon 10: at delta 1e-3 the float32 sampler's bounded tails deliver up to ~17.
     base = dict(dataset="toy", model="logreg", population=40, clients_per_round=8, rounds=4,
-                epsilon=20.0, delta=1e-3, clip=1.0, local_steps=2, batch_size=4,
+                epsilon=10.0, delta=1e-3, clip=1.0, local_steps=2, batch_size=4,
                 client_lr=0.5, chunk_size=3, eval_every=2, seed=3)
     base.update(kw)
     return SimulationConfig(**base)
@@ -56,7 +57,7 @@ def test_history_rows_have_the_results_columns(small_data):
         assert row["mechanism"] == "gaussian" and row["neighbours"] == "replace"
         assert row["sensitivity"] == 2.0 and row["sigma"] > 0
         assert row["clients"] == 8 and 0 <= row["accuracy"] <= 1
-        assert math.isfinite(row["epsilon_spent"]) and row["epsilon_spent"] >= 20.0 - 1e-6
+        assert math.isfinite(row["epsilon_spent"]) and row["epsilon_spent"] >= 10.0 - 1e-6
     # The most-sampled client's epsilon grows with its participations.
     assert history[-1]["max_participation"] >= history[0]["max_participation"]
 

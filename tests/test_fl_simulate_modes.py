@@ -32,16 +32,19 @@ def data():
 
 def _config(**kw):
     base = dict(dataset="toy", model="logreg", population=N, clients_per_round=8, rounds=2,
-                epsilon=20.0, delta=1e-3, clip=1.0, local_steps=2, batch_size=4,
+                epsilon=10.0, delta=1e-3, clip=1.0, local_steps=2, batch_size=4,
                 client_lr=0.5, chunk_size=4, eval_every=1, seed=3)
+    # epsilon 10 (not 20) and dp_eps 10 below: the float32 sampler's bounded tails deliver
+    # delta = 1e-3 only up to a per-release epsilon of ~17 (docs/privacy_sharp_edges.md);
+    # above it epsilon_spent is inf by design (tests/test_privacy_release.py).
     base.update(kw)
     return SimulationConfig(**base)
 
 
 @pytest.mark.parametrize("kw", [
-    dict(privacy_mode="mindspore"),
+    dict(privacy_mode="mindspore", dp_eps=10.0),
     dict(privacy_mode="central", noise_multiplier=0.8),
-    dict(privacy_mode="central", adaptive_clip=True, noise_multiplier=0.1, clip=0.1),
+    dict(privacy_mode="central", adaptive_clip=True, noise_multiplier=0.5, clip=0.1),
     dict(privacy_mode="distributed", noise_multiplier=0.8, dropout_rate=0.25),
     dict(noise_mode="aggregate"),
     dict(client_dp=True, client_dp_micro_batches=2, client_dp_noise_multiplier=1.0),
@@ -87,31 +90,32 @@ def test_mindspore_clip_bound_sequence(data, rule):
     # model_change_norm.
     c = 1.5
     history = sim.simulate(_config(privacy_mode="mindspore", clients_per_round=N, rounds=3,
-                                   dp_norm_clip=c, mindspore_clip_rule=rule), data=data)
+                                   dp_norm_clip=c, mindspore_clip_rule=rule, dp_eps=10.0),
+                           data=data)
     bounds = [r["clip_bound"] for r in history]
     g = [r["model_change_norm"] for r in history]
     expected = [0.05, c * g[0], min(c * g[0], c * g[1]) if rule == "running-min" else c * g[1]]
     np.testing.assert_allclose(bounds, expected, rtol=1e-5)
-    a = modes.mindspore_sigma_per_clip(50.0, 0.01)
+    a = modes.mindspore_sigma_per_clip(10.0, 0.01)
     for row in history:
-        assert row["neighbours"] == "add-remove" and row["epsilon"] == 50.0
+        assert row["neighbours"] == "add-remove" and row["epsilon"] == 10.0
         assert row["delta"] == 0.01 and math.isnan(row["clip"])
         assert row["sensitivity"] == pytest.approx(row["clip_bound"], rel=1e-6)
         assert row["sigma"] == pytest.approx(a * row["clip_bound"], rel=1e-6)
     # Every round is exactly (dp_eps, dp_delta)-DP: one participation costs dp_eps.
     assert history[0]["max_participation"] == 1
-    assert history[0]["epsilon_spent"] == pytest.approx(50.0, rel=1e-4)
+    assert history[0]["epsilon_spent"] == pytest.approx(10.0, rel=1e-4)
     assert history[2]["epsilon_spent"] > history[0]["epsilon_spent"]
 
 
 def test_mindspore_replace_neighbours_doubles_sigma(data):
-    row = sim.simulate(_config(privacy_mode="mindspore", rounds=1,
+    row = sim.simulate(_config(privacy_mode="mindspore", rounds=1, dp_eps=10.0,
                                mindspore_neighbours="replace"), data=data)[0]
-    a = modes.mindspore_sigma_per_clip(50.0, 0.01, neighbours="replace")
+    a = modes.mindspore_sigma_per_clip(10.0, 0.01, neighbours="replace")
     assert row["neighbours"] == "replace"
     assert row["sensitivity"] == pytest.approx(2 * row["clip_bound"], rel=1e-6)
     assert row["sigma"] == pytest.approx(a * row["clip_bound"], rel=1e-6)
-    assert row["epsilon_spent"] == pytest.approx(50.0, rel=1e-4)
+    assert row["epsilon_spent"] == pytest.approx(10.0, rel=1e-4)
 
 
 @pytest.mark.parametrize("sampling", ["uniform", "poisson"])

@@ -135,3 +135,28 @@ def test_diagnostics_are_the_columns_that_need_client_data():
         "train_loss"}
     with pytest.raises(ValueError, match="kind must be one of"):
         columns.columns_of_kind("secret")
+
+
+def test_account_ldp_reports_the_sampler_floor(capsys):
+    import json
+
+    from ldpsim.cli import main
+
+    assert main(["account", "ldp", "--sigma", "0.2", "--sensitivity", "2", "--delta", "1e-5",
+                 "--rounds", "3", "--json"]) == 0
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
+    assert out["sampler_delta_floor"] == pytest.approx(calibration.sampler_delta_floor(0.2, 2.0))
+    assert "bounded tails" in captured.err and "Traceback" not in captured.err
+    assert main(["account", "ldp", "--sigma", "4", "--sensitivity", "2", "--delta", "1e-5",
+                 "--rounds", "3", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["sampler_delta_floor"] < 1e-9 and captured.err == ""
+
+
+def test_mindspore_defaults_are_not_delivered_by_float32_noise(toy_data):
+    """MindSpore's default (dp_eps = 50, dp_delta = 0.01): the bounded sampler tells
+    worst-case neighbours apart with probability ~0.88 > 0.01, so no epsilon holds."""
+    with pytest.warns(calibration.SamplerTailWarning):
+        rows = _rows(toy_data, privacy_mode="mindspore")
+    assert rows[0]["sampler_delta_floor"] > 0.8 and math.isinf(rows[0]["epsilon_spent"])

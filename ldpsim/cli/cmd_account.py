@@ -96,11 +96,24 @@ def _sampled_common(parser: argparse.ArgumentParser, extra_methods: tuple[str, .
 
 
 def _ldp(args) -> dict:
-    from ldpsim.privacy.accounting import ldp_epsilon
+    import sys
 
-    return ldp_epsilon(args.mechanism, sensitivity=args.sensitivity, rounds=args.rounds,
-                       delta=args.delta, sigma=args.sigma, scale=args.scale,
-                       method=args.method).as_dict()
+    from ldpsim.privacy.accounting import ldp_epsilon
+    from ldpsim.privacy.calibration import sampler_delta_floor
+
+    out = ldp_epsilon(args.mechanism, sensitivity=args.sensitivity, rounds=args.rounds,
+                      delta=args.delta, sigma=args.sigma, scale=args.scale,
+                      method=args.method).as_dict()
+    # What ldpsim's own float32 sampler can deliver at this noise level (bounded tails).
+    floor = sampler_delta_floor(args.sigma if args.mechanism == "gaussian" else args.scale,
+                                args.sensitivity, mechanism=args.mechanism)
+    out["sampler_delta_floor"] = floor
+    if args.rounds > 0 and floor > out["delta"]:
+        print(f"ldpsim account: warning: with ldpsim's float32 {args.mechanism} sampler "
+              f"(bounded tails) no delta below {floor:.3g} is delivered at this noise level, "
+              f"so this (epsilon, delta) does not hold for ldpsim's implementation; see "
+              "docs/privacy_sharp_edges.md", file=sys.stderr)
+    return out
 
 
 def _dpfedavg(args) -> dict:
@@ -166,4 +179,7 @@ def run(args: argparse.Namespace) -> int:
               f"epsilon {out['target_epsilon']:g})")
     print(f"method        {out['method']}, {out['count']} composition(s)")
     print(f"neighbouring  {out['neighbouring']}")
+    if "sampler_delta_floor" in out:
+        print(f"sampler       delta >= {out['sampler_delta_floor']:.3g} with ldpsim's float32 "
+              "sampler (bounded tails), whatever epsilon")
     return 0

@@ -641,14 +641,10 @@ def simulate(config: SimulationConfig, *, progress: bool = False,
     y_test = jnp.asarray(y_test, jnp.int32)
     capacity = (_poisson_capacity(config) if config.sampling == "poisson"
                 else config.clients_per_round)
-    base = _run_columns(config, model.name, population.num_clients, sigma, sens, mechanism)
+    base = _run_columns(config, model.name, population.num_clients, sigma, sens, mechanism,
+                        setup if modal else None)
     epsilon_of = _epsilon_spent(config, population.num_clients, sigma, sens, mechanism,
                                 setup if modal else None)
-    floor, claimed_delta = _sampler_floor(config, sigma, sens, mechanism,
-                                          setup if modal else None)
-    base["sampler_delta_floor"] = floor
-    if floor > claimed_delta:
-        epsilon_of = _tail_limited(epsilon_of, floor, claimed_delta, mechanism)
     client_dp_epsilon = _client_dp_epsilon(config, population)
     counts = None if modal else np.asarray(population.client_counts())
     participation = np.zeros(population.num_clients, np.int64)
@@ -704,7 +700,7 @@ def simulate(config: SimulationConfig, *, progress: bool = False,
 
 
 def _run_columns(config: SimulationConfig, model_name: str, population: int, sigma: float,
-                 sens: float, mechanism: str) -> dict:
+                 sens: float, mechanism: str, setup: _ModeSetup | None = None) -> dict:
     """The run-level columns every history row of ``config`` starts with."""
     return {
         "dataset": config.dataset,
@@ -715,6 +711,7 @@ def _run_columns(config: SimulationConfig, model_name: str, population: int, sig
         "privacy_mode": config.privacy_mode, "noise_mode": config.noise_mode,
         "noise_multiplier": (config.noise_multiplier
                              if config.privacy_mode in ("central", "distributed") else math.nan),
+        "sampler_delta_floor": _sampler_floor(config, sigma, sens, mechanism, setup)[0],
     }
 
 
@@ -802,21 +799,34 @@ def _tail_limited(epsilon_of: Callable, floor: float, claimed_delta: float,
         warnings.warn(
             f"float32 Laplace noise is bounded (|x| <= 16.64 b): at this epsilon the release "
             f"is not pure epsilon-DP; worst-case neighbours are told apart with probability "
-            f">= {floor:.3g} (column sampler_delta_floor)", SamplerTailWarning, stacklevel=3)
+            f">= {floor:.3g} (column sampler_delta_floor)", SamplerTailWarning, stacklevel=4)
         return epsilon_of
     warnings.warn(
         f"the Gaussian sampler's bounded tails make delta={claimed_delta:g} impossible at "
         f"this noise level: worst-case neighbours are told apart with probability >= "
         f"{floor:.3g} whatever epsilon, so epsilon_spent is reported as inf; use a smaller "
         f"epsilon per round or a larger delta (see docs/privacy_sharp_edges.md)",
-        SamplerTailWarning, stacklevel=3)
+        SamplerTailWarning, stacklevel=4)
     return lambda k, t, z: math.inf if max(k, t) > 0 else 0.0
 
 
 def _epsilon_spent(config: SimulationConfig, population: int, sigma: float, sens: float,
                    mechanism: str, setup: _ModeSetup | None
                    ) -> Callable[[int, int, float], float]:
-    """``epsilon_of(max_participation, rounds, smallest_effective_z)`` for the mode."""
+    """``epsilon_of(max_participation, rounds, smallest_effective_z)`` for the mode; ``inf``
+    (with a :class:`~ldpsim.privacy.calibration.SamplerTailWarning`) where the sampler's
+    bounded tails cannot deliver the claimed δ (:func:`_sampler_floor`)."""
+    epsilon_of = _epsilon_spent_ideal(config, population, sigma, sens, mechanism, setup)
+    floor, claimed_delta = _sampler_floor(config, sigma, sens, mechanism, setup)
+    if floor > claimed_delta:
+        epsilon_of = _tail_limited(epsilon_of, floor, claimed_delta, mechanism)
+    return epsilon_of
+
+
+def _epsilon_spent_ideal(config: SimulationConfig, population: int, sigma: float, sens: float,
+                         mechanism: str, setup: _ModeSetup | None
+                         ) -> Callable[[int, int, float], float]:
+    """:func:`_epsilon_spent` for ideal (unbounded) noise."""
     mode = config.privacy_mode
     if mode in ("ldp", "mindspore"):
         if mode == "mindspore":
