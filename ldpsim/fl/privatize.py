@@ -26,12 +26,11 @@ References:
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
-import jax.numpy as jnp
 
-from ldpsim.privacy import clipping, mechanisms
+from ldpsim.privacy import mechanism as mechanism_lib
 
 PyTree = Any
 
@@ -40,36 +39,18 @@ __all__ = ["MECHANISMS", "Privatized", "privatize"]
 MECHANISMS = ("gaussian", "laplace", "none")
 
 
-class Privatized(NamedTuple):
-    """One client's privatized update and what the metrics need.
-
-    Attributes:
-        noisy: the released update ``clipped + noise`` (what the server receives).
-        clipped: the clean clipped update (the zero substitute if the update was not
-            finite).
-        noise: the noise ``ξ`` that was added (drawn for every client).
-        norm: pre-clip norm of the update, L2 (L1 for Laplace); NaN/inf if not finite,
-            +inf for a finite update whose norm exceeds float32's range (it is still
-            clipped exactly).  Diagnostic: not released.
-        release_norm: the norm of what was clipped: ``norm``, or 0 for the zero
-            substitute of a non-finite update (what a mechanism that releases a function
-            of the norm, such as the adaptive clip's quantile bit, must use).
-        was_clipped: the clip bound was active (``release_norm > clip``).
-        finite: whether every entry of the update was finite (diagnostic only).
-    """
-
-    noisy: PyTree
-    clipped: PyTree
-    noise: PyTree
-    norm: jax.Array
-    release_norm: jax.Array
-    was_clipped: jax.Array
-    finite: jax.Array
+#: One client's privatized update and what the metrics need (see
+#: :class:`ldpsim.privacy.mechanism.Release`): ``noisy`` (released), ``clipped``, ``noise``,
+#: ``norm``, ``release_norm``, ``was_clipped``, ``finite``.
+Privatized = mechanism_lib.Release
 
 
 def privatize(key: jax.Array, delta: PyTree, *, clip: jax.typing.ArrayLike,
               scale: jax.typing.ArrayLike, mechanism: str = "gaussian") -> Privatized:
     """Clip one client's update to global L2 norm ``clip`` and add i.i.d. noise.
+
+    The registered mechanism's ``privatize``
+    (:func:`ldpsim.privacy.mechanism.privatize_fn`) with ``MechanismParams(clip, scale)``.
 
     Args:
         key: the client's noise key (never reused for anything else).
@@ -85,19 +66,5 @@ def privatize(key: jax.Array, delta: PyTree, *, clip: jax.typing.ArrayLike,
     """
     if mechanism not in MECHANISMS:
         raise ValueError(f"mechanism must be one of {MECHANISMS}, got {mechanism!r}")
-    if mechanism == "laplace":
-        clipped, norm = clipping.clip_by_l1_norm(delta, clip)
-    else:
-        clipped, norm = clipping.clip_by_global_norm(delta, clip)
-    finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(x))
-                                for x in jax.tree_util.tree_leaves(delta)] or [jnp.bool_(True)]))
-    release_norm = jnp.where(finite, norm, jnp.zeros_like(norm))
-    if mechanism == "gaussian":
-        noise = mechanisms.gaussian_noise(key, clipped, scale)
-    elif mechanism == "laplace":
-        noise = mechanisms.laplace_noise(key, clipped, scale)
-    else:  # "none": no noise is drawn at all (ε = inf); clipping still applies.
-        noise = jax.tree_util.tree_map(jnp.zeros_like, clipped)
-    noisy = jax.tree_util.tree_map(jnp.add, clipped, noise)
-    was_clipped = release_norm > jnp.asarray(clip, norm.dtype)
-    return Privatized(noisy, clipped, noise, norm, release_norm, was_clipped, finite)
+    params = mechanism_lib.MechanismParams(clip, scale)
+    return mechanism_lib.privatize_fn(mechanism)(key, delta, params)
