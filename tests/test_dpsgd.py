@@ -134,6 +134,27 @@ def test_adaptive_clip_deterministic_vector():
         assert float(state.clip_norm) == pytest.approx(expected, abs=1e-7)
 
 
+def test_one_changed_micro_batch_moves_sum_by_2c_and_fraction_by_one_over_m():
+    """The sensitivities the module docstring states, through dp_aggregate (no noise).
+
+    Changing the data of one micro-batch of several examples (here: its gradient turned
+    around, as one added example can do, see tests/test_dpsgd_train.py) moves the clipped
+    sum by exactly 2C, not C; and flips at most one unclipped indicator: β/M moves by 1/M.
+    """
+    C, M = 1.0, 4
+    tx = dp_aggregate(C, 0.0, key=0, clip_decay="Linear", fraction_stddev=0.0)
+    g = _grads()  # norms 5, 0.5, 10, 1
+    changed = {"w": g["w"].at[0].multiply(-1.0), "b": g["b"]}
+    out, s = tx.update(g, tx.init(None))
+    out2, _ = tx.update(changed, tx.init(None))
+    diff = (out2["w"] - out["w"]) * M  # the sums differ by the two clipped gradients
+    assert float(jnp.linalg.norm(diff)) == pytest.approx(2 * C, rel=1e-6)
+    # Micro-batch 1 (norm 0.5, unclipped) becomes clipped: β/M moves by exactly 1/M.
+    bigger = {"w": g["w"].at[1].multiply(10.0), "b": g["b"]}
+    _, s3 = tx.update(bigger, tx.init(None))
+    assert float(s.unclipped_fraction - s3.unclipped_fraction) == pytest.approx(1 / M)
+
+
 def test_adaptive_clip_fraction_noise_std():
     # β̃ = β + N(0, σ_f²); with η = 1, γ = 0 and Linear, C' = C − β̃, so C' has std σ_f.
     # 2000 independent keys: relative s.e. of the std is 1/sqrt(4000) = 1.6%; tolerance 8%

@@ -16,16 +16,27 @@ e.g. from :func:`microbatch_grads`. One update does what MindArmour's
 5. Adaptive clipping (§2.2): ``β̃ = β/M + N(0, σ_f²)``; Linear ``C' = C − η(β̃ − γ)``,
    Geometric ``C' = C·exp(−η(β̃ − γ))`` (no clamp, as in MindArmour).
 
-Guarantee: with a fixed clip bound and ``b = C`` (the default when no adaptive
-clipping is used), one step is the sampled Gaussian mechanism with noise
-multiplier ``m_t`` on the sum of clipped micro-batch gradients: one example
-changes one micro-batch, so the sum has sensitivity ``C`` (add/remove one
-example; Abadi et al. 2016, arXiv:1607.00133, Alg. 1). Account for it with
-:func:`ldpsim.privacy.accounting.dpsgd_epsilon` (constant ``m``) or
-:class:`ldpsim.privacy.monitors.RDPMonitor` (decay). With adaptive clipping the
-noisy fraction ``β̃`` is also released and is *not* accounted for by MindArmour,
-and with ``noise_follows_clip=False`` the effective multiplier is ``b·m_t/C_t``
-(§2.3 quirk); the state exposes ``clip_norm`` so callers can check this.
+Guarantee. The noised sum ``Σ_j g̃_j`` has L2 sensitivity ``C_t`` only when every
+micro-batch is a single example (``M = B``, per-example clipping) under add/remove-one
+neighbours: adding or removing the example adds or removes one clipped gradient. Whenever a
+micro-batch holds more than one example (``M < B``), adding, removing or replacing one
+example changes that micro-batch's clipped gradient from ``g̃`` to ``g̃'`` with
+``‖g̃ − g̃'‖ ≤ 2C_t`` (both have norm ≤ C_t, and they can point in opposite directions), so
+the sensitivity is ``2C_t``; under replace-one neighbours it is ``2C_t`` for every ``M``.
+With ``b = C`` a step with a fixed clip bound is then the (sampled) Gaussian mechanism of
+multiplier ``m_t/s``, ``s ∈ {1, 2}`` (Abadi et al. 2016, arXiv:1607.00133, Alg. 1, is the
+per-example case ``s = 1``): pass ``m/s`` to :func:`ldpsim.privacy.accounting.dpsgd_epsilon`;
+:class:`ldpsim.privacy.monitors.RDPMonitor` (MindArmour's arithmetic) assumes ``s = 1``.
+
+Adaptive clipping releases more, and MindArmour accounts none of it: with
+``noise_follows_clip=False`` the noise std stays ``b·m_t`` while ``C_t`` moves, so the
+value's multiplier is ``b·m_t/(s·C_t)`` (§2.3 quirk); and every step releases the noisy
+fraction ``β̃ = β/M + N(0, σ_f²)`` (through ``C_{t+1}``). One example changes one unit, so
+``β`` by at most 1 and ``β/M`` by ``1/M`` (add/remove and replace-one alike): a Gaussian of
+multiplier ``σ_f·M``, released on the same batch as the value, so the step is one Gaussian
+with ``1/z² = (s·C_t/(b·m_t))² + 1/(σ_f·M)²``; ``σ_f = 0`` releases β exactly and no finite
+ε holds. :mod:`ldpsim.fl.central` records ``C_t`` per step and accounts exactly this; the
+state exposes ``clip_norm`` (``C_t``) and ``noise_multiplier`` (``m_t``) for that purpose.
 
 All numeric hyperparameters live in the state as arrays, so a jitted train step
 never recompiles when they change: build the transformation once and vary them
