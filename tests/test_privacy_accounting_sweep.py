@@ -280,3 +280,32 @@ def test_engine_ldp_epsilon_spent_is_exact(full_cohort_data, neighbours, factor)
         exact_gaussian_epsilon(factor * math.sqrt(6) / sigma, 1e-5), rel=1e-6)
     assert eps[0] == pytest.approx(
         exact_gaussian_epsilon(factor * math.sqrt(3) / sigma, 1e-5), rel=1e-6)
+
+
+@pytest.mark.parametrize("argv", [
+    ["account", "dpfedavg", "--target-epsilon", "1e4", "--clients-per-round", "10",
+     "--population", "100", "--rounds", "3", "--delta", "1e-5"],
+    ["account", "dpfedavg", "--target-epsilon", "1e6", "--clients-per-round", "10",
+     "--population", "100", "--rounds", "3", "--delta", "1e-5", "--method", "pld"],
+    ["account", "dpsgd", "--target-epsilon", "800", "--batch-size", "10", "--num-examples",
+     "100", "--steps", "10", "--delta", "1e-5", "--sampling", "fixed"],
+    ["account", "ldp", "--sigma", "1e-300", "--sensitivity", "2", "--delta", "1e-5",
+     "--method", "analytic"],
+    ["account", "ldp", "--mechanism", "laplace", "--scale", "1e-4", "--sensitivity", "2",
+     "--delta", "1e-5", "--rounds", "3", "--method", "pld"],
+])
+def test_huge_epsilon_is_a_result_or_a_clear_error(argv, capsys):
+    """Every accounting entry point handles ε in the hundreds and beyond: a result (inf
+    where nothing finite holds) or a one-line error, never a traceback."""
+    code = main(argv)
+    captured = capsys.readouterr()
+    assert code in (0, 2) and "Traceback" not in captured.err
+    if code == 2:
+        assert len(captured.err.strip().splitlines()) == 1
+    else:
+        assert captured.out.startswith("epsilon")
+
+
+def test_ldp_round_epsilon_of_vanishing_noise_is_inf():
+    rep = accounting.ldp_round_epsilon("gaussian", sensitivity=2.0, delta=1e-5, sigma=3.7e-299)
+    assert math.isinf(rep.epsilon)
