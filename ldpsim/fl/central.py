@@ -1323,6 +1323,7 @@ def train_dpsgd(config: DpsgdConfig, *, progress: bool = False,
     options = {k: getattr(config, k) for k in ("first_conv_padding", "conv_bias")
                if getattr(config, k) is not None}
     model = get_model(config.model, input_shape=x_tr.shape[1:], num_classes=num_classes,
+                      input_dtype=x_tr.dtype,
                       **options)
     root = jax.random.key(config.seed)
     params = model.init(jax.random.fold_in(root, 1), jnp.zeros((1,) + x_tr.shape[1:]))

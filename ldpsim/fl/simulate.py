@@ -608,7 +608,8 @@ def simulate(config: SimulationConfig, *, progress: bool = False,
     sigma, sens, mechanism = noise_scale(config)
     modal = uses_modes(config)
     local_steps = None if config.local_epochs else config.local_steps
-    static = (config.model, tuple(population.input_shape), int(population.num_classes))
+    static = (model_name_for(config.model, population), tuple(population.input_shape),
+              int(population.num_classes))
     if modal:
         from ldpsim.fl.modes import init_privacy_state
 
@@ -697,6 +698,18 @@ def simulate(config: SimulationConfig, *, progress: bool = False,
         if bar is not None:
             bar.close()
     return history
+
+
+def model_name_for(name: str, population: Any) -> str:
+    """``name``, or for ``"auto"`` the model that fits ``population``'s inputs
+    (:func:`ldpsim.models.resolve_model_name`: LeNet-5 for images, ``char_lstm`` for
+    integer token sequences, MLP for feature vectors), judged by the stored dtype."""
+    from ldpsim.models import resolve_model_name
+
+    stored = getattr(population, "x", None)
+    stored = getattr(population, "base_x", None) if stored is None else stored
+    dtype = None if stored is None else stored.dtype
+    return resolve_model_name(name, tuple(population.input_shape), input_dtype=dtype)
 
 
 def _run_columns(config: SimulationConfig, model_name: str, population: int, sigma: float,

@@ -80,7 +80,8 @@ def simulate_epsilon_axis(configs: Sequence[Any], *, data: Any = None,
                           f"got {c0.clients_per_round}")
     scales = [sim.noise_scale(c) for c in configs]
     mechanism = scales[0][2]
-    model = get_model(c0.model, input_shape=tuple(population.input_shape),
+    model = get_model(sim.model_name_for(c0.model, population),
+                      input_shape=tuple(population.input_shape),
                       num_classes=int(population.num_classes))
     round_fn = sim.make_round_fn(
         apply_fn=model.apply, mechanism=mechanism, client_optimizer=c0.client_optimizer,
