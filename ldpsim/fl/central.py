@@ -663,34 +663,18 @@ def presummed_dp_aggregate(divisor: int, **dp_kwargs: Any) -> optax.GradientTran
     ``divisor`` = the number of units, all valid); used for Poisson batches with
     per-example clipping, where ``divisor`` is the expected batch size.
     """
-    from ldpsim.privacy.dpsgd import decay_noise_multiplier, dp_aggregate, update_clip_norm
-    from ldpsim.privacy.mechanisms import gaussian_noise
+    from ldpsim.privacy.dpsgd import dp_aggregate, noisy_sum_step
 
     divisor = check_positive_int("divisor", divisor)
     inner = dp_aggregate(**dp_kwargs)
-    noise_decay, clip_decay = dp_kwargs.get("noise_decay"), dp_kwargs.get("clip_decay")
-    follows = bool(dp_kwargs.get("noise_follows_clip", False))
+    rules = dict(noise_follows_clip=bool(dp_kwargs.get("noise_follows_clip", False)),
+                 clip_decay=dp_kwargs.get("clip_decay"), noise_decay=dp_kwargs.get("noise_decay"))
 
     def update_fn(updates, state, params=None):
         del params
         total, unclipped_count = updates
-        clip = state.clip_norm
         unclipped = jnp.asarray(unclipped_count, jnp.float32) / divisor
-        key, noise_key, frac_key = jax.random.split(state.key, 3)
-        bound = clip if follows else state.noise_norm_bound
-        noise = gaussian_noise(noise_key, total, bound * state.noise_multiplier)
-        out = jax.tree_util.tree_map(lambda g, n: (g + n) / divisor, total, noise)
-        new_clip = clip
-        if clip_decay is not None:
-            noisy_fraction = unclipped + state.fraction_stddev * jax.random.normal(frac_key)
-            new_clip = update_clip_norm(clip_decay, clip, noisy_fraction,
-                                        state.clip_learning_rate, state.target_unclipped_quantile)
-        new_state = state._replace(
-            key=key, count=state.count + 1, clip_norm=new_clip, unclipped_fraction=unclipped,
-            noise_multiplier=decay_noise_multiplier(noise_decay, state.noise_multiplier,
-                                                    state.initial_noise_multiplier,
-                                                    state.noise_decay_rate))
-        return out, new_state
+        return noisy_sum_step(total, unclipped, divisor, state, **rules)
 
     return optax.GradientTransformation(inner.init, update_fn)
 

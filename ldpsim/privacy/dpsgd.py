@@ -226,23 +226,36 @@ def dp_aggregate(
         clipped, norms = jax.vmap(clip_by_global_norm, in_axes=(0, None))(updates, clip)
         unclipped = jnp.mean((norms < clip).astype(jnp.float32))
         total = jax.tree_util.tree_map(lambda x: jnp.sum(x, axis=0), clipped)
-        key, noise_key, frac_key = jax.random.split(state.key, 3)
-        bound = clip if noise_follows_clip else state.noise_norm_bound
-        noise = gaussian_noise(noise_key, total, bound * state.noise_multiplier)
-        out = jax.tree_util.tree_map(lambda g, n: (g + n) / num, total, noise)
-        new_clip = clip
-        if clip_decay is not None:
-            noisy_fraction = unclipped + state.fraction_stddev * jax.random.normal(frac_key)
-            new_clip = update_clip_norm(clip_decay, clip, noisy_fraction,
-                                        state.clip_learning_rate, state.target_unclipped_quantile)
-        new_state = state._replace(
-            key=key, count=state.count + 1, clip_norm=new_clip, unclipped_fraction=unclipped,
-            noise_multiplier=decay_noise_multiplier(noise_decay, state.noise_multiplier,
-                                                    state.initial_noise_multiplier,
-                                                    state.noise_decay_rate))
-        return out, new_state
+        return noisy_sum_step(total, unclipped, num, state, noise_follows_clip=noise_follows_clip,
+                              clip_decay=clip_decay, noise_decay=noise_decay)
 
     return optax.GradientTransformation(init_fn, update_fn)
+
+
+def noisy_sum_step(total: PyTree, unclipped: jax.typing.ArrayLike, divisor: Any,
+                   state: DPAggregateState, *, noise_follows_clip: bool = False,
+                   clip_decay: str | None = None, noise_decay: str | None = None
+                   ) -> tuple[PyTree, DPAggregateState]:
+    """The release of one DP step from the clipped sum: ``(total + N(0, (b·m_t)²))/divisor``
+    and the next :class:`DPAggregateState` (key split, count, adaptive clip from the noisy
+    ``unclipped`` fraction, noise decay). Shared by :func:`dp_aggregate` and the Poisson
+    trainer (:func:`ldpsim.fl.central.presummed_dp_aggregate`), so both follow one rule."""
+    clip = state.clip_norm
+    key, noise_key, frac_key = jax.random.split(state.key, 3)
+    bound = clip if noise_follows_clip else state.noise_norm_bound
+    noise = gaussian_noise(noise_key, total, bound * state.noise_multiplier)
+    out = jax.tree_util.tree_map(lambda g, n: (g + n) / divisor, total, noise)
+    new_clip = clip
+    if clip_decay is not None:
+        noisy_fraction = unclipped + state.fraction_stddev * jax.random.normal(frac_key)
+        new_clip = update_clip_norm(clip_decay, clip, noisy_fraction,
+                                    state.clip_learning_rate, state.target_unclipped_quantile)
+    new_state = state._replace(
+        key=key, count=state.count + 1, clip_norm=new_clip, unclipped_fraction=unclipped,
+        noise_multiplier=decay_noise_multiplier(noise_decay, state.noise_multiplier,
+                                                state.initial_noise_multiplier,
+                                                state.noise_decay_rate))
+    return out, new_state
 
 
 def microbatch_grads(loss_fn: Callable[..., jax.Array], params: PyTree, batch: PyTree,
