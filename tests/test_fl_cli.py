@@ -38,7 +38,7 @@ def test_run_epsilon_inf_means_no_noise(tmp_path):
 @pytest.mark.parametrize("bad", [
     ["--epsilon", "-1"], ["--epsilon", "0"], ["--delta", "1.5", "--epsilon", "1"],
     ["--clip", "0"], ["--clients-per-round", "50"], ["--rounds", "0"],
-    ["--out", "/nonexistent-folder/x.csv"], ["--dataset", "no-such-dataset"],
+    ["--out", "/proc/nonexistent-folder/x.csv"], ["--dataset", "no-such-dataset"],
 ])
 def test_bad_input_exits_2_with_one_line(bad, capsys):
     assert main(ARGS + bad) == 2

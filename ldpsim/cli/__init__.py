@@ -85,6 +85,52 @@ def _request_host_devices() -> None:
         os.environ["XLA_FLAGS"] = f"{flags} {HOST_DEVICES_FLAG}={n}".strip()
 
 
+#: Argument names that are files a command writes; checked before any work starts.
+OUTPUT_ARGS = ("out", "plot", "trace")
+
+
+def check_output_path(path: os.PathLike | str, option: str) -> None:
+    """One rule for every file a command writes, applied before any work starts: it is not
+    a folder, its missing parent folders are created, and it can be opened for writing
+    (checked by opening it for appending; a file created by the check is removed).
+
+    Raises:
+        LdpsimError: naming the option, the path and the problem.
+    """
+    from pathlib import Path
+
+    path = Path(path)
+    if path.is_dir():
+        raise LdpsimError(f"{option} {str(path)!r} is a folder; give a file name")
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise LdpsimError(f"{option} {str(path)!r}: {str(parent)!r} is a file, "
+                                  "not a folder")
+            break
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise LdpsimError(f"{option} {str(path)!r}: cannot create its folder "
+                          f"({err.strerror or err})") from None
+    existed = path.exists()
+    try:
+        with open(path, "a"):
+            pass
+    except OSError as err:
+        raise LdpsimError(f"{option} {str(path)!r} is not writable "
+                          f"({err.strerror or err})") from None
+    if not existed:
+        path.unlink(missing_ok=True)
+
+
+def _check_outputs(args: argparse.Namespace) -> None:
+    for name in OUTPUT_ARGS:
+        value = getattr(args, name, None)
+        if value is not None and not isinstance(value, bool):
+            check_output_path(value, "--" + name.replace("_", "-"))
+
+
 def _one_line_warnings(command: str) -> None:
     """Show Python warnings as one line ``ldpsim <command>: warning: ...`` on stderr, and
     silence the per-order convergence chatter dp_accounting logs through absl."""
@@ -116,6 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     _one_line_warnings(args.command)
     try:
+        _check_outputs(args)
         return int(args.handler(args) or 0)
     except BrokenPipeError:
         # The reader went away (`ldpsim ... | head -1`): end quietly, as Unix tools do.
