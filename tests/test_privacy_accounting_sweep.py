@@ -26,9 +26,9 @@ import pytest
 from scipy import optimize, stats
 
 from ldpsim.cli import main
-from ldpsim.data import PaddedPopulation
 from ldpsim.fl import simulate as sim
 from ldpsim.fl.config import SimulationConfig
+from toy_data import toy_logreg_problem
 from ldpsim.privacy import accounting
 
 REPLACE = dp_accounting.NeighboringRelation.REPLACE_ONE
@@ -210,14 +210,7 @@ def test_cli_account_pld_out_of_range_reports_rdp(capsys):
 
 @pytest.fixture(scope="module")
 def toy_data():
-    rng = np.random.default_rng(0)
-    w = rng.normal(size=(6, 3))
-    x = rng.normal(size=(64, 6, 6)).astype(np.float32)
-    y = np.argmax(x @ w, -1)
-    counts = rng.integers(2, 7, size=64)
-    xt = rng.normal(size=(50, 6)).astype(np.float32)
-    pop = PaddedPopulation.from_arrays(x, y, counts, num_classes=3, compact=False)
-    return pop, xt, np.argmax(xt @ w, -1)
+    return toy_logreg_problem(64, n_test=50)
 
 
 def _engine_rows(toy_data, **kw) -> list[dict]:
@@ -233,13 +226,9 @@ def _engine_epsilon(toy_data, **kw) -> list[float]:
 
 
 @pytest.fixture(scope="module")
-def full_cohort_data(toy_data):
-    """The first 16 clients only, so a cohort of 16 is every client in every round."""
-    pop, xt, yt = toy_data
-    small = PaddedPopulation.from_arrays(np.asarray(pop.x)[:16], np.asarray(pop.y)[:16],
-                                         np.asarray(pop.counts)[:16], num_classes=3,
-                                         compact=False)
-    return small, xt, yt
+def full_cohort_data():
+    """16 clients only, so a cohort of 16 is every client in every round."""
+    return toy_logreg_problem(16, n_test=50)
 
 
 def test_engine_central_uniform_is_replace_one(toy_data):

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from ldpsim.data import PaddedPopulation
 from ldpsim.fl import columns
 from ldpsim.fl import simulate as sim
 from ldpsim.fl.config import SimulationConfig
+from toy_data import toy_logreg_problem
 from ldpsim.privacy import calibration, sampling
 
 # ------------------------------------------------------------------ sampler tails
@@ -72,14 +72,7 @@ def test_bounded_tails_break_the_claim_empirically():
 
 @pytest.fixture(scope="module")
 def toy_data():
-    rng = np.random.default_rng(1)
-    w = rng.normal(size=(5, 3))
-    x = rng.normal(size=(24, 6, 5)).astype(np.float32)
-    y = np.argmax(x @ w, -1)
-    pop = PaddedPopulation.from_arrays(x, y, rng.integers(2, 7, size=24), num_classes=3,
-                                       compact=False)
-    xt = rng.normal(size=(40, 5)).astype(np.float32)
-    return pop, xt, np.argmax(xt @ w, -1)
+    return toy_logreg_problem(24, n_test=40, seed=1)
 
 
 def _rows(data, **kw):
