@@ -8,11 +8,14 @@ No clipping or noise here (see benchmarks/throughput.py for the whole round).
 
 Formulations:
   loop-<conv>     Python loop over clients calling a jitted single-client update
-                  (the baseline of issue 3); <conv> = xla | im2col.
+                  (the baseline of issue 3); <conv> = mixed | xla | im2col | cnhw | ...
+                  (every LeNet-5 formulation in benchmarks/conv_variants.py).
   vmap-<conv>     jax.vmap of local_update over the whole cohort.
   map<c>-<conv>   lax.scan over chunks of c clients, each chunk vmapped (bounded memory);
                   map1 = one client per scan iteration (a loop inside XLA).
   <conv>/<pool>   optional pooling formulation (reshape | window | slices).
+ldpsim.models keeps mixed and xla (reshape and window); the others come from
+benchmarks/conv_variants.py (same params, same function).
 
 Measured (2-core CPU shared with other jobs, load ~8, m = 200, CPU-ms per update):
 loop-im2col 6.8, map1-im2col 4.4, map2 6.9, map4 7.2, map10 7.4, map25 7.9; after the
@@ -35,15 +38,19 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import statistics
+import sys
 import time
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from ldpsim.fl.client import client_optimizer, local_update
 from ldpsim.models import get_model
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from conv_variants import lenet5_variant  # noqa: E402  (benchmarks/ is not a package)
 
 EXAMPLES, BATCH, STEPS = 32, 16, 2
 
@@ -70,8 +77,7 @@ def matmul_peak(n=2048, repeats=5):
 
 
 def _client_fn(conv_impl, pool_impl="auto"):
-    model = get_model("lenet5", input_shape=(28, 28, 1), num_classes=10,
-                      conv_impl=conv_impl, pool_impl=pool_impl)
+    model = lenet5_variant(conv_impl, pool_impl, input_shape=(28, 28, 1), num_classes=10)
 
     def one(params, x, y, count, key):
         delta, metrics = local_update(params, x, y, count, apply_fn=model.apply,

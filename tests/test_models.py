@@ -1,4 +1,4 @@
-"""Tests for ldpsim.models: shapes, parameter counts, and equality of the conv formulations."""
+"""Tests for ldpsim.models: shapes, parameter counts, and the fast conv/pool path against lax."""
 
 from __future__ import annotations
 
@@ -10,11 +10,15 @@ import numpy as np
 import pytest
 
 from ldpsim import LdpsimError
-from ldpsim.models import conv2d, get_model, max_pool2x2, num_params
+from ldpsim.models import get_model, num_params
+from ldpsim.models._layers import (conv2d, conv2d_cnhw, max_pool2x2, resolve_conv_impl,
+                                   resolve_pool_impl)
 
 KEY = jax.random.key(0)
-IMPLS = ("im2col", "patches", "taps", "xla", "cnhw")
-POOLS = ("reshape", "window", "slices")
+IMPLS = ("im2col", "cnhw", "xla")  # conv2d's formulations ("mixed" = conv1 cnhw, conv2 im2col)
+LENET_IMPLS = ("mixed", "xla")
+POOLS = ("reshape", "window")
+REFERENCE = dict(conv_impl="xla", pool_impl="window")  # lax.conv_general_dilated, reduce_window
 
 
 def _leaves_close(a, b, **tol):
@@ -50,51 +54,75 @@ def test_lenet5_same_equals_valid_on_zero_padded_32x32():
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("channels", [1, 3])
 def test_conv2d_matches_lax_reference(impl, padding, channels):
-    kx, kw = jax.random.split(jax.random.key(channels))
+    """Each formulation against lax.conv_general_dilated, in value and in both gradients."""
+    kx, kw, kg = jax.random.split(jax.random.key(channels), 3)
     x = jax.random.normal(kx, (2, 9, 7, channels))
     w = jax.random.normal(kw, (3, 5, channels, 4))
-    ref = jax.lax.conv_general_dilated(x, w, (1, 1), padding,
-                                       dimension_numbers=("NHWC", "HWIO", "NHWC"),
-                                       precision=jax.lax.Precision.HIGHEST)
-    out = conv2d(x, w, padding=padding, impl=impl)
+    ref_fn = lambda x, w: jax.lax.conv_general_dilated(  # noqa: E731
+        x, w, (1, 1), padding, dimension_numbers=("NHWC", "HWIO", "NHWC"),
+        precision=jax.lax.Precision.HIGHEST)
+    ref, ref_vjp = jax.vjp(ref_fn, x, w)
+    out, vjp = jax.vjp(lambda x, w: conv2d(x, w, padding=padding, impl=impl), x, w)
     assert out.shape == ref.shape
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+    g = jax.random.normal(kg, out.shape)
+    for a, b in zip(vjp(g), ref_vjp(g), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
 
 
 def test_max_pool_impls_agree_and_match_numpy():
-    x = jax.random.normal(KEY, (2, 7, 6, 3))
+    """reshape-max against lax.reduce_window and numpy, in value and gradient (odd sizes crop)."""
+    x = jax.random.normal(KEY, (2, 7, 6, 3))  # no ties: the gradient is unambiguous
     ref = np.asarray(x)[:, :6, :6, :].reshape(2, 3, 2, 3, 2, 3).max(axis=(2, 4))
+    grads = []
     for impl in POOLS:
         np.testing.assert_array_equal(max_pool2x2(x, impl=impl), ref)
-        # channels-first layout [C, N, H, W]: the same pooling over axes (2, 3)
-        cf = max_pool2x2(jnp.transpose(x, (3, 0, 1, 2)), impl=impl, spatial=(2, 3))
-        np.testing.assert_array_equal(jnp.transpose(cf, (1, 2, 3, 0)), ref)
+        grads.append(jax.grad(lambda x, impl=impl: jnp.sum(max_pool2x2(x, impl=impl) ** 3))(x))
+    np.testing.assert_array_equal(grads[0], grads[1])
+    assert np.count_nonzero(grads[0]) == ref.size
 
 
-def test_lenet5_impls_agree_in_value_and_gradient():
-    x = jax.random.normal(KEY, (4, 28, 28, 1))
-    y = jnp.arange(4) % 10
-    outs = []
-    # every conv impl once; every pool impl in both layouts (NHWC and channels-first)
-    combos = ([(impl, "reshape") for impl in IMPLS + ("mixed",)]
-              + [("im2col", "window"), ("cnhw", "slices")])
-    for impl, pool in combos:
-        model = get_model("lenet5", input_shape=(28, 28, 1), num_classes=10,
-                          conv_impl=impl, pool_impl=pool)
-        params = model.init(KEY, x)
+def _value_and_grad(model, x, y):
+    params = model.init(KEY, x)
 
-        def loss(p, model=model):
-            logits = model.apply(p, x)
-            return -jnp.mean(jax.nn.log_softmax(logits)[jnp.arange(4), y])
+    def loss(p):
+        logits = model.apply(p, x)
+        return -jnp.mean(jax.nn.log_softmax(logits)[jnp.arange(x.shape[0]), y])
 
-        outs.append(jax.jit(lambda p, model=model, loss=loss: (model.apply(p, x),
-                                                               jax.grad(loss)(p)))(params))
-    for logits, grads in outs[1:]:
-        np.testing.assert_allclose(logits, outs[0][0], rtol=1e-4, atol=1e-5)
-        _leaves_close(grads, outs[0][1], rtol=1e-3, atol=1e-5)
+    return jax.jit(lambda p: (model.apply(p, x), jax.grad(loss)(p)))(params)
 
 
-@pytest.mark.parametrize("impl", IMPLS + ("mixed",))
+@pytest.mark.parametrize("conv, pool", [("mixed", "reshape"), ("mixed", "window"),
+                                        ("xla", "reshape"), ("auto", "auto")])
+@pytest.mark.parametrize("shape, padding", [((28, 28, 1), "SAME"), ((32, 32, 3), "VALID")])
+def test_lenet5_fast_path_matches_reference_in_value_and_gradient(conv, pool, shape, padding):
+    """Every kept LeNet-5 formulation against the lax reference (xla conv, reduce_window)."""
+    kx, ky = jax.random.split(KEY)
+    x = jax.random.normal(kx, (4,) + shape)
+    y = jax.random.randint(ky, (4,), 0, 10)
+    build = lambda **kw: get_model("lenet5", input_shape=shape, num_classes=10,  # noqa: E731
+                                   first_conv_padding=padding, **kw)
+    logits, grads = _value_and_grad(build(conv_impl=conv, pool_impl=pool), x, y)
+    ref_logits, ref_grads = _value_and_grad(build(**REFERENCE), x, y)
+    np.testing.assert_allclose(logits, ref_logits, rtol=1e-4, atol=1e-5)
+    _leaves_close(grads, ref_grads, rtol=1e-3, atol=1e-5)
+
+
+def test_auto_is_the_per_backend_policy():
+    assert (resolve_conv_impl("auto", "cpu"), resolve_pool_impl("auto", "cpu")) == ("mixed",
+                                                                                  "reshape")
+    for backend in ("gpu", "tpu", "cuda"):
+        assert resolve_conv_impl("auto", backend) == "xla"
+        assert resolve_pool_impl("auto", backend) == "window"
+    model = get_model("lenet5", input_shape=(28, 28, 1), num_classes=10)
+    assert model.config["conv_impl"] == resolve_conv_impl("auto")
+    assert model.config["pool_impl"] == resolve_pool_impl("auto")
+    import ldpsim.models
+
+    assert not {"conv2d", "im2col", "max_pool2x2", "CONV_IMPLS"} & set(ldpsim.models.__all__)
+
+
+@pytest.mark.parametrize("impl", LENET_IMPLS)
 def test_lenet5_vmap_over_per_client_params(impl):
     model = get_model("lenet5", input_shape=(28, 28, 1), num_classes=10, conv_impl=impl)
     keys = jax.random.split(KEY, 3)
@@ -138,7 +166,9 @@ def test_apply_accepts_flat_rows():
     [
         ("resnet", {}, "model must be one of"),
         ("lenet5", {"input_shape": (8, 8, 1)}, "too small"),
-        ("lenet5", {"conv_impl": "fft"}, "conv_impl must be one of"),
+        ("lenet5", {"conv_impl": "fft"}, "conv_impl must be one of auto, mixed, xla"),
+        ("lenet5", {"conv_impl": "im2col"}, "conv_impl must be one of auto, mixed, xla"),
+        ("lenet5", {"pool_impl": "slices"}, "pool_impl must be one of auto, reshape, window"),
         ("lenet5", {"first_conv_padding": "FULL"}, "first_conv_padding"),
         ("mlp", {"hidden": (0,)}, "hidden must be an integer"),
     ],
@@ -161,8 +191,6 @@ def test_parameter_count_helper_matches_shapes():
 @pytest.mark.parametrize("padding", ["SAME", "VALID"])
 def test_cnhw_patches_vjp_is_the_transpose_of_im2col(padding):
     """The hand-written col2im of ``patches_cnhw`` equals autodiff through lax.conv."""
-    from ldpsim.models._layers import conv2d_cnhw
-
     kx, kw, kg = jax.random.split(jax.random.key(7), 3)
     x = jax.random.normal(kx, (3, 2, 9, 8))  # [C, N, H, W]
     w = jax.random.normal(kw, (5, 3, 3, 4))  # HWIO, non-square

@@ -11,7 +11,6 @@ import numpy as np
 
 from ldpsim._checks import check_choice, check_positive_int
 from ldpsim.models._base import Model, Params, num_params
-from ldpsim.models._layers import CONV_IMPLS, POOL_IMPLS, conv2d, im2col, max_pool2x2
 from ldpsim.models.dense import logreg, mlp
 from ldpsim.models.lenet import lenet5
 from ldpsim.models.rnn import char_lstm, lstm_fedavg
@@ -70,7 +69,6 @@ def get_model(name: str, *, input_shape: tuple[int, ...], num_classes: int, inpu
 
 
 __all__ = [
-    "CONV_IMPLS", "MODEL_NAMES", "POOL_IMPLS", "Model", "Params", "char_lstm", "conv2d",
-    "get_model", "im2col", "lenet5", "logreg", "lstm_fedavg", "max_pool2x2", "mlp",
-    "num_params", "resolve_model_name",
+    "MODEL_NAMES", "Model", "Params", "char_lstm", "get_model", "lenet5", "logreg",
+    "lstm_fedavg", "mlp", "num_params", "resolve_model_name",
 ]

@@ -1,34 +1,26 @@
-"""Convolution and pooling written so that ``jax.vmap`` over clients stays fast.
+"""LeNet-5's convolution and max-pooling, and the one per-backend choice between formulations.
 
-With per-client weights, ``jax.vmap`` turns an XLA convolution into a grouped
-convolution (one group per client), which XLA's CPU backend runs poorly, and more
-slowly as the number of clients grows (``PERF_NOTES.md``).  The alternatives here
-express a 2-D convolution through operations whose batching rule is cheap:
+Two formulations are kept, nothing else (every one computes the same function, up to
+float rounding; the slower ones measured, and their numbers, are in
+``benchmarks/conv_variants.py``):
 
-* ``"im2col"``: the ``kh * kw`` shifted windows are taken as *static slices* and
-  concatenated into patches ``[N, Ho, Wo, kh*kw*C]``; the convolution is one matmul
-  with the ``[kh*kw*C, O]`` kernel.  Under ``vmap`` with per-client kernels it becomes
-  a batched matmul (``dot_general`` with a client batch dimension).
-* ``"patches"``: the same patches from :func:`jax.lax.conv_general_dilated_patches`.
-* ``"taps"``: ``sum_t window_t @ kernel_t`` over the ``kh*kw`` taps, never
-  materialising the patches (a good fit when ``C`` is tiny, e.g. grey images).
-* ``"xla"``: :func:`jax.lax.conv_general_dilated` (the natural choice on GPU).
-* ``"cnhw"``: channels-first im2col.  The activations are ``[C, N, H, W]``, the patches
-  ``[kh*kw*C, N*Ho*Wo]`` are a stack of ``kh*kw`` contiguous static slices, the
-  convolution is ``kernel.T [O, K] @ patches [K, N*Ho*Wo]`` (long rows, no grouped op),
-  and the patches' transpose (the input cotangent, "col2im") is ``kh*kw`` in-place
-  ``.at[].add`` updates (:func:`patches_cnhw`, a ``custom_vjp``): XLA CPU fuses the
-  autodiff transpose of the slices (``kh*kw`` pads + adds) into one fusion that cost
-  ~1.2 ms per LeNet-5 step, twice the whole in-place version.  A model built on it
-  (LeNet-5) transposes its input once and stays channels-first until the dense head;
-  :func:`conv2d` with this impl takes and returns NHWC (one transpose each way).
-  ``"im2col"`` uses the same in-place col2im as its VJP.
+* ``"xla"``: :func:`jax.lax.conv_general_dilated` and :func:`jax.lax.reduce_window`.
+  The fast path on accelerators, and the plain-JAX reference the tests check the CPU
+  path against.
+* ``"mixed"`` (CPU): with per-client weights, ``jax.vmap`` turns an XLA convolution
+  into a grouped convolution (one group per client), which XLA's CPU backend runs
+  poorly.  So LeNet-5's convolutions are written as matmuls over static-slice patches,
+  whose batching rule is a batched matmul: the first (1 input channel) channels-first,
+  ``kernel.T [O, kh*kw*C] @ patches [kh*kw*C, N*Ho*Wo]`` (one long product instead of a
+  concatenation of 25 one-channel windows; :func:`conv2d_cnhw`), the second
+  channels-last, ``patches [N, Ho, Wo, kh*kw*C] @ kernel [kh*kw*C, O]``
+  (:func:`im2col`).  Both patch functions have a hand-written VJP (col2im: ``kh*kw``
+  in-place ``.at[].add`` into a zero input): autodiff's transpose of the slices
+  (``kh*kw`` pads + adds, fused into one fusion) cost about twice as much on XLA CPU.
+  Max-pooling is a reshape + max.
 
-All of them compute exactly the same function (cross-correlation, NHWC input, HWIO
-kernel, stride 1) up to float rounding.  Max-pooling is written as a reshape + max
-(``"reshape"``), with :func:`jax.lax.reduce_window` (``"window"``), or as the pairwise
-maximum of the four strided 2x2 phases (``"slices"``).  Measurements:
-``benchmarks/client_formulations.py``.
+The choice per backend is :data:`_AUTO_CONV` / :data:`_AUTO_POOL` below, the only
+place that tests the backend.
 """
 
 from __future__ import annotations
@@ -41,39 +33,46 @@ from jax import lax
 
 from ldpsim._checks import check_choice
 
-CONV_IMPLS = ("auto", "im2col", "patches", "taps", "xla", "cnhw")
-POOL_IMPLS = ("auto", "reshape", "window", "slices")
+#: ``conv_impl`` of :func:`ldpsim.models.lenet5`: how its two convolutions are formulated.
+_CONV_IMPLS = ("auto", "mixed", "xla")
+#: ``pool_impl`` of :func:`ldpsim.models.lenet5`.
+_POOL_IMPLS = ("auto", "reshape", "window")
 
-# Measured with benchmarks/client_formulations.py (LeNet-5 local updates, 2-core CPU,
-# jax 0.10.2), one client at a time (chunk 1, vmapped as the engine does), CPU-ms per
-# update: im2col 3.8 (4.1 before its in-place col2im), cnhw 4.4, xla 23; pooling
-# "reshape" beats "slices" and "window" there.
-_AUTO_CONV = {"cpu": "im2col"}
+# The per-backend policy ("auto"); any backend not listed gets "xla" / "window".
+# Measured with benchmarks/client_formulations.py (2-core CPU, one client per scan step,
+# LeNet-5 training only, m = 128, median of 7, client-updates/s): mixed 441, im2col 356,
+# cnhw 269, xla ~40 (23 CPU-ms per update against 3.8 for im2col); pooling "reshape"
+# 435 against "slices" 377 and "window" 358 (with mixed).  benchmarks/conv_variants.py
+# keeps the slower formulations and compares them layer by layer.
+_AUTO_CONV = {"cpu": "mixed"}
 _AUTO_POOL = {"cpu": "reshape"}
+
+#: (conv1, conv2) formulation of :func:`conv2d` for each LeNet-5 ``conv_impl``.
+_LENET_CONVS = {"mixed": ("cnhw", "im2col"), "xla": ("xla", "xla")}
 
 
 def resolve_conv_impl(conv_impl: str, backend: str | None = None) -> str:
-    """Map ``"auto"`` to the formulation measured fastest on ``backend``."""
-    check_choice("conv_impl", conv_impl, CONV_IMPLS)
+    """``conv_impl``, or for ``"auto"`` the formulation measured fastest on ``backend``."""
+    check_choice("conv_impl", conv_impl, _CONV_IMPLS)
     if conv_impl != "auto":
         return conv_impl
-    backend = backend or jax.default_backend()
-    return _AUTO_CONV.get(backend, "xla")
+    return _AUTO_CONV.get(backend or jax.default_backend(), "xla")
 
 
 def resolve_pool_impl(pool_impl: str, backend: str | None = None) -> str:
-    """Map ``"auto"`` to the pooling formulation measured fastest on ``backend``."""
-    check_choice("pool_impl", pool_impl, POOL_IMPLS)
+    """``pool_impl``, or for ``"auto"`` the pooling measured fastest on ``backend``."""
+    check_choice("pool_impl", pool_impl, _POOL_IMPLS)
     if pool_impl != "auto":
         return pool_impl
-    backend = backend or jax.default_backend()
-    return _AUTO_POOL.get(backend, "window")
+    return _AUTO_POOL.get(backend or jax.default_backend(), "window")
 
 
-def _pad_same(x: jax.Array, kh: int, kw: int) -> jax.Array:
-    """Zero-pad H and W as XLA's 'SAME' does for stride 1."""
+def _pad_same(x: jax.Array, kh: int, kw: int, h_axis: int = 1) -> jax.Array:
+    """Zero-pad the two axes from ``h_axis`` as XLA's 'SAME' does for stride 1."""
     ph, pw = kh - 1, kw - 1
-    return jnp.pad(x, ((0, 0), (ph // 2, ph - ph // 2), (pw // 2, pw - pw // 2), (0, 0)))
+    pads = [(0, 0)] * x.ndim
+    pads[h_axis], pads[h_axis + 1] = (ph // 2, ph - ph // 2), (pw // 2, pw - pw // 2)
+    return jnp.pad(x, pads)
 
 
 def _im2col(x: jax.Array, kh: int, kw: int) -> jax.Array:
@@ -88,9 +87,7 @@ def im2col(x: jax.Array, kh: int, kw: int) -> jax.Array:
     """Patches ``[N, Ho, Wo, kh*kw*C]`` of a VALID stride-1 window, feature order (i, j, c).
 
     The order matches ``kernel.reshape(kh * kw * C, O)`` for an HWIO kernel.  The VJP
-    (col2im) adds each window's cotangent in place into a zero input (``kh*kw``
-    ``.at[].add``), which XLA CPU runs faster than autodiff's transpose of the slices
-    (``kh*kw`` pads + adds fused with the pooling gradient; see the module docstring).
+    (col2im) adds each window's cotangent in place into a zero input.
     """
     return _im2col(x, kh, kw)
 
@@ -157,8 +154,7 @@ def conv2d_cnhw(x: jax.Array, kernel: jax.Array, *, padding: str) -> jax.Array:
     check_choice("padding", padding, ("SAME", "VALID"))
     kh, kw, c, o = kernel.shape
     if padding == "SAME":
-        ph, pw = kh - 1, kw - 1
-        x = jnp.pad(x, ((0, 0), (0, 0), (ph // 2, ph - ph // 2), (pw // 2, pw - pw // 2)))
+        x = _pad_same(x, kh, kw, h_axis=2)
     p = patches_cnhw(x, kh, kw)
     _, n, ho, wo = p.shape
     y = kernel.reshape(kh * kw * c, o).T @ p.reshape(kh * kw * c, n * ho * wo)
@@ -172,62 +168,35 @@ def conv2d(x: jax.Array, kernel: jax.Array, *, padding: str, impl: str) -> jax.A
       x: ``[N, H, W, C]`` input.
       kernel: ``[kh, kw, C, O]`` weights.
       padding: ``"SAME"`` or ``"VALID"``.
-      impl: one of ``"im2col"``, ``"patches"``, ``"taps"``, ``"xla"``, ``"cnhw"`` (not
-        ``"auto"``).
+      impl: ``"xla"`` (the reference), ``"im2col"`` or ``"cnhw"`` (channels-first
+        patches, one transpose of ``x`` in and of the result out).
 
     Returns:
       ``[N, Ho, Wo, O]``, identical in exact arithmetic for every ``impl``.
     """
     check_choice("padding", padding, ("SAME", "VALID"))
-    kh, kw, c, o = kernel.shape
+    check_choice("impl", impl, ("xla", "im2col", "cnhw"))
     if impl == "xla":
         return lax.conv_general_dilated(
-            x, kernel, (1, 1), padding, dimension_numbers=("NHWC", "HWIO", "NHWC")
-        )
+            x, kernel, (1, 1), padding, dimension_numbers=("NHWC", "HWIO", "NHWC"))
     if impl == "cnhw":
         y = conv2d_cnhw(jnp.transpose(x, (3, 0, 1, 2)), kernel, padding=padding)
         return jnp.transpose(y, (1, 2, 3, 0))
+    kh, kw, c, o = kernel.shape
     if padding == "SAME":
         x = _pad_same(x, kh, kw)
-    n, h, w, _ = x.shape
-    ho, wo = h - kh + 1, w - kw + 1
-    if impl == "im2col":
-        p = im2col(x, kh, kw)
-        return jnp.dot(p, kernel.reshape(kh * kw * c, o))
-    if impl == "patches":
-        p = lax.conv_general_dilated_patches(
-            x, (kh, kw), (1, 1), "VALID", dimension_numbers=("NHWC", "OIHW", "NHWC")
-        )  # feature order (c, i, j)
-        return jnp.dot(p, kernel.transpose(2, 0, 1, 3).reshape(c * kh * kw, o))
-    if impl == "taps":
-        out = jnp.zeros((n, ho, wo, o), x.dtype)
-        for i in range(kh):
-            for j in range(kw):
-                win = x[:, i : i + ho, j : j + wo, :]
-                out = out + (win * kernel[i, j, 0] if c == 1 else jnp.dot(win, kernel[i, j]))
-        return out
-    raise ValueError(f"conv impl must be one of {CONV_IMPLS[1:]}, got {impl!r}")
+    return jnp.dot(im2col(x, kh, kw), kernel.reshape(kh * kw * c, o))
 
 
-def max_pool2x2(x: jax.Array, *, impl: str, spatial: tuple[int, int] = (1, 2)) -> jax.Array:
-    """2x2 max-pool with stride 2 ('VALID': an odd last row/column is dropped).
+def max_pool2x2(x: jax.Array, *, impl: str) -> jax.Array:
+    """2x2 max-pool with stride 2 of NHWC ``x`` ('VALID': an odd last row/column is dropped).
 
-    ``spatial`` names the (H, W) axes of ``x``: ``(1, 2)`` for NHWC, ``(2, 3)`` for CNHW.
+    ``impl``: ``"window"`` (:func:`jax.lax.reduce_window`, the reference) or
+    ``"reshape"`` (crop to even sizes, reshape to ``[N, H/2, 2, W/2, 2, C]``, max).
     """
-    ha, wa = spatial
-    h2, w2 = x.shape[ha] // 2, x.shape[wa] // 2
+    check_choice("impl", impl, ("window", "reshape"))
     if impl == "window":
-        win = tuple(2 if a in spatial else 1 for a in range(x.ndim))
-        return lax.reduce_window(x, -jnp.inf, lax.max, win, win, "VALID")
-    x = lax.slice_in_dim(lax.slice_in_dim(x, 0, 2 * h2, axis=ha), 0, 2 * w2, axis=wa)
-    if impl == "reshape":
-        shape = list(x.shape)
-        shape[wa: wa + 1] = [w2, 2]
-        shape[ha: ha + 1] = [h2, 2]
-        return x.reshape(shape).max(axis=(ha + 1, wa + 2))
-    if impl == "slices":
-        phase = lambda i, j: lax.slice_in_dim(lax.slice_in_dim(  # noqa: E731
-            x, i, 2 * h2, 2, axis=ha), j, 2 * w2, 2, axis=wa)
-        return jnp.maximum(jnp.maximum(phase(0, 0), phase(0, 1)),
-                           jnp.maximum(phase(1, 0), phase(1, 1)))
-    raise ValueError(f"pool impl must be one of {POOL_IMPLS[1:]}, got {impl!r}")
+        return lax.reduce_window(x, -jnp.inf, lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
+    n, h, w, c = x.shape
+    h2, w2 = h // 2, w // 2
+    return x[:, : 2 * h2, : 2 * w2, :].reshape(n, h2, 2, w2, 2, c).max(axis=(2, 4))

@@ -13,8 +13,9 @@ in PERF_NOTES.md), giving **61,706** parameters for 1 input channel and 10 class
 ``first_conv_padding="VALID"`` to get the seed's shapes.  Initialisation is flax's
 default (LeCun-normal kernels, zero biases); the seed uses TruncatedNormal(0.05).
 
-The convolutions are formulated by ``conv_impl`` (see :mod:`ldpsim.models._layers`);
-every formulation computes the same function.
+The convolutions and poolings are formulated by ``conv_impl`` / ``pool_impl``, chosen
+per backend by default (see :mod:`ldpsim.models._layers`); every formulation computes
+the same function.
 """
 
 from __future__ import annotations
@@ -25,20 +26,8 @@ import jax.numpy as jnp
 
 from ldpsim._checks import LdpsimError, check_choice
 from ldpsim.models._base import Model, from_flax
-from ldpsim.models._layers import (CONV_IMPLS, conv2d, conv2d_cnhw, max_pool2x2,
-                                   resolve_conv_impl, resolve_pool_impl)
-
-#: LeNet-5's convolution formulations: every :data:`~ldpsim.models._layers.CONV_IMPLS`
-#: entry for both convolutions, or ``"mixed"``: the first convolution channels-first
-#: (``"cnhw"``: one long ``[6, 25] @ [25, N*H*W]`` product, no 25-way concatenation of
-#: 1-channel windows) and the second with ``"im2col"`` (the activations stay NHWC).
-LENET_CONV_IMPLS = CONV_IMPLS + ("mixed",)
-
-# Measured with benchmarks/client_formulations.py (2-core CPU, one client per scan step,
-# training only, m = 128, median of 7): mixed 441 client-updates/s, im2col 356, cnhw 269.
-# Alone, conv1's forward + kernel gradient took 273 µs per client step as cnhw against
-# 465 as im2col; conv2 took 237 against 244.
-_AUTO_LENET_CONV = {"cpu": "mixed"}
+from ldpsim.models._layers import (_LENET_CONVS, conv2d, max_pool2x2, resolve_conv_impl,
+                                   resolve_pool_impl)
 
 
 class Conv2D(nn.Module):
@@ -48,23 +37,17 @@ class Conv2D(nn.Module):
     kernel_size: int
     padding: str = "VALID"
     use_bias: bool = True
-    impl: str = "im2col"
-
-    channels_first: bool = False  # x is [C, N, H, W] (impl "cnhw" only); else NHWC
+    impl: str = "xla"  # see ldpsim.models._layers.conv2d
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         k = self.kernel_size
-        c = x.shape[0] if self.channels_first else x.shape[-1]
         kernel = self.param("kernel", nn.initializers.lecun_normal(),
-                            (k, k, c, self.features), jnp.float32)
-        if self.channels_first:
-            y = conv2d_cnhw(x, kernel, padding=self.padding)
-        else:
-            y = conv2d(x, kernel, padding=self.padding, impl=self.impl)
+                            (k, k, x.shape[-1], self.features), jnp.float32)
+        y = conv2d(x, kernel, padding=self.padding, impl=self.impl)
         if self.use_bias:
-            b = self.param("bias", nn.initializers.zeros_init(), (self.features,), jnp.float32)
-            y = y + (b[:, None, None, None] if self.channels_first else b)
+            y = y + self.param("bias", nn.initializers.zeros_init(), (self.features,),
+                               jnp.float32)
         return y
 
 
@@ -74,24 +57,16 @@ class LeNet5(nn.Module):
     num_classes: int = 10
     first_conv_padding: str = "SAME"
     conv_bias: bool = True
-    conv_impl: str = "im2col"
-    pool_impl: str = "reshape"
+    conv_impl: str = "xla"  # "mixed" or "xla" (not "auto": lenet5() resolves it)
+    pool_impl: str = "window"  # "reshape" or "window"
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        cf = self.conv_impl == "cnhw"  # channels first from the input to the dense head
-        spatial = (2, 3) if cf else (1, 2)
-        if cf:
-            x = jnp.transpose(x, (3, 0, 1, 2))
-        first = "cnhw" if self.conv_impl == "mixed" else self.conv_impl
-        x = Conv2D(6, 5, self.first_conv_padding, self.conv_bias, first, cf,
-                   name="conv1")(x)   # "mixed": NHWC in and out (one transpose each way)
-        x = max_pool2x2(nn.relu(x), impl=self.pool_impl, spatial=spatial)
-        second = "im2col" if self.conv_impl == "mixed" else self.conv_impl
-        x = Conv2D(16, 5, "VALID", self.conv_bias, second, cf, name="conv2")(x)
-        x = max_pool2x2(nn.relu(x), impl=self.pool_impl, spatial=spatial)
-        if cf:  # flatten in (h, w, c) order, as NHWC: the dense params do not depend on impl
-            x = jnp.transpose(x, (1, 2, 3, 0))
+        first, second = _LENET_CONVS[self.conv_impl]
+        x = Conv2D(6, 5, self.first_conv_padding, self.conv_bias, first, name="conv1")(x)
+        x = max_pool2x2(nn.relu(x), impl=self.pool_impl)
+        x = Conv2D(16, 5, "VALID", self.conv_bias, second, name="conv2")(x)
+        x = max_pool2x2(nn.relu(x), impl=self.pool_impl)
         x = x.reshape(x.shape[0], -1)
         x = nn.relu(nn.Dense(120, name="fc1")(x))
         x = nn.relu(nn.Dense(84, name="fc2")(x))
@@ -108,17 +83,18 @@ def lenet5(*, input_shape: tuple[int, ...] = (28, 28, 1), num_classes: int = 10,
       num_classes: number of classes.
       first_conv_padding: ``"SAME"`` (default; 28x28 behaves like 32x32 'VALID') or ``"VALID"``.
       conv_bias: whether convolutions have a bias (the seed has none).
-      conv_impl: ``"auto"`` (fastest measured on the default backend: ``"mixed"`` on CPU),
-        ``"im2col"``, ``"patches"``, ``"taps"``, ``"xla"``, ``"cnhw"`` (the whole network
-        channels first, see :mod:`ldpsim.models._layers`) or ``"mixed"`` (conv1 ``"cnhw"``,
-        conv2 ``"im2col"``, see :data:`LENET_CONV_IMPLS`).
-      pool_impl: ``"auto"``, ``"reshape"``, ``"window"`` or ``"slices"``.
+      conv_impl: ``"auto"`` (the default backend's fastest: ``"mixed"`` on CPU, ``"xla"``
+        elsewhere), ``"mixed"`` (matmuls over patches, conv1 channels-first) or ``"xla"``
+        (:func:`jax.lax.conv_general_dilated`); see :mod:`ldpsim.models._layers`.
+      pool_impl: ``"auto"`` (``"reshape"`` on CPU, ``"window"`` elsewhere),
+        ``"reshape"`` or ``"window"`` (:func:`jax.lax.reduce_window`).
 
     Returns:
       The model; 61,706 parameters for 28x28x1 inputs and 10 classes with the defaults.
 
     Raises:
-      LdpsimError: if the input is too small for two 5x5 convolutions and two poolings.
+      LdpsimError: if the input is too small for two 5x5 convolutions and two poolings,
+        or for a ``conv_impl`` / ``pool_impl`` not listed above.
     """
     shape = tuple(int(s) for s in input_shape)
     if len(shape) == 2:
@@ -132,11 +108,7 @@ def lenet5(*, input_shape: tuple[int, ...] = (28, 28, 1), num_classes: int = 10,
     if ((side - shrink) // 2 - 4) // 2 < 1:
         raise LdpsimError(f"input_shape {input_shape!r} is too small for lenet5 (need H, W >= "
                           f"{16 if first_conv_padding == 'SAME' else 20})")
-    check_choice("conv_impl", conv_impl, LENET_CONV_IMPLS)
-    if conv_impl == "auto" and jax.default_backend() in _AUTO_LENET_CONV:
-        conv_impl = _AUTO_LENET_CONV[jax.default_backend()]
-    elif conv_impl != "mixed":
-        conv_impl = resolve_conv_impl(conv_impl)
+    conv_impl = resolve_conv_impl(conv_impl)
     pool_impl = resolve_pool_impl(pool_impl)
     module = LeNet5(num_classes, first_conv_padding, conv_bias, conv_impl, pool_impl)
     config = dict(first_conv_padding=first_conv_padding, conv_bias=conv_bias,
