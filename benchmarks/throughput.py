@@ -7,7 +7,7 @@ comes from a :class:`~ldpsim.data.SampledPopulation` over 4,096 random uint8 ima
 the data gather is part of the measured round (as in a real run).
 
 Rows:
-* ``engine``: :func:`ldpsim.fl.simulate.make_round_fn` jitted (chunked vmap, one kernel),
+* ``engine``: :func:`ldpsim.fl.round.make_round_fn` jitted (chunked vmap, one kernel),
   at m = 10, 100, 1,000, 10,000 clients per round.
 * ``loop``: a Python loop over clients calling ONE jitted single-client step (the same
   ``local_update`` + ``privatize`` code, local steps unrolled, data gather included) and
@@ -104,7 +104,8 @@ def worker(mode: str, m: int, chunk: int, repeats: int, budget_s: float,
     from ldpsim.fl import client as client_lib
     from ldpsim.fl import sharding
     from ldpsim.fl.privatize import privatize
-    from ldpsim.fl.simulate import RoundHyper, chunk_layout, init_state, make_round_fn
+    from ldpsim.fl._policy import chunk_layout, resolve_chunks_in_flight
+    from ldpsim.fl.round import RoundHyper, init_state, make_round_fn
     from ldpsim.privacy import mechanisms
 
     pop, model, params, ids = _setup(m)
@@ -138,12 +139,12 @@ def worker(mode: str, m: int, chunk: int, repeats: int, budget_s: float,
                     params, x, y, cnt, apply_fn=model.apply, optimizer=opt(),
                     batch_size=BATCH, key=k, local_steps=STEPS)[0])(x, y, cnt, keys)
             else:
-                d = jax.vmap(lambda k: mechanisms.gaussian_noise(k, params, hyper.sigma))(keys)
+                d = jax.vmap(lambda k: mechanisms.gaussian_noise(k, params, hyper.privacy.scale))(keys)
             return jax.tree_util.tree_map(lambda a, b: a + b.sum(0), acc, d), None
 
         zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
         # The engine's scan: the same chunks in flight (the default for this layout).
-        in_flight = sharding.resolve_chunks_in_flight(None, 1, n_chunks)
+        in_flight = resolve_chunks_in_flight(None, 1, n_chunks)
         fn = _xla.jit(lambda: lax.scan(body, zeros, chunks, unroll=in_flight)[0])
         run = lambda: _block(fn())  # noqa: E731
     elif mode == "loop":
@@ -151,7 +152,7 @@ def worker(mode: str, m: int, chunk: int, repeats: int, budget_s: float,
         def step(acc, params, cid, hyper):  # params, σ, C are arguments, as in a real loop
             key = jax.random.fold_in(state.key, cid)
             tk, nk = jax.random.split(key)
-            p = privatize(nk, train(params, cid, tk), clip=hyper.clip, scale=hyper.sigma)
+            p = privatize(nk, train(params, cid, tk), clip=hyper.clip, scale=hyper.privacy.scale)
             w = EXAMPLES * p.finite.astype(jnp.float32)
             return jax.tree_util.tree_map(lambda a, b: a + w * b, acc, p.noisy)
 
@@ -258,7 +259,7 @@ def main(argv=None) -> int:
         print(json.dumps(machine_limits()))
         return 0
 
-    from ldpsim.fl.simulate import resolve_chunk_size
+    from ldpsim.fl._policy import resolve_chunk_size
 
     chunk = resolve_chunk_size(args.chunk)
     ms = [10, 100] if args.quick else args.ms

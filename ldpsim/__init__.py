@@ -1,5 +1,26 @@
 """ldpsim: federated learning under local differential privacy, simulated at scale in JAX.
 
+The names a researcher composes are here, at the top level (loaded lazily, so that
+``import ldpsim`` does not import JAX)::
+
+    import ldpsim
+
+    rows = ldpsim.simulate(ldpsim.Experiment(
+        training=ldpsim.Training(clients_per_round=100),
+        privacy=ldpsim.LocalDP(epsilon=8.0, delta=1e-5, clip=1.0)))
+    cal = ldpsim.calibrate("gaussian", epsilon=8.0, delta=1e-5, clip=1.0)
+    mech = ldpsim.mechanism.gaussian(epsilon=8.0, delta=1e-5, clip=1.0)
+
+Building blocks: :func:`clip_by_global_norm` (clip), :func:`gaussian_randomizer` /
+:func:`laplace_randomizer` and the :mod:`mechanism` objects (privatize one client, returning
+the one release type :class:`Privatized`), :func:`weighted_mean` (aggregate),
+:func:`calibrate`, :func:`ldp_epsilon` / :func:`dpfedavg_epsilon` / :func:`dpsgd_epsilon`
+(account), :func:`make_round_fn` (a whole round as one pure function) and :mod:`modes`
+(where the noise goes).
+
+Devices: call ``ldpsim.use_host_devices()`` before anything imports JAX to run on one CPU
+device per core, as the ``ldpsim`` command does (:mod:`ldpsim._devices`).
+
 Layers (dependencies point downwards only):
 
 * :mod:`ldpsim.privacy` -- clipping, mechanisms, calibration, accounting (no FL).
@@ -8,8 +29,52 @@ Layers (dependencies point downwards only):
 * :mod:`ldpsim.sweep`, :mod:`ldpsim.plots`, :mod:`ldpsim.cli` -- what users run.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 from ldpsim._checks import LdpsimError
 
 __version__ = "0.1.0"
 
-__all__ = ["LdpsimError", "__version__"]
+# name -> (module, attribute); a None attribute exports the module itself.
+_EXPORTS: dict[str, tuple[str, str | None]] = {
+    "SimulationConfig": ("ldpsim.fl.config", "SimulationConfig"),
+    **{name: ("ldpsim.fl.experiment", name) for name in (
+        "Experiment", "Data", "Training", "Execution", "LocalDP", "MindSpore", "CentralDP",
+        "AdaptiveClip", "DistributedDP", "DpSgdClients")},
+    "simulate": ("ldpsim.fl.simulate", "simulate"),
+    "simulate_lanes": ("ldpsim.fl.simulate", "simulate_lanes"),
+    "make_round_fn": ("ldpsim.fl.round", "make_round_fn"),
+    "RoundHyper": ("ldpsim.fl.round", "RoundHyper"),
+    "ServerState": ("ldpsim.fl.round", "ServerState"),
+    "modes": ("ldpsim.fl.modes", None),
+    "mechanism": ("ldpsim.privacy.mechanism", None),
+    "Privatized": ("ldpsim.privacy.mechanism", "Privatized"),
+    "gaussian_randomizer": ("ldpsim.privacy.mechanism", "gaussian_randomizer"),
+    "laplace_randomizer": ("ldpsim.privacy.mechanism", "laplace_randomizer"),
+    "clip_by_global_norm": ("ldpsim.privacy.clipping", "clip_by_global_norm"),
+    "clip_by_l1_norm": ("ldpsim.privacy.clipping", "clip_by_l1_norm"),
+    "weighted_mean": ("ldpsim.fl.server", "weighted_mean"),
+    "calibrate": ("ldpsim.privacy.calibration", "calibrate"),
+    "ldp_epsilon": ("ldpsim.privacy.accounting", "ldp_epsilon"),
+    "dpfedavg_epsilon": ("ldpsim.privacy.accounting", "dpfedavg_epsilon"),
+    "dpsgd_epsilon": ("ldpsim.privacy.accounting", "dpsgd_epsilon"),
+}
+
+_EXPORTS["use_host_devices"] = ("ldpsim._devices", "use_host_devices")
+
+__all__ = ["LdpsimError", "__version__", *sorted(_EXPORTS)]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        module, attr = _EXPORTS[name]
+        mod = importlib.import_module(module)
+        return mod if attr is None else getattr(mod, attr)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + list(_EXPORTS))

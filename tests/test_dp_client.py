@@ -185,8 +185,8 @@ def test_plugs_into_the_round():
     """make_round_fn(client_update=...) runs DP-SGD clients: the round's new model is the
     example-weighted mean of the clients' dp_local_update deltas (keys as the engine documents:
     the first half of split(fold_in(fold_in(root, round), client)))."""
-    from ldpsim.fl.simulate import RoundHyper, client_key, init_state, make_round_fn, \
-        sample_cohort
+    from ldpsim.fl.round import RoundHyper, client_key, init_state, make_round_fn
+    from ldpsim.fl.simulate import sample_cohort
 
     rng = np.random.default_rng(0)
     xs = rng.normal(size=(12, 8) + SHAPE).astype(np.float32)

@@ -1,4 +1,5 @@
-"""Privacy modes in the round (ldpsim.fl.modes): MindSpore, central, distributed, aggregate noise."""
+"""Privacy modes in the round (ldpsim.fl.modes objects through ldpsim.fl.round.make_round_fn):
+MindSpore, central, distributed, aggregate noise."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ from scipy import stats
 
 from ldpsim.data import PaddedPopulation
 from ldpsim.fl import modes
-from ldpsim.fl.simulate import RoundHyper, init_state, make_round_fn
+from ldpsim.fl.round import RoundHyper, init_state, make_round_fn
 from ldpsim.models import get_model
-from ldpsim.privacy import adaptive, server_dp
+from ldpsim.privacy import server_dp
 
 FEATURES, CLASSES, MAX_EX, N = 6, 3, 8, 40
 
@@ -36,10 +37,45 @@ def setup():
     return model, params, _population()
 
 
-def _round(model, mode="ldp", noise_mode="per-client", m=10, **kw):
-    return jax.jit(modes.make_mode_round_fn(
-        apply_fn=model.apply, privacy_mode=mode, noise_mode=noise_mode, clients_per_round=m,
-        local_steps=2, batch_size=4, chunk_size=4, **kw))
+def _mech(mode="ldp", noise_mode="per-client", m=10, mechanism="gaussian",
+          adaptive_clip=False):
+    mech = {"ldp": lambda: modes.local(mechanism), "mindspore": modes.mindspore,
+            "central": lambda: modes.central(m, adaptive_clip),
+            "distributed": lambda: modes.distributed(m)}[mode]()
+    return modes.aggregated(mech) if noise_mode == "aggregate" else mech
+
+
+def _round(model, mode="ldp", noise_mode="per-client", m=10, mechanism="gaussian",
+           adaptive_clip=False, **kw):
+    """``(state, pstate, pop, t, ids, mask, hyper, phyper) -> (state, pstate, metrics)``:
+    the round of ``mode`` with the mode's state and knobs passed on their own (``phyper``
+    None: the local-DP knobs of ``hyper``)."""
+    fn = jax.jit(make_round_fn(apply_fn=model.apply,
+                               mechanism=_mech(mode, noise_mode, m, mechanism, adaptive_clip),
+                               local_steps=2, batch_size=4, chunk_size=4, **kw))
+
+    def run(state, pstate, pop, t, ids, mask, hyper, phyper=None):
+        hyper = hyper if phyper is None else hyper._replace(privacy=phyper)
+        new, rm = fn(state._replace(privacy=pstate), pop, t, ids, mask, hyper)
+        return new, new.privacy, rm
+
+    return run
+
+
+def _f(v):
+    return jnp.float32(v)
+
+
+def _ms(sigma_per_clip=0.0, dp_norm_clip=1.0):
+    return modes.MindSporeHyper(_f(sigma_per_clip), _f(dp_norm_clip))
+
+
+def _central(z=0.0, count_stddev=0.0, target_quantile=0.5, clip_lr=0.2):
+    return modes.CentralHyper(_f(z), _f(count_stddev), _f(target_quantile), _f(clip_lr))
+
+
+def _dist(z=0.0, dropout_rate=0.0):
+    return modes.DistributedHyper(_f(z), _f(dropout_rate))
 
 
 def _cohort(m=10, offset=0):
@@ -62,8 +98,8 @@ def test_ldp_mode_equals_engine_round(setup):
     hyper = _hyper(sigma=0.3, clip=0.5)
     ref, rm_ref = jax.jit(make_round_fn(apply_fn=model.apply, local_steps=2, batch_size=4,
                                         chunk_size=4))(state, pop, 3, ids, mask, hyper)
-    new, _, rm, aux = _round(model)(state, (), pop, 3, ids, mask, hyper,
-                                    modes.PrivacyHyper.create())
+    new, _, rm = _round(model)(state, (), pop, 3, ids, mask, hyper)
+    aux = rm
     np.testing.assert_allclose(_flat(new.params), _flat(ref.params), rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(rm.noise_norm, rm_ref.noise_norm, rtol=1e-6)
     np.testing.assert_allclose(rm.theory_noise_norm, rm_ref.theory_noise_norm, rtol=1e-5)
@@ -76,13 +112,13 @@ def test_mindspore_clip_sequence_in_engine(setup):
     model, params, pop = setup
     rf = _round(model, "mindspore")
     state = init_state(params, jax.random.key(0))
-    pstate = modes.init_privacy_state("mindspore", num_clients=N, clip=1.0)
-    ph = modes.PrivacyHyper.create(sigma_per_clip=0.0, dp_norm_clip=1.5)
+    pstate = modes.mindspore().init(N, 1.0)
+    ph = _ms(0.0, 1.5)
     ids, mask = _cohort(N)
     expected = 0.05
     for t in range(3):
         old = state.params
-        state, pstate, rm, aux = rf(state, pstate, pop, t, ids, mask, _hyper(), ph)
+        state, pstate, aux = rf(state, pstate, pop, t, ids, mask, _hyper(), ph)
         np.testing.assert_allclose(aux.clip_bound, expected, rtol=1e-6)
         g = float(np.linalg.norm(_flat(old) - _flat(state.params)))
         assert g <= expected * (1 + 1e-5)   # weighted mean of updates clipped to C_t
@@ -95,11 +131,11 @@ def test_mindspore_noise_scale_and_partial_participation(setup):
     model, params, pop = setup
     rf = _round(model, "mindspore")
     state = init_state(params, jax.random.key(0))
-    pstate = modes.init_privacy_state("mindspore", num_clients=N, clip=1.0)
+    pstate = modes.mindspore().init(N, 1.0)
     a = 2.0
-    ph = modes.PrivacyHyper.create(sigma_per_clip=a, dp_norm_clip=1.0)
+    ph = _ms(a, 1.0)
     ids, mask = _cohort(10, offset=5)
-    _, new_p, rm, aux = rf(state, pstate, pop, 0, ids, mask, _hyper(), ph)
+    _, new_p, aux = rf(state, pstate, pop, 0, ids, mask, _hyper(), ph)
     # Σ w²σ² with σ = a·0.05 for every client: noise_sum_std = a·0.05·√(Σw²) (w = n_k).
     counts = np.asarray(pop.counts)[ids].astype(np.float64)
     np.testing.assert_allclose(aux.noise_sum_std, a * 0.05 * math.sqrt(np.sum(counts ** 2)),
@@ -116,17 +152,18 @@ def test_central_fixed_denominator_one_server_draw(setup):
     state = init_state(params, jax.random.key(2))
     ids, mask = _cohort(m)
     hyper = _hyper(clip=0.02)
-    ph0 = modes.PrivacyHyper.create(noise_multiplier=0.0)
-    ph = modes.PrivacyHyper.create(noise_multiplier=1.3)
+    ph0 = _central(0.0)
+    ph = _central(1.3)
     rf = _round(model, "central")
-    clean, _, rm0, _ = rf(state, (), pop, 7, ids[:7], mask[:7], hyper, ph0)
+    clean, _, rm0 = rf(state, (), pop, 7, ids[:7], mask[:7], hyper, ph0)
     # Fixed denominator: 7 clients, each clipped to 0.02, divided by m = 10 (not 7).
-    ldp, _, rm_ldp, _ = _round(model, weighting="uniform")(
-        state, (), pop, 7, ids[:7], mask[:7], hyper, ph0)
+    ldp, _, rm_ldp = _round(model, weighting="uniform")(
+        state, (), pop, 7, ids[:7], mask[:7], hyper)
     d_central = _flat(clean.params) - _flat(params)
     d_mean = _flat(ldp.params) - _flat(params)
     np.testing.assert_allclose(d_central, d_mean * 7 / 10, rtol=1e-5, atol=1e-7)
-    noisy, _, rm, aux = rf(state, (), pop, 7, ids[:7], mask[:7], hyper, ph)
+    noisy, _, rm = rf(state, (), pop, 7, ids[:7], mask[:7], hyper, ph)
+    aux = rm
     # The noise is exactly one N(0, (zC)²) draw from the server key, divided by m.
     expect = server_dp.aggregate_gaussian_noise(modes.server_key(state.key, 7), params,
                                                 1.3 * 0.02, 1.0)
@@ -142,10 +179,10 @@ def test_central_adaptive_direction(setup, clip, factor):
     model, params, pop = setup
     rf = _round(model, "central", adaptive_clip=True)
     state = init_state(params, jax.random.key(2))
-    pstate = modes.init_privacy_state("central", num_clients=N, clip=clip, adaptive_clip=True)
-    ph = modes.PrivacyHyper.create(noise_multiplier=0.0, count_stddev=0.0)
+    pstate = modes.central(10, True).init(N, clip)
+    ph = _central(0.0, count_stddev=0.0)
     ids, mask = _cohort(10)
-    _, new_p, _, aux = rf(state, pstate, pop, 0, ids, mask, _hyper(), ph)
+    _, new_p, aux = rf(state, pstate, pop, 0, ids, mask, _hyper(), ph)
     np.testing.assert_allclose(new_p.clip, clip * factor, rtol=1e-5)
     np.testing.assert_allclose(aux.unclipped_fraction, 1.0 if clip > 1 else 0.0, atol=1e-6)
 
@@ -157,11 +194,11 @@ def test_distributed_noise_and_dropout_shortfall(setup):
     state = init_state(params, jax.random.key(3))
     ids, mask = _cohort(m)
     full = rf(state, (), pop, 0, ids, mask, _hyper(clip=c),
-              modes.PrivacyHyper.create(noise_multiplier=z))[3]
+              _dist(z))[2]
     assert int(full.survivors) == m and float(full.noise_variance_fraction) == 1.0
     np.testing.assert_allclose(full.noise_sum_std, z * c, rtol=1e-5)   # Σ m·(zC)²/m
     aux = rf(state, (), pop, 0, ids, mask, _hyper(clip=c),
-             modes.PrivacyHyper.create(noise_multiplier=z, dropout_rate=0.5))[3]
+             _dist(z, 0.5))[2]
     k = int(aux.survivors)
     # Binomial(40, ½): P(outside [8, 32]) < 1e-4 (false-failure rate).
     assert 8 <= k <= 32
@@ -179,7 +216,6 @@ def test_aggregate_noise_mode_indistinguishable_from_per_client(setup):
     state = init_state(params, jax.random.key(4))
     ids, mask = _cohort(10)
     hyper = _hyper(sigma=0.7, clip=0.3)
-    ph = modes.PrivacyHyper.create()
     per = _round(model, "ldp", "per-client")
     agg = _round(model, "ldp", "aggregate")
     d = _flat(params).size
@@ -187,7 +223,7 @@ def test_aggregate_noise_mode_indistinguishable_from_per_client(setup):
     for name, rf in (("per", per), ("agg", agg)):
         norms, scale = [], None
         for t in range(150):
-            rm = rf(state, (), pop, t, ids, mask, hyper, ph)[2]
+            rm = rf(state, (), pop, t, ids, mask, hyper)[2]
             norms.append(float(rm.noise_norm))
             scale = float(rm.theory_noise_norm) / math.sqrt(d)
         out[name] = (np.asarray(norms), scale)
@@ -200,8 +236,8 @@ def test_laplace_engine_clips_l1(setup):
     model, params, pop = setup
     state = init_state(params, jax.random.key(0))
     ids, mask = _cohort(1)
-    new, _, rm, _ = _round(model, mechanism="laplace", weighting="uniform")(
-        state, (), pop, 0, ids, mask, _hyper(sigma=0.0, clip=0.01), modes.PrivacyHyper.create())
+    new, _, rm = _round(model, mechanism="laplace", weighting="uniform")(
+        state, (), pop, 0, ids, mask, _hyper(sigma=0.0, clip=0.01))
     delta = _flat(new.params) - _flat(params)
     assert np.sum(np.abs(delta)) == pytest.approx(0.01, rel=1e-4)   # L1, not L2
     assert np.linalg.norm(delta) < 0.01
@@ -215,26 +251,32 @@ def test_client_dp_wiring_equals_engine_hook(setup):
     model, params, pop = setup
     state = init_state(params, jax.random.key(0))
     ids, mask = _cohort(8)
-    ph = modes.PrivacyHyper.create(client_dp_clip=0.1, client_dp_noise=1.0)
-    ours = _round(model, client_dp_micro_batches=4)(state, (), pop, 0, ids, mask, _hyper(), ph)[0]
+    dp_hyper = RoundHyper.create(sigma=0.0, clip=1e6, client_lr=0.3, server_lr=1.0,
+                                 client_dp_clip=0.1, client_dp_noise=1.0)
+    ours = _round(model, client_dp_micro_batches=4)(state, (), pop, 0, ids, mask, dp_hyper)[0]
     hook = jax.jit(make_round_fn(
         apply_fn=model.apply, local_steps=2, batch_size=4, chunk_size=4,
         client_update=make_dp_client_update(micro_batches=4, clip_norm=0.1,
                                             noise_multiplier=1.0)))
     ref = hook(state, pop, 0, ids, mask, _hyper())[0]
     np.testing.assert_allclose(_flat(ours.params), _flat(ref.params), rtol=1e-5, atol=1e-6)
-    plain = _round(model)(state, (), pop, 0, ids, mask, _hyper(), ph)[0]
+    plain = _round(model)(state, (), pop, 0, ids, mask, dp_hyper)[0]
     assert not np.allclose(_flat(ours.params), _flat(plain.params))
 
 
-def test_mode_errors(setup):
-    model = setup[0]
+def test_mode_errors():
+    from ldpsim import LdpsimError
+
     with pytest.raises(ValueError, match="Gaussian"):
-        _round(model, noise_mode="aggregate", mechanism="laplace")
-    with pytest.raises(ValueError, match="privacy_mode"):
-        _round(model, "secagg")
-    with pytest.raises(ValueError, match="Laplace"):
-        _round(model, "central", mechanism="laplace")
+        modes.aggregated(modes.local("laplace"))
+    with pytest.raises(LdpsimError, match="mechanism"):
+        modes.local("secagg")
+    # The shortcut is a no-op where the server already draws the noise or nothing is drawn.
+    assert modes.aggregated(modes.central(10)) is modes.central(10)
+    assert modes.aggregated(modes.local("none")) is modes.local("none")
+    # Factories are cached: equal settings give the same object (the compile-cache key).
+    assert modes.distributed(7) is modes.distributed(7)
+    assert modes.mindspore(True) is not modes.mindspore(False)
 
 
 def test_mindspore_sigma_and_ranges():
@@ -268,19 +310,42 @@ def test_chunks_in_flight_change_mode_rounds_only_by_rounding(setup, mode):
     model, params, pop = setup
     state = init_state(params, jax.random.key(6))
     ids, mask = _cohort(10, offset=7)
-    phyper = (modes.PrivacyHyper.create(noise_multiplier=1.5, dropout_rate=0.3)
-              if mode == "distributed" else
-              modes.PrivacyHyper.create(sigma_per_clip=0.8, dp_norm_clip=0.4))
-    pstate = modes.init_privacy_state(mode, num_clients=N, clip=0.5, adaptive_clip=False)
+    phyper = _dist(1.5, 0.3) if mode == "distributed" else _ms(0.8, 0.4)
+    pstate = _mech(mode).init(N, 0.5)
     outs = []
     for k in (1, 2, 5):
         rf = _round(model, mode, chunks_in_flight=k)
         outs.append(rf(state, pstate, pop, 2, ids, mask, _hyper(clip=0.5), phyper))
-    def arrays(out):  # (state, pstate, metrics, aux) without the server's PRNG key
+    def arrays(out):  # (state, pstate, metrics) without the server's PRNG key
         return [x for x in jax.tree_util.tree_leaves(out)
                 if not jnp.issubdtype(x.dtype, jax.dtypes.prng_key)]
 
     for out in outs[1:]:
         for a, b in zip(arrays(out), arrays(outs[0]), strict=True):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-7)
-    assert int(outs[0][3].survivors) <= 10
+    assert int(outs[0][2].survivors) <= 10
+
+
+def test_a_new_mode_is_one_object_the_kernel_runs_unchanged(setup):
+    # A mode written outside ldpsim: clients clip to C and add N(0, (s·C)²) with s a traced
+    # knob, the server averages with one vote per client. Built from the public fields of
+    # RoundMechanism only; the round kernel is not touched.
+    model, params, pop = setup
+    base = modes.local("gaussian")
+    mine = base._replace(
+        name="my-mode", weighted=False,
+        client_scales=lambda state, ids, clip, ph: (jnp.full(ids.shape, clip),
+                                                   jnp.full(ids.shape, ph.scale * clip)))
+    state = init_state(params, jax.random.key(3))
+    ids, mask = _cohort(10)
+    fn = jax.jit(make_round_fn(apply_fn=model.apply, mechanism=mine, local_steps=2,
+                               batch_size=4, chunk_size=4))
+    hyper = RoundHyper.create(sigma=2.0, clip=0.25, client_lr=0.3, server_lr=1.0)
+    new, rm = fn(state, pop, 0, ids, mask, hyper)
+    # It equals local DP with σ = 2·0.25 and uniform weights, same keys.
+    ref_fn = jax.jit(make_round_fn(apply_fn=model.apply, mechanism=base, local_steps=2,
+                                   batch_size=4, chunk_size=4, weighting="uniform"))
+    ref, rm_ref = ref_fn(state, pop, 0, ids, mask,
+                         RoundHyper.create(sigma=0.5, clip=0.25, client_lr=0.3, server_lr=1.0))
+    np.testing.assert_allclose(_flat(new.params), _flat(ref.params), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(rm.noise_sum_std, 0.5 * math.sqrt(10), rtol=1e-6)

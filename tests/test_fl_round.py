@@ -1,4 +1,4 @@
-"""The federated round kernel (ldpsim.fl.simulate.make_round_fn) and its building blocks."""
+"""The federated round kernel (ldpsim.fl.round.make_round_fn) and its building blocks."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from ldpsim.data import PaddedPopulation
 from ldpsim.fl import client as client_lib
 from ldpsim.fl import server as server_lib
 from ldpsim.fl.privatize import privatize
-from ldpsim.fl.simulate import RoundHyper, init_state, make_round_fn, sample_cohort
+from ldpsim.fl.round import RoundHyper, init_state, make_round_fn
+from ldpsim.fl.simulate import sample_cohort
 from ldpsim.models import get_model
 
 FEATURES, CLASSES, MAX_EX = 6, 3, 8
@@ -335,7 +336,8 @@ def test_round_vmaps_over_an_epsilon_axis():
     st = init_state(params, jax.random.key(0))
     ids, mask = sample_cohort(0, 0, pop.num_clients, 10)
     sigmas = jnp.array([0.0, 0.5, 3.0])
-    hyper = RoundHyper(sigmas, jnp.full(3, 0.5), jnp.full(3, 0.1), jnp.ones(3))
+    hyper = jax.tree_util.tree_map(lambda *v: jnp.stack(v), *(
+        _hyper(sigma=float(s), clip=0.5, client_lr=0.1) for s in sigmas))
     batched, bm = jax.jit(jax.vmap(fn, in_axes=(None, None, None, None, None, 0)))(
         st, pop, jnp.int32(0), ids, mask, hyper)
     for i, s in enumerate(np.asarray(sigmas)):

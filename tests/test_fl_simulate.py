@@ -10,6 +10,7 @@ import pytest
 
 from ldpsim import LdpsimError
 from ldpsim.data import PaddedPopulation, load_dataset, make_population
+from ldpsim.fl import modes
 from ldpsim.fl import simulate as sim
 from ldpsim.fl.config import SimulationConfig
 
@@ -92,9 +93,9 @@ def test_epsilon_sweep_reuses_one_compilation(small_data):
 def _cached_keys():
     # lru_cache keeps its keys private: rebuild the one key this module's config uses.
     c = _config()
-    yield ("logreg", (6,), 3, "gaussian", c.client_optimizer, c.server_optimizer,
-           float(c.server_momentum), c.local_steps, None, c.batch_size, c.weighting,
-           c.chunk_size)
+    yield ("logreg", (6,), 3, modes.local("gaussian"), c.client_optimizer,
+           c.server_optimizer, float(c.server_momentum), c.local_steps, None, c.batch_size,
+           c.weighting, c.chunk_size, None)
 
 
 def test_no_privacy_has_no_noise_and_learns(small_data):
@@ -153,14 +154,14 @@ def test_noise_scale_uses_the_calibration():
     from ldpsim.privacy.calibration import calibrate
 
     c = SimulationConfig(epsilon=2.0, delta=1e-5, clip=0.5, neighbours="add-remove")
-    sigma, sens, mech = sim.noise_scale(c)
+    sigma, sens, mech = modes.noise_scale(c)
     assert mech == "gaussian" and sens == 0.5
     assert sigma == calibrate("gaussian", epsilon=2.0, delta=1e-5, clip=0.5,
                               neighbours="add-remove").sigma
-    sigma, sens, mech = sim.noise_scale(SimulationConfig(epsilon=2.0, clip=0.5,
+    sigma, sens, mech = modes.noise_scale(SimulationConfig(epsilon=2.0, clip=0.5,
                                                          mechanism="laplace"))
     assert (mech, sens, sigma) == ("laplace", 1.0, 0.5)
-    assert sim.noise_scale(SimulationConfig())[2] == "none"
+    assert modes.noise_scale(SimulationConfig())[2] == "none"
 
 
 @pytest.mark.parametrize("partition", ["iid", "natural", "dirichlet", "shards"])
@@ -185,7 +186,7 @@ def test_two_synthetic_seeds_compile_the_round_once():
         sim.simulate(SimulationConfig(seed=seed, **kw))
     cfg = SimulationConfig(**kw)
     _, round_fn, _ = sim._compiled(
-        cfg.model, (60,), 10, sim.noise_scale(cfg)[2], cfg.client_optimizer,
+        cfg.model, (60,), 10, modes.plan(cfg, 30).mechanism, cfg.client_optimizer,
         cfg.server_optimizer, float(cfg.server_momentum), cfg.local_steps, cfg.local_epochs,
-        cfg.batch_size, cfg.weighting, cfg.chunk_size)
+        cfg.batch_size, cfg.weighting, cfg.chunk_size, None)
     assert round_fn._cache_size() == 1

@@ -12,7 +12,7 @@ import pytest
 
 from ldpsim import LdpsimError
 from ldpsim.fl.privatize import privatize
-from ldpsim.privacy import calibration, mechanism, mechanisms
+from ldpsim.privacy import calibration, mechanism
 
 TREE = {"w": jnp.arange(12.0).reshape(3, 4) / 10.0, "b": jnp.array([3.0, -4.0])}
 
@@ -53,14 +53,14 @@ def test_privatize_matches_the_standalone_randomizers():
     laplace_randomizer release with the same key."""
     key = jax.random.key(5)
     g = mechanism.gaussian(epsilon=4.0, delta=1e-5, clip=1.0)
-    ref = mechanisms.gaussian_randomizer(key, TREE, clip=g.params.clip, stddev=g.params.scale)
+    ref = mechanism.gaussian_randomizer(key, TREE, clip=g.params.clip, stddev=g.params.scale)
     out = g.privatize(key, TREE, g.params)   # both eager: same float ops
-    for a, b in zip(jax.tree_util.tree_leaves(out.noisy), jax.tree_util.tree_leaves(ref.noised)):
+    for a, b in zip(jax.tree_util.tree_leaves(out.noisy), jax.tree_util.tree_leaves(ref.noisy)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     lap = mechanism.laplace(epsilon=4.0, clip=1.0)
-    ref = mechanisms.laplace_randomizer(key, TREE, clip=lap.params.clip, scale=lap.params.scale)
+    ref = mechanism.laplace_randomizer(key, TREE, clip=lap.params.clip, scale=lap.params.scale)
     out = lap.privatize(key, TREE, lap.params)
-    for a, b in zip(jax.tree_util.tree_leaves(out.noisy), jax.tree_util.tree_leaves(ref.noised)):
+    for a, b in zip(jax.tree_util.tree_leaves(out.noisy), jax.tree_util.tree_leaves(ref.noisy)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 

@@ -13,6 +13,7 @@ import pytest
 from scipy import stats
 
 from ldpsim.privacy import calibration, mechanisms
+from ldpsim.privacy import mechanism as mechanism_lib
 
 TREE = {"conv": jnp.zeros((5, 5, 1, 6)), "dense": {"w": jnp.zeros((400, 120)), "b": jnp.zeros(120)}}
 
@@ -82,7 +83,7 @@ def test_changing_epsilon_does_not_recompile():
     @jax.jit
     def release(key, update, clip, stddev):
         traces.append(1)
-        return mechanisms.gaussian_randomizer(key, update, clip=clip, stddev=stddev).noised
+        return mechanism_lib.gaussian_randomizer(key, update, clip=clip, stddev=stddev).noisy
 
     update = {"w": jnp.ones(1000)}
     for eps in (0.5, 1.0, 8.0, 50.0):
@@ -94,11 +95,11 @@ def test_changing_epsilon_does_not_recompile():
 
 def test_randomizers_clip_before_noise():
     update = {"w": jnp.full(100, 10.0)}
-    g = mechanisms.gaussian_randomizer(jax.random.key(0), update, clip=1.0, stddev=0.0)
+    g = mechanism_lib.gaussian_randomizer(jax.random.key(0), update, clip=1.0, stddev=0.0)
     assert float(jnp.linalg.norm(g.clipped["w"])) == pytest.approx(1.0, rel=1e-6)
-    np.testing.assert_array_equal(np.asarray(g.noised["w"]), np.asarray(g.clipped["w"]))
+    np.testing.assert_array_equal(np.asarray(g.noisy["w"]), np.asarray(g.clipped["w"]))
     assert float(g.norm) == pytest.approx(100.0)
-    lap = mechanisms.laplace_randomizer(jax.random.key(0), update, clip=2.0, scale=0.0)
+    lap = mechanism_lib.laplace_randomizer(jax.random.key(0), update, clip=2.0, scale=0.0)
     assert float(jnp.sum(jnp.abs(lap.clipped["w"]))) == pytest.approx(2.0, rel=1e-6)
 
 
@@ -136,8 +137,8 @@ _BAD_SCALES = [-1.0, -1e-30, np.nan, np.inf, -np.inf, np.float32(np.nan), jnp.fl
 
 
 @pytest.mark.parametrize("clip", _BAD_CLIPS, ids=repr)
-@pytest.mark.parametrize("randomizer,kw", [(mechanisms.gaussian_randomizer, "stddev"),
-                                          (mechanisms.laplace_randomizer, "scale")])
+@pytest.mark.parametrize("randomizer,kw", [(mechanism_lib.gaussian_randomizer, "stddev"),
+                                          (mechanism_lib.laplace_randomizer, "scale")])
 def test_randomizers_reject_concrete_bad_clip(randomizer, kw, clip):
     with pytest.raises(LdpsimError, match="clip"):
         randomizer(jax.random.key(0), _UPDATE, clip=clip, **{kw: 1.0})
@@ -147,8 +148,8 @@ def test_randomizers_reject_concrete_bad_clip(randomizer, kw, clip):
 
 @pytest.mark.parametrize("value", _BAD_SCALES, ids=repr)
 @pytest.mark.parametrize("call,name", [
-    (lambda v: mechanisms.gaussian_randomizer(jax.random.key(0), _UPDATE, clip=1.0, stddev=v), "stddev"),
-    (lambda v: mechanisms.laplace_randomizer(jax.random.key(0), _UPDATE, clip=1.0, scale=v), "scale"),
+    (lambda v: mechanism_lib.gaussian_randomizer(jax.random.key(0), _UPDATE, clip=1.0, stddev=v), "stddev"),
+    (lambda v: mechanism_lib.laplace_randomizer(jax.random.key(0), _UPDATE, clip=1.0, scale=v), "scale"),
     (lambda v: mechanisms.gaussian_noise(jax.random.key(0), _UPDATE, v), "stddev"),
     (lambda v: mechanisms.gaussian_noise(jax.random.key(0), _UPDATE, v, impl="jax"), "stddev"),
     (lambda v: mechanisms.laplace_noise(jax.random.key(0), _UPDATE, v), "scale"),
@@ -164,7 +165,7 @@ def test_noise_functions_reject_concrete_bad_scale(call, name, value):
 def test_negative_clip_no_longer_flips_the_update():
     # Before: clip=-1 silently released -u/‖u‖ (the sign-flipped update).
     with pytest.raises(LdpsimError, match="clip must be > 0"):
-        mechanisms.gaussian_randomizer(jax.random.key(0), {"w": jnp.array([3.0, 4.0])},
+        mechanism_lib.gaussian_randomizer(jax.random.key(0), {"w": jnp.array([3.0, 4.0])},
                                        clip=-1.0, stddev=0.0)
 
 
@@ -173,38 +174,38 @@ def test_negative_clip_no_longer_flips_the_update():
                                         (2, 1), (jnp.array([1.0]), jnp.array([0.5]))],
                          ids=repr)
 def test_valid_concrete_arguments_are_accepted(clip, scale):
-    g = mechanisms.gaussian_randomizer(jax.random.key(0), _UPDATE, clip=clip, stddev=scale)
-    lap = mechanisms.laplace_randomizer(jax.random.key(0), _UPDATE, clip=clip, scale=scale)
+    g = mechanism_lib.gaussian_randomizer(jax.random.key(0), _UPDATE, clip=clip, stddev=scale)
+    lap = mechanism_lib.laplace_randomizer(jax.random.key(0), _UPDATE, clip=clip, scale=scale)
     for out in (g, lap):
-        assert all(np.all(np.isfinite(np.asarray(x))) for x in jax.tree_util.tree_leaves(out.noised))
+        assert all(np.all(np.isfinite(np.asarray(x))) for x in jax.tree_util.tree_leaves(out.noisy))
 
 
 def test_traced_arguments_are_not_checked_and_still_work_under_jit():
     @jax.jit
     def release(key, clip, stddev, scale):
-        g = mechanisms.gaussian_randomizer(key, _UPDATE, clip=clip, stddev=stddev)
-        lap = mechanisms.laplace_randomizer(key, _UPDATE, clip=clip, scale=scale)
+        g = mechanism_lib.gaussian_randomizer(key, _UPDATE, clip=clip, stddev=stddev)
+        lap = mechanism_lib.laplace_randomizer(key, _UPDATE, clip=clip, scale=scale)
         z = mechanisms.add_gaussian_noise(key, _UPDATE, stddev)
         y = mechanisms.add_laplace_noise(key, _UPDATE, scale)
         return g, lap, z, y
 
     g, lap, z, y = release(jax.random.key(0), jnp.float32(2.0), jnp.float32(0.0), jnp.float32(0.0))
-    np.testing.assert_allclose(_flat(g.noised), 2.0 * np.array([1.0, 3.0, -4.0]) / np.sqrt(26.0), rtol=1e-6)
-    np.testing.assert_allclose(_flat(lap.noised), np.array([1.0, 3.0, -4.0]) / 4.0, rtol=1e-6)
+    np.testing.assert_allclose(_flat(g.noisy), 2.0 * np.array([1.0, 3.0, -4.0]) / np.sqrt(26.0), rtol=1e-6)
+    np.testing.assert_allclose(_flat(lap.noisy), np.array([1.0, 3.0, -4.0]) / 4.0, rtol=1e-6)
     np.testing.assert_array_equal(_flat(z), _flat(_UPDATE))
     np.testing.assert_array_equal(_flat(y), _flat(_UPDATE))
     # A traced bad value cannot be inspected: no error is raised (documented; the engine
     # validates its configuration before tracing).
     g, *_ = release(jax.random.key(0), jnp.float32(-1.0), jnp.float32(0.0), jnp.float32(0.0))
-    np.testing.assert_allclose(_flat(g.noised), -np.array([1.0, 3.0, -4.0]) / np.sqrt(26.0), rtol=1e-6)
+    np.testing.assert_allclose(_flat(g.noisy), -np.array([1.0, 3.0, -4.0]) / np.sqrt(26.0), rtol=1e-6)
 
 
 def test_vmapped_per_client_arguments_are_accepted():
     keys = jax.random.split(jax.random.key(1), 3)
     updates = {"w": jnp.arange(6.0).reshape(3, 2)}
     clips, stds = jnp.array([0.5, 1.0, 2.0]), jnp.array([0.0, 0.0, 0.0])
-    out = jax.vmap(lambda k, u, c, s: mechanisms.gaussian_randomizer(k, u, clip=c, stddev=s))(
+    out = jax.vmap(lambda k, u, c, s: mechanism_lib.gaussian_randomizer(k, u, clip=c, stddev=s))(
         keys, updates, clips, stds)
-    norms = np.linalg.norm(np.asarray(out.noised["w"]), axis=1)
+    norms = np.linalg.norm(np.asarray(out.noisy["w"]), axis=1)
     np.testing.assert_allclose(norms, np.minimum(np.linalg.norm(np.arange(6.0).reshape(3, 2), axis=1),
                                                  clips), rtol=1e-6)

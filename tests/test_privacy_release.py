@@ -80,6 +80,8 @@ def _rows(data, **kw):
                 epsilon=5.0, delta=1e-5, clip=1.0, local_steps=1, batch_size=3,
                 client_lr=0.1, chunk_size=3, eval_every=1, seed=0)
     base.update(kw)
+    if base.get("privacy_mode", "ldp") != "ldp":
+        base.pop("epsilon")   # the local-DP budget; the other modes have their own
     return sim.simulate(SimulationConfig(**base), data=data)
 
 

@@ -21,7 +21,8 @@ import numpy as np
 import pytest
 
 from ldpsim import LdpsimError
-from ldpsim.fl import sharding
+from ldpsim.fl import _policy, sharding
+from ldpsim.fl import round as rnd
 from ldpsim.fl import simulate as sim
 from ldpsim.fl.config import SimulationConfig
 
@@ -33,7 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 _CHILD = r"""
 import json, math, sys
 import jax, jax.numpy as jnp, numpy as np
-from ldpsim.fl import sharding, simulate as sim
+from ldpsim.fl import _policy, round as rnd, sharding, simulate as sim
 from ldpsim.fl.config import SimulationConfig
 from ldpsim.models import get_model
 
@@ -42,14 +43,15 @@ from toy_data import toy_logreg_problem
 N = 24
 data = toy_logreg_problem(N, n_test=200)
 pop = data[0]
-cases = {"gaussian": {}, "laplace": {"mechanism": "laplace"},
+cases = {"gaussian": {"epsilon": 20.0, "delta": 1e-3},
+         "laplace": {"mechanism": "laplace", "epsilon": 20.0},
          "mindspore": {"privacy_mode": "mindspore"},
          "distributed": {"privacy_mode": "distributed", "noise_multiplier": 0.8,
                          "dropout_rate": 0.25}}
 out = {"device_count": jax.device_count(), "histories": {}}
 for name, kw in cases.items():
     base = dict(dataset="toy", model="logreg", population=N, clients_per_round=10, rounds=2,
-                epsilon=20.0, delta=1e-3, clip=1.0, local_steps=2, batch_size=4,
+                clip=1.0, local_steps=2, batch_size=4,
                 client_lr=0.5, chunk_size=2, seed=3, **kw)
     out["histories"][name] = [
         [{k: v for k, v in row.items() if k != "wall_time"}
@@ -58,12 +60,12 @@ for name, kw in cases.items():
 
 # The building block on its own: final parameters, and where the 4-device round ran.
 model = get_model("logreg", input_shape=(6,), num_classes=3)
-state = sim.init_state(model.init(jax.random.key(0), jnp.zeros((1, 6))), jax.random.key(1))
-hyper = sim.RoundHyper.create(sigma=0.3, clip=1.0, client_lr=0.5, server_lr=1.0)
+state = rnd.init_state(model.init(jax.random.key(0), jnp.zeros((1, 6))), jax.random.key(1))
+hyper = rnd.RoundHyper.create(sigma=0.3, clip=1.0, client_lr=0.5, server_lr=1.0)
 ids, mask = sim.sample_cohort(0, 0, N, 10)
 params = {}
 for d in (1, 4):
-    fn = jax.jit(sim.make_round_fn(apply_fn=model.apply, batch_size=4, chunk_size=2,
+    fn = jax.jit(rnd.make_round_fn(apply_fn=model.apply, batch_size=4, chunk_size=2,
                                    local_steps=2, devices=d))
     new, _ = fn(state, pop, jnp.int32(0), ids, mask, hyper)
     params[d] = [np.asarray(leaf).tolist() for leaf in jax.tree_util.tree_leaves(new.params)]
@@ -81,7 +83,7 @@ sim._compiled = lambda *a, **k: (seen.append(k.get("devices", 1)), orig(*a, **k)
 base = dict(dataset="toy", model="logreg", population=N, clients_per_round=10, rounds=1,
             epsilon=20.0, delta=1e-3, clip=1.0, local_steps=2, batch_size=4, chunk_size=2)
 for limit in (10, 9):
-    sim.CPU_MULTI_DEVICE_MAX_CLIENTS = limit
+    _policy.CPU_MULTI_DEVICE_MAX_CLIENTS = limit
     sim.simulate(SimulationConfig(devices=None, **base), data=data)
 sim.simulate(SimulationConfig(devices=4, **base), data=data)   # explicit: always honoured
 out["auto_devices"] = seen
@@ -156,7 +158,7 @@ def test_more_devices_than_available_is_a_clear_error():
     with pytest.raises(LdpsimError, match="devices must be <="):
         sim.simulate(cfg)
     with pytest.raises(LdpsimError, match="devices"):
-        sim.make_round_fn(apply_fn=lambda p, x: x, devices=n + 1)
+        rnd.make_round_fn(apply_fn=lambda p, x: x, devices=n + 1)
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True])
@@ -166,23 +168,23 @@ def test_config_rejects_bad_devices(bad):
 
 
 def test_chunks_in_flight_default_and_validation():
-    big = sharding.CPU_CHUNKS_IN_FLIGHT_MIN_CHUNKS
-    k = sharding.CPU_ONE_DEVICE_CHUNKS_IN_FLIGHT
-    assert sharding.resolve_chunks_in_flight(None, 1, big, "cpu") == k
-    assert sharding.resolve_chunks_in_flight(None, 1, big - 1, "cpu") == 1  # small cohort
-    assert sharding.resolve_chunks_in_flight(None, 2, big, "cpu") == 1   # one device per core
-    assert sharding.resolve_chunks_in_flight(None, 1, big, "gpu") == 1
-    assert sharding.resolve_chunks_in_flight(5, 2, 10, "cpu") == 5
-    assert sharding.resolve_chunks_in_flight(5, 2, 2, "cpu") == 2     # at most n_chunks
+    big = _policy.CPU_CHUNKS_IN_FLIGHT_MIN_CHUNKS
+    k = _policy.CPU_ONE_DEVICE_CHUNKS_IN_FLIGHT
+    assert _policy.resolve_chunks_in_flight(None, 1, big, "cpu") == k
+    assert _policy.resolve_chunks_in_flight(None, 1, big - 1, "cpu") == 1  # small cohort
+    assert _policy.resolve_chunks_in_flight(None, 2, big, "cpu") == 1   # one device per core
+    assert _policy.resolve_chunks_in_flight(None, 1, big, "gpu") == 1
+    assert _policy.resolve_chunks_in_flight(5, 2, 10, "cpu") == 5
+    assert _policy.resolve_chunks_in_flight(5, 2, 2, "cpu") == 2     # at most n_chunks
     with pytest.raises(LdpsimError, match="chunks_in_flight"):
-        sharding.resolve_chunks_in_flight(0, 1, 10, "cpu")
+        _policy.resolve_chunks_in_flight(0, 1, 10, "cpu")
 
 
 def test_layout_pads_every_device_to_the_same_chunks():
     # One device: exactly chunk_layout; D devices: ceil(m / D) slots each.
-    assert sharding.cohort_layout(10, 2, 1) == sim.chunk_layout(10, 2) == (5, 2)
+    assert sharding.cohort_layout(10, 2, 1) == _policy.chunk_layout(10, 2) == (5, 2)
     assert sharding.cohort_layout(10, 2, 4) == (2, 2)      # 4 x 2 x 2 = 16 slots >= 10
-    assert sharding.cohort_layout(1000, 64, 2) == sim.chunk_layout(500, 64)
+    assert sharding.cohort_layout(1000, 64, 2) == _policy.chunk_layout(500, 64)
     assert sharding.resolve_devices(None) == jax.device_count()
 
 
@@ -234,5 +236,5 @@ def test_poisson_capacity_with_the_default_chunk_size():
     cfg = SimulationConfig(sampling="poisson", population=1000, clients_per_round=100)
     cap = sim._poisson_capacity(cfg)
     assert cap >= stats.binom.ppf(1 - 1e-9, 1000, 0.1)
-    chunk = sim.resolve_chunk_size(None)
+    chunk = _policy.resolve_chunk_size(None)
     assert cap <= chunk or cap % chunk == 0   # whole chunks when above one chunk

@@ -20,7 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from ldpsim._checks import LdpsimError, check_choice, check_positive, check_positive_int
-from ldpsim.privacy import mechanisms, sampling
+from ldpsim.privacy import mechanism as mechanism_lib
+from ldpsim.privacy import sampling
 from ldpsim.privacy.calibration import NEIGHBOURS
 
 PyTree = Any
@@ -125,24 +126,24 @@ def rr_score(v0: int, v1: int) -> Score:
 
 @functools.lru_cache(maxsize=64)
 def gaussian_mechanism(*, clip: float, stddev: float) -> Mechanism:
-    """The real :func:`ldpsim.privacy.mechanisms.gaussian_randomizer` as ``(key, tree) -> noised tree``.
+    """The real :func:`ldpsim.privacy.mechanism.gaussian_randomizer` as ``(key, tree) -> noised tree``.
 
     L2 clip to ``clip``, then ``N(0, stddev² I)`` from the engine's default sampler for the
     key (``"fast"`` for threefry keys).
     """
 
     def mechanism(key, tree):
-        return mechanisms.gaussian_randomizer(key, tree, clip=clip, stddev=stddev).noised
+        return mechanism_lib.gaussian_randomizer(key, tree, clip=clip, stddev=stddev).noisy
 
     return mechanism
 
 
 @functools.lru_cache(maxsize=64)
 def laplace_mechanism(*, clip: float, scale: float) -> Mechanism:
-    """The real :func:`ldpsim.privacy.mechanisms.laplace_randomizer` as ``(key, tree) -> noised tree``."""
+    """The real :func:`ldpsim.privacy.mechanism.laplace_randomizer` as ``(key, tree) -> noised tree``."""
 
     def mechanism(key, tree):
-        return mechanisms.laplace_randomizer(key, tree, clip=clip, scale=scale).noised
+        return mechanism_lib.laplace_randomizer(key, tree, clip=clip, scale=scale).noisy
 
     return mechanism
 

@@ -1,21 +1,25 @@
 """The simulation engine: one client written once, vmapped over chunks of a cohort.
 
-Building blocks (each importable on its own for research code):
+Modules, in the direction of dependency (each importable on its own for research code):
 
-* :func:`local_update` (``ldpsim.fl.client``) -- local training of ONE client.
-* :func:`privatize` -- clip + noise of one client's update.
-* :func:`aggregation_weights`, :func:`weighted_mean`, :func:`server_optimizer`,
-  :func:`server_update` (``ldpsim.fl.server``).
-* :func:`make_round_fn` -- a whole round as one pure, jittable function;
-  :func:`make_eval_fn`, :func:`sample_cohort`, :class:`RoundHyper`, :class:`ServerState`.
-* :class:`RoundMetrics`, :func:`finalize_metrics`, :func:`theory_noise_norm`.
-
-And the one obvious entry point, ``ldpsim.fl.simulate.simulate(config)``
-(:class:`SimulationConfig` in, history rows out); ``ldpsim.fl.simulate`` itself is the
-module (a package attribute cannot be both), so import the function from it::
-
-    from ldpsim.fl import SimulationConfig
-    from ldpsim.fl.simulate import simulate
+* ``ldpsim.fl.client`` -- :func:`local_update`, local training of ONE client;
+  ``ldpsim.fl.dp_client`` -- DP-SGD inside a client.
+* ``ldpsim.fl.privatize`` -- :func:`privatize`, clip + noise of one client's update.
+* ``ldpsim.fl.server`` -- :func:`aggregation_weights`, :func:`weighted_mean`,
+  :func:`server_optimizer`, :func:`server_update`.
+* ``ldpsim.fl.metrics`` -- :class:`RoundMetrics`, :func:`finalize_metrics`.
+* ``ldpsim.fl.modes`` -- each privacy mode (local DP, MindSpore, central DP-FedAvg,
+  distributed DP, the aggregate-noise shortcut) as one :class:`RoundMechanism` object,
+  and :func:`plan`, a configuration's mode with its columns and accountant.
+* ``ldpsim.fl.round`` -- :func:`make_round_fn`, the ONE round kernel (pure, jittable),
+  :func:`make_eval_fn`, :class:`RoundHyper`, :class:`ServerState`.
+* ``ldpsim.fl.loop`` -- :func:`run_loop`, the one host loop of every driver.
+* ``ldpsim.fl.experiment`` -- :class:`Experiment`: the settings as nested frozen configs
+  (data, training, one privacy mode, execution); ``ldpsim.fl.config`` -- the same settings
+  flat (:class:`SimulationConfig`, the CLI and TOML schema).
+* ``ldpsim.fl.simulate`` -- :func:`simulate`, the one obvious entry point (settings in,
+  history rows out), also ``ldpsim.simulate``.
+* ``ldpsim.fl._policy`` -- per-backend speed choices (chunk sizes, devices), private.
 
 Names are loaded lazily so that importing :mod:`ldpsim.fl.config` (e.g. for the CLI's
 ``--help``) does not import JAX.
@@ -28,6 +32,7 @@ from typing import Any
 
 _EXPORTS = {
     "SimulationConfig": "config",
+    "Experiment": "experiment",
     "Privatized": "privatize",
     "privatize": "privatize",
     "aggregation_weights": "server",
@@ -39,16 +44,20 @@ _EXPORTS = {
     "RoundMetrics": "metrics",
     "finalize_metrics": "metrics",
     "theory_noise_norm": "metrics",
-    "RoundHyper": "simulate",
-    "ServerState": "simulate",
+    "RoundMechanism": "modes",
+    "PrivacyPlan": "modes",
+    "plan": "modes",
+    "RoundHyper": "round",
+    "ServerState": "round",
+    "client_key": "round",
+    "init_state": "round",
+    "make_eval_fn": "round",
+    "make_round_fn": "round",
+    "run_loop": "loop",
     "build_data": "simulate",
-    "client_key": "simulate",
-    "init_state": "simulate",
     "initial_state": "simulate",
-    "make_eval_fn": "simulate",
-    "make_round_fn": "simulate",
-    "noise_scale": "simulate",
     "sample_cohort": "simulate",
+    "simulate_lanes": "simulate",
     "ClientMetrics": "client",
     "client_optimizer": "client",
     "local_update": "client",

@@ -1269,7 +1269,8 @@ def train_dpsgd(config: DpsgdConfig, *, progress: bool = False,
     Args:
         config: a :class:`DpsgdConfig`.
         progress: show a tqdm bar over epochs (postfix: accuracy, ε).
-        callback: called with each epoch's row as soon as it exists (e.g. to append to a CSV).
+        callback: called with each epoch's row as soon as it exists (e.g. to append to a
+            CSV); returning ``False`` stops training after that epoch.
         trace: with DP, called after each epoch with one dict per step (keys
             :data:`TRACE_COLUMNS`): the ``C_t`` and ``m_t`` the step used, recorded from
             the DP state, and the multipliers the accountant composed.
@@ -1294,7 +1295,8 @@ def train_dpsgd(config: DpsgdConfig, *, progress: bool = False,
     Raises:
         LdpsimError: bad config, missing data, or fewer training rows than one batch.
     """
-    from ldpsim.fl.simulate import make_eval_fn
+    from ldpsim.fl.loop import run_loop
+    from ldpsim.fl.round import make_eval_fn
     from ldpsim.models import get_model
 
     start = time.perf_counter()
@@ -1348,49 +1350,45 @@ def train_dpsgd(config: DpsgdConfig, *, progress: bool = False,
     evaluate = _xla.jit(make_eval_fn(model.apply, config.eval_batch_size))
     compile_time = time.perf_counter() - t0
     ledger = _Ledger(config, n, steps_per_epoch)
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
 
-        bar = tqdm(total=config.epochs, desc="DP-SGD" if config.dp else "SGD", unit="epoch")
-    history: list[dict] = []
-    try:
-        for e in range(config.epochs):
-            t_epoch = time.perf_counter()
-            params, opt_state, losses, dp_trace = epoch_c(params, opt_state, x_tr, y_tr,
-                                                          batches0 if e == 0 else batches(e))
-            acc, loss = evaluate(params, x_te, y_te)
-            row = {"epoch": e + 1, "step": (e + 1) * steps_per_epoch, "dp": config.dp,
-                   "train_loss": float(jnp.mean(losses)), "accuracy": float(acc),
-                   "loss": float(loss)}
-            clips = np.asarray(dp_trace["clip_norm"]) if dp_trace else None
-            mults = np.asarray(dp_trace["noise_multiplier"]) if dp_trace else None
-            row.update(ledger.epoch_end(last=e == config.epochs - 1, clip_norms=clips,
-                                        noise_multipliers=mults))
-            if trace is not None and dp_trace:
-                if ledger.last_trajectory is not None:  # what the accountant used
-                    clips, mults = ledger.last_trajectory
-                z_value, z = step_noise_multipliers(config, clips, mults)
-                trace([{"step": e * steps_per_epoch + t + 1, "epoch": e + 1,
-                        "clip_norm": float(clips[t]), "noise_multiplier": float(mults[t]),
-                        "value_noise_multiplier": float(z_value[t]),
-                        "accounted_noise_multiplier": float(z[t])}
-                       for t in range(steps_per_epoch)])
-            row["delta"] = config.delta if config.dp else math.nan
-            row.update(_dp_state_columns(config, opt_state))
-            row["epoch_time"] = time.perf_counter() - t_epoch
-            row["wall_time"] = time.perf_counter() - start
-            row["compile_time"] = compile_time
-            history.append(row)
-            if callback is not None:
-                callback(row)
-            if bar is not None:
-                bar.set_postfix(accuracy=f"{row['accuracy']:.4f}", eps=f"{row['epsilon']:.4g}")
-                bar.update(1)
-    finally:
-        if bar is not None:
-            bar.close()
-    return history
+    def step(carry, e):
+        params, opt_state, _, _ = carry
+        t_epoch = time.perf_counter()
+        params, opt_state, losses, dp_trace = epoch_c(params, opt_state, x_tr, y_tr,
+                                                      batches0 if e == 0 else batches(e))
+        return params, opt_state, (losses, dp_trace), t_epoch
+
+    def report(carry, e):
+        params, opt_state, (losses, dp_trace), t_epoch = carry
+        acc, loss = evaluate(params, x_te, y_te)
+        row = {"epoch": e + 1, "step": (e + 1) * steps_per_epoch, "dp": config.dp,
+               "train_loss": float(jnp.mean(losses)), "accuracy": float(acc),
+               "loss": float(loss)}
+        clips = np.asarray(dp_trace["clip_norm"]) if dp_trace else None
+        mults = np.asarray(dp_trace["noise_multiplier"]) if dp_trace else None
+        row.update(ledger.epoch_end(last=e == config.epochs - 1, clip_norms=clips,
+                                    noise_multipliers=mults))
+        if trace is not None and dp_trace:
+            if ledger.last_trajectory is not None:  # what the accountant used
+                clips, mults = ledger.last_trajectory
+            z_value, z = step_noise_multipliers(config, clips, mults)
+            trace([{"step": e * steps_per_epoch + t + 1, "epoch": e + 1,
+                    "clip_norm": float(clips[t]), "noise_multiplier": float(mults[t]),
+                    "value_noise_multiplier": float(z_value[t]),
+                    "accounted_noise_multiplier": float(z[t])}
+                   for t in range(steps_per_epoch)])
+        row["delta"] = config.delta if config.dp else math.nan
+        row.update(_dp_state_columns(config, opt_state))
+        row["epoch_time"] = time.perf_counter() - t_epoch
+        row["wall_time"] = time.perf_counter() - start
+        row["compile_time"] = compile_time
+        return [row]
+
+    return run_loop(config.epochs, step, (params, opt_state, None, None), report=report,
+                    callback=callback, progress=progress,
+                    desc="DP-SGD" if config.dp else "SGD", unit="epoch",
+                    postfix=lambda row: {"accuracy": f"{row['accuracy']:.4f}",
+                                         "eps": f"{row['epsilon']:.4g}"})
 
 
 def _dp_state_columns(config: DpsgdConfig, opt_state: Any) -> dict[str, float]:

@@ -34,6 +34,37 @@ NOISE_MODES = ("per-client", "aggregate")                       # ldpsim.fl.mode
 MINDSPORE_CLIP_RULES = ("running-min", "overwrite")
 
 
+_ADAPTIVE_FIELDS = ("target_quantile", "clip_learning_rate", "clipped_count_stddev")
+
+#: Mode-specific options: ``name -> (applies(config), where it is used)``. Set away from its
+#: default where it does not apply, an option is an error (``SimulationConfig`` raises).
+_APPLICABLE = {
+    "epsilon": (lambda c: c.privacy_mode == "ldp",
+                "by privacy_mode='ldp' (mindspore: dp_eps; central/distributed: "
+                "noise_multiplier)"),
+    "neighbours": (lambda c: c.privacy_mode == "ldp",
+                   "by privacy_mode='ldp' (mindspore: mindspore_neighbours; central/"
+                   "distributed: set by sampling)"),
+    "calibration": (lambda c: c.privacy_mode == "ldp", "by privacy_mode='ldp'"),
+    "noise_multiplier": (lambda c: c.privacy_mode in ("central", "distributed"),
+                         "by privacy_mode='central' or 'distributed' (ldp: epsilon; "
+                         "mindspore: dp_eps)"),
+    "target_quantile": (lambda c: c.adaptive_clip, "with adaptive_clip=true"),
+    "clip_learning_rate": (lambda c: c.adaptive_clip, "with adaptive_clip=true"),
+    "clipped_count_stddev": (lambda c: c.adaptive_clip, "with adaptive_clip=true"),
+    "dp_eps": (lambda c: c.privacy_mode == "mindspore", "by privacy_mode='mindspore'"),
+    "dp_delta": (lambda c: c.privacy_mode == "mindspore", "by privacy_mode='mindspore'"),
+    "dp_norm_clip": (lambda c: c.privacy_mode == "mindspore", "by privacy_mode='mindspore'"),
+    "mindspore_clip_rule": (lambda c: c.privacy_mode == "mindspore",
+                            "by privacy_mode='mindspore'"),
+    "mindspore_neighbours": (lambda c: c.privacy_mode == "mindspore",
+                             "by privacy_mode='mindspore'"),
+    "client_dp_micro_batches": (lambda c: c.client_dp, "with client_dp=true"),
+    "client_dp_clip": (lambda c: c.client_dp, "with client_dp=true"),
+    "client_dp_noise_multiplier": (lambda c: c.client_dp, "with client_dp=true"),
+}
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class SimulationConfig:
     """All settings of one federated simulation under local DP.
@@ -277,11 +308,29 @@ class SimulationConfig:
         if self.privacy_mode in ("central", "distributed") and math.isinf(self.clip):
             raise LdpsimError(f"clip must be finite for privacy_mode={self.privacy_mode!r} "
                               f"(the noise is z·clip), got {self.clip!r}")
+        self._check_applicable()
         if self.adaptive_clip:
             from ldpsim.privacy.adaptive import adaptive_noise_split
 
             adaptive_noise_split(self.noise_multiplier, self.clients_per_round,
                                  self.clipped_count_stddev)
+
+    def _check_applicable(self) -> None:
+        """An option set away from its default where the chosen mode does not use it is an
+        error naming the option (never silently ignored)."""
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        for name, (applies, where) in _APPLICABLE.items():
+            value = getattr(self, name)
+            if applies(self) or value == defaults[name] or (
+                    isinstance(value, float) and math.isnan(value)):
+                continue
+            context = f"privacy_mode={self.privacy_mode!r}"
+            if name in _ADAPTIVE_FIELDS:
+                context += f", adaptive_clip={self.adaptive_clip}"
+            if name.startswith("client_dp_"):
+                context = f"client_dp={self.client_dp}"
+            raise LdpsimError(f"{name}={value!r} does not apply: it is used {where}, and this "
+                              f"run has {context}; remove it or choose the mode that uses it")
 
     @property
     def private(self) -> bool:

@@ -153,7 +153,7 @@ def dp_local_update(params: Params, x: jax.Array, y: jax.Array, count: jax.Array
 
 def make_dp_client_update(*, micro_batches: int, clip_norm: float, noise_multiplier: float
                           ) -> Callable[..., tuple[Params, ClientMetrics]]:
-    """A ``client_update`` for :func:`ldpsim.fl.simulate.make_round_fn` doing DP-SGD locally.
+    """A ``client_update`` for :func:`ldpsim.fl.round.make_round_fn` doing DP-SGD locally.
 
     Returns :func:`dp_local_update` with the DP arguments bound; it has exactly the
     signature of :func:`ldpsim.fl.client.local_update`. The bound values are

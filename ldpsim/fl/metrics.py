@@ -73,6 +73,20 @@ class RoundMetrics(NamedTuple):
         n_eff: (Σw)²/Σw², the effective number of clients of the weighted mean.
         theory_noise_norm: s·√(d/n_eff) (ALGORITHMS §5), s the per-coordinate noise std.
         train_loss: mean local training loss over finite participants.
+        clip_bound: the round's clip bound (a mode with per-client bounds: their mean over
+            the included clients).
+        noise_sum_std: per-coordinate std of the noise on the weighted SUM,
+            ``√(Σ_k w_k² s_k²)`` (central: z_Δ·C).
+        survivors: clients whose update reached the aggregate.
+        noise_variance_fraction: realised / target noise variance on the sum (distributed
+            DP: survivors/m); 1 in the other modes.
+        unclipped_fraction: the released noisy fraction of unclipped clients (adaptive
+            clipping), NaN otherwise.
+        next_clip: the bound the next round starts from (adaptive rules), else the
+            round's bound.
+
+    The last six are set by the round kernel (:func:`ldpsim.fl.round.make_round_fn`);
+    :func:`finalize_metrics` leaves them NaN.
     """
 
     noise_norm: jax.Array
@@ -86,6 +100,12 @@ class RoundMetrics(NamedTuple):
     n_eff: jax.Array
     theory_noise_norm: jax.Array
     train_loss: jax.Array
+    clip_bound: jax.Array
+    noise_sum_std: jax.Array
+    survivors: jax.Array
+    noise_variance_fraction: jax.Array
+    unclipped_fraction: jax.Array
+    next_clip: jax.Array
 
 
 def tree_dot(a: PyTree, b: PyTree) -> jax.Array:
@@ -142,6 +162,7 @@ def finalize_metrics(sums: CohortSums, noise_std: jax.typing.ArrayLike
     finite_clients = sums.clients - sums.nonfinite
     n_eff = _safe_div(sums.weight ** 2, sums.weight_sq, 0.0)
     d = tree_size(sums.clean)
+    nan = jnp.full((), jnp.nan, jnp.float32)
     metrics = RoundMetrics(
         noise_norm=noise_norm,
         signal_norm=signal_norm,
@@ -155,5 +176,8 @@ def finalize_metrics(sums: CohortSums, noise_std: jax.typing.ArrayLike
         n_eff=n_eff,
         theory_noise_norm=jnp.where(n_eff > 0, theory_noise_norm(noise_std, d, n_eff), jnp.nan),
         train_loss=_safe_div(sums.loss, finite_clients.astype(jnp.float32), jnp.nan),
+        clip_bound=nan, noise_sum_std=nan, survivors=sums.clients,
+        noise_variance_fraction=jnp.ones((), jnp.float32), unclipped_fraction=nan,
+        next_clip=nan,
     )
     return clean, noise, metrics

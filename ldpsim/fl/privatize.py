@@ -1,6 +1,6 @@
 """Privatize ONE client's update: clip to C, add noise (the local randomizer).
 
-Written for a single client and vmapped over a cohort by :mod:`ldpsim.fl.simulate`.
+Written for a single client and vmapped over a cohort by :mod:`ldpsim.fl.round`.
 ``clip`` and ``scale`` are traced scalars, so changing ε (hence σ) or C never
 recompiles.
 
@@ -8,7 +8,7 @@ Formal guarantee:
     The released value ``noisy = clip(Δ, C) + ξ`` is the Gaussian mechanism applied to a
     vector of L2 norm at most C (``ξ ~ N(0, σ² I)``), or the Laplace mechanism applied to
     a vector of L1 norm at most C (``ξ_j ~ Lap(b)`` i.i.d.; for Laplace, C is an L1
-    bound, as in :func:`ldpsim.privacy.mechanisms.laplace_randomizer`).  With σ (or b)
+    bound, as in :func:`ldpsim.privacy.mechanism.laplace_randomizer`).  With σ (or b)
     calibrated by :func:`ldpsim.privacy.calibration.calibrate` for sensitivity 2C
     (replace-one neighbours) it is (ε, δ)-LDP (or ε-LDP) for one round.  A non-finite
     update (local training diverged) is replaced by the zero update *before* noise, and
@@ -40,9 +40,9 @@ MECHANISMS = ("gaussian", "laplace", "none")
 
 
 #: One client's privatized update and what the metrics need (see
-#: :class:`ldpsim.privacy.mechanism.Release`): ``noisy`` (released), ``clipped``, ``noise``,
+#: :class:`ldpsim.privacy.mechanism.Privatized`): ``noisy`` (released), ``clipped``, ``noise``,
 #: ``norm``, ``release_norm``, ``was_clipped``, ``finite``.
-Privatized = mechanism_lib.Release
+Privatized = mechanism_lib.Privatized
 
 
 def privatize(key: jax.Array, delta: PyTree, *, clip: jax.typing.ArrayLike,

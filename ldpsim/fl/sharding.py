@@ -31,42 +31,15 @@ from jax import lax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from ldpsim._checks import LdpsimError, check_positive_int
+from ldpsim.fl._policy import chunk_layout, resolve_chunks_in_flight
 
 PyTree = Any
 
 __all__ = ["CLIENT_AXIS", "cohort_layout", "cohort_mesh", "map_cohort", "replicate",
-           "resolve_devices", "resolve_chunks_in_flight"]
+           "resolve_devices"]
 
 #: Name of the mesh axis the cohort is split along.
 CLIENT_AXIS = "clients"
-
-#: Chunks in flight per scan iteration on a one-device CPU cohort loop.  The scan body is
-#: unrolled this many times; the chunks of one iteration do not depend on each other, so
-#: XLA's CPU runtime runs their kernels concurrently on its thread pool.  Measured with
-#: benchmarks/throughput.py (LeNet-5, m = 1,000, chunk 1, 2-core CPU, one device):
-#: 330 client-updates/s with 1, 416 with 3, 399 with 4, 379 with 6.  With one device per
-#: core the cores are already busy: 2 devices ran 538/s with 1 and 474/s with 2.
-CPU_ONE_DEVICE_CHUNKS_IN_FLIGHT = 3
-
-#: ... but only for cohorts of at least this many chunks per round: the unrolled body
-#: compiles k times (LeNet-5 4.4 s -> 8.9 s, an MLP 3.3 s -> 6.0 s), which a round of a few
-#: hundred LeNet-5 clients repays within a few rounds and a small cohort never does.
-CPU_CHUNKS_IN_FLIGHT_MIN_CHUNKS = 256
-
-
-def resolve_chunks_in_flight(chunks_in_flight: int | None, devices: int, n_chunks: int,
-                             backend: str | None = None) -> int:
-    """Chunks per iteration of the cohort scan: ``chunks_in_flight`` if given, else
-    :data:`CPU_ONE_DEVICE_CHUNKS_IN_FLIGHT` for one CPU device scanning at least
-    :data:`CPU_CHUNKS_IN_FLIGHT_MIN_CHUNKS` chunks, else 1; never more than ``n_chunks``."""
-    if chunks_in_flight is not None:
-        k = check_positive_int("chunks_in_flight", chunks_in_flight)
-    else:
-        backend = backend or jax.default_backend()
-        k = (CPU_ONE_DEVICE_CHUNKS_IN_FLIGHT if backend == "cpu" and devices == 1
-             and n_chunks >= CPU_CHUNKS_IN_FLIGHT_MIN_CHUNKS else 1)
-    return max(1, min(k, n_chunks))
-
 
 def resolve_devices(devices: int | None) -> int:
     """Number of devices to split the cohort over: ``devices``, or all of them for None.
@@ -127,11 +100,9 @@ def cohort_layout(m: int, chunk_size: int | None, devices: int = 1) -> tuple[int
     """``(n_chunks, chunk)`` per device for a cohort of ``m`` slots on ``devices`` devices.
 
     Each device gets ``ceil(m / devices)`` slots, laid out by
-    :func:`ldpsim.fl.simulate.chunk_layout`; the cohort is padded (mask False) to
+    :func:`ldpsim.fl._policy.chunk_layout`; the cohort is padded (mask False) to
     ``devices × n_chunks × chunk`` slots.  One device: exactly ``chunk_layout(m, ...)``.
     """
-    from ldpsim.fl.simulate import chunk_layout
-
     return chunk_layout(-(-m // devices), chunk_size)
 
 
@@ -153,7 +124,7 @@ def map_cohort(chunk_fn: Callable[[PyTree, jax.Array, jax.Array], PyTree], zeros
         chunk_size: clients per chunk (None: the backend default).
         devices: devices to split the cohort over (resolved, see :func:`resolve_devices`).
         chunks_in_flight: chunks per scan iteration (the scan's ``unroll``; the chunks are
-            padded to a multiple of it); None: see :func:`resolve_chunks_in_flight`.  The
+            padded to a multiple of it); None: see :func:`ldpsim.fl._policy.resolve_chunks_in_flight`.  The
             chunks are still added to the carry one by one in cohort order, so the sum
             does not depend on it beyond float rounding.
 

@@ -26,14 +26,12 @@ from ldpsim.privacy.clipping import (
     global_norm,
     per_layer_bound,
 )
+from ldpsim.privacy.mechanism import Privatized, gaussian_randomizer, laplace_randomizer
 from ldpsim.privacy.mechanisms import (
-    Privatized,
     add_gaussian_noise,
     add_laplace_noise,
     gaussian_noise,
-    gaussian_randomizer,
     laplace_noise,
-    laplace_randomizer,
 )
 
 __all__ = [

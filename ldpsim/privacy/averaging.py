@@ -40,6 +40,7 @@ from scipy import special
 from ldpsim import _xla
 from ldpsim._checks import LdpsimError, check_choice, check_nonnegative, check_positive, check_positive_int
 from ldpsim.privacy import sampling
+from ldpsim.privacy.mechanism import noise_std_factor
 from ldpsim.privacy.mechanisms import gaussian_noise, laplace_noise
 
 __all__ = [
@@ -75,7 +76,7 @@ def noise_std(mechanism: str, noise_scale: float) -> float:
     """Per-coordinate standard deviation of one client's noise: σ, or √2·b for Laplace(b)."""
     check_choice("mechanism", mechanism, MECHANISMS)
     scale = check_nonnegative("noise_scale", noise_scale)
-    return scale if mechanism == "gaussian" else math.sqrt(2.0) * scale
+    return noise_std_factor(mechanism) * scale
 
 
 def chi_mean_factor(dim: int) -> float:

@@ -8,7 +8,7 @@ ldpsim needs about it, so that callers never branch on a mechanism's name:
   scale). Every function below takes them as an argument, so they may be traced: a
   jitted round called with the params of another ε reuses its compiled program, and a
   sweep may vmap over them.
-* ``privatize(key, update, params) -> Release`` -- what ONE client releases (vmap it over
+* ``privatize(key, update, params) -> Privatized`` -- what ONE client releases (vmap it over
   a cohort). Clip, substitute the zero update for a non-finite one, add noise.
 * ``noise_std(params)`` -- per-coordinate standard deviation of one client's noise (σ for
   Gaussian, √2·b for Laplace). The aggregate's noise theory (ALGORITHMS §5) needs nothing
@@ -42,8 +42,9 @@ from ldpsim.privacy import calibration, clipping, mechanisms
 
 PyTree = Any
 
-__all__ = ["REGISTRY", "LocalMechanism", "MechanismParams", "Release", "clip_only",
-           "gaussian", "laplace", "make", "mean_noise_variance"]
+__all__ = ["REGISTRY", "LocalMechanism", "MechanismParams", "Privatized", "clip_only",
+           "gaussian", "gaussian_randomizer", "laplace", "laplace_randomizer", "make",
+           "mean_noise_variance", "noise_std_factor", "privatize_fn"]
 
 
 class MechanismParams(NamedTuple):
@@ -62,8 +63,8 @@ class MechanismParams(NamedTuple):
         return cls(jnp.asarray(clip, jnp.float32), jnp.asarray(scale, jnp.float32))
 
 
-class Release(NamedTuple):
-    """What one client's randomizer produced.
+class Privatized(NamedTuple):
+    """What one client's randomizer produced (the one release type of ldpsim).
 
     Attributes:
         noisy: what the client sends (its release): ``clipped + noise``.
@@ -96,7 +97,7 @@ class LocalMechanism(NamedTuple):
         neighbours: ``"replace"`` (sensitivity 2C) or ``"add-remove"`` (C).
         epsilon, delta: the per-release guarantee it was calibrated for (δ = 0 for pure
             DP, ε = inf without noise).
-        privatize: ``(key, update, params) -> Release`` for one client.
+        privatize: ``(key, update, params) -> Privatized`` for one client.
         noise_std: ``params -> per-coordinate std`` of one client's noise.
         dp_event: ``params -> dp_accounting.DpEvent`` of one release (host side).
     """
@@ -106,7 +107,7 @@ class LocalMechanism(NamedTuple):
     neighbours: str
     epsilon: float
     delta: float
-    privatize: Callable[[jax.Array, PyTree, MechanismParams], Release]
+    privatize: Callable[[jax.Array, PyTree, MechanismParams], Privatized]
     noise_std: Callable[[MechanismParams], jax.Array]
     dp_event: Callable[[MechanismParams], Any]
 
@@ -119,7 +120,7 @@ def _finite(tree: PyTree) -> jax.Array:
 def _additive(clip_fn: Callable, noise_fn: Callable | None) -> Callable:
     """``privatize`` of an additive-noise randomizer: clip, zero substitute, add noise."""
 
-    def privatize(key: jax.Array, update: PyTree, params: MechanismParams) -> Release:
+    def privatize(key: jax.Array, update: PyTree, params: MechanismParams) -> Privatized:
         clipped, norm = clip_fn(update, params.clip)
         finite = _finite(update)
         release_norm = jnp.where(finite, norm, jnp.zeros_like(norm))
@@ -129,7 +130,7 @@ def _additive(clip_fn: Callable, noise_fn: Callable | None) -> Callable:
             noise = noise_fn(key, clipped, params.scale)
         noisy = jax.tree_util.tree_map(jnp.add, clipped, noise)
         was_clipped = release_norm > jnp.asarray(params.clip, norm.dtype)
-        return Release(noisy, clipped, noise, norm, release_norm, was_clipped, finite)
+        return Privatized(noisy, clipped, noise, norm, release_norm, was_clipped, finite)
 
     return privatize
 
@@ -243,7 +244,7 @@ def make(name: str, **kwargs: Any) -> LocalMechanism:
     return REGISTRY[name](**kwargs)
 
 
-def privatize_fn(name: str) -> Callable[[jax.Array, PyTree, MechanismParams], Release]:
+def privatize_fn(name: str) -> Callable[[jax.Array, PyTree, MechanismParams], Privatized]:
     """The ``privatize`` of the registered mechanism ``name``, independent of calibration
     (its ``params`` are an argument), for kernels compiled once per mechanism."""
     if name not in _PRIVATIZE:
@@ -274,3 +275,37 @@ def mean_noise_variance(noise_std: jax.typing.ArrayLike, weight_sum: jax.typing.
     w = jnp.asarray(weight_sum, jnp.float32)
     return jnp.square(jnp.asarray(noise_std, jnp.float32)) * jnp.asarray(
         weight_sq_sum, jnp.float32) / jnp.where(w > 0, w * w, 1.0)
+
+
+def gaussian_randomizer(key: jax.Array, tree: PyTree, *, clip: jax.typing.ArrayLike,
+                        stddev: jax.typing.ArrayLike) -> Privatized:
+    """Gaussian local randomizer on one pytree: L2-clip to ``clip``, add N(0, stddev² I).
+
+    The engine's own client step (the ``"gaussian"`` entry of :data:`REGISTRY`), with the
+    arguments checked. (ε, δ)-LDP when ``stddev`` is calibrated for
+    ``sensitivity(clip, neighbours)`` (:func:`ldpsim.privacy.calibration.calibrate`, or
+    the :func:`gaussian` factory, which does both).
+
+    Raises:
+        LdpsimError: a concrete ``clip`` ≤ 0 or NaN, or a concrete ``stddev`` < 0, NaN
+            or inf. Traced arguments (under ``jit``/``vmap``) are not checked.
+    """
+    mechanisms._check_clip(clip)
+    mechanisms._check_scale("stddev", stddev)
+    return _PRIVATIZE["gaussian"](key, tree, MechanismParams(clip, stddev))
+
+
+def laplace_randomizer(key: jax.Array, tree: PyTree, *, clip: jax.typing.ArrayLike,
+                       scale: jax.typing.ArrayLike) -> Privatized:
+    """Laplace local randomizer on one pytree: L1-clip to ``clip``, add Lap(scale) per
+    coordinate (the ``"laplace"`` entry of :data:`REGISTRY`, arguments checked).
+
+    ε-LDP when ``scale = sensitivity(clip, neighbours)/ε`` (pure DP, δ = 0).
+
+    Raises:
+        LdpsimError: a concrete ``clip`` ≤ 0 or NaN, or a concrete ``scale`` < 0, NaN
+            or inf. Traced arguments (under ``jit``/``vmap``) are not checked.
+    """
+    mechanisms._check_clip(clip)
+    mechanisms._check_scale("scale", scale)
+    return _PRIVATIZE["laplace"](key, tree, MechanismParams(clip, scale))

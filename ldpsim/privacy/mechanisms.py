@@ -1,4 +1,5 @@
-"""Local randomizers on pytrees: Gaussian and Laplace noise with an explicit key.
+"""Noise on pytrees: Gaussian and Laplace draws with an explicit key (the randomizers'
+primitives; the randomizers themselves are in :mod:`ldpsim.privacy.mechanism`).
 
 All functions are pure and jittable, and vmap over a leading client axis (vmap
 the key too: one key per client). The noise scale is an ordinary (traced)
@@ -18,10 +19,10 @@ ever reused.
 
 Guarantees (with :mod:`ldpsim.privacy.calibration` and :mod:`.clipping`):
 
-* :func:`gaussian_randomizer` releases ``clip_C(u) + N(0, σ² I)``. With
+* :func:`ldpsim.privacy.mechanism.gaussian_randomizer` releases ``clip_C(u) + N(0, σ² I)``. With
   ``σ = analytic_gaussian_sigma(ε, δ, Δ)`` and ``Δ = sensitivity(C, neighbours)``
   this is (ε, δ)-LDP for the stated neighbouring relation (Balle & Wang 2018).
-* :func:`laplace_randomizer` releases ``clip¹_C(u) + Lap(b)^d`` (L1 clipping).
+* :func:`ldpsim.privacy.mechanism.laplace_randomizer` releases ``clip¹_C(u) + Lap(b)^d`` (L1 clipping).
   With ``b = Δ₁/ε`` it is ε-LDP (Dwork & Roth 2014, Thm. 3.6).
 
 Argument checks: every public function raises :class:`ldpsim._checks.LdpsimError` (a
@@ -37,7 +38,7 @@ so that a new ε never recompiles — validate them before tracing
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -45,7 +46,6 @@ import numpy as np
 
 from ldpsim._checks import LdpsimError
 from ldpsim.privacy import sampling
-from ldpsim.privacy.clipping import clip_by_global_norm, clip_by_l1_norm
 
 PyTree = Any
 
@@ -148,53 +148,3 @@ def add_gaussian_noise(
 def add_laplace_noise(key: jax.Array, tree: PyTree, scale: jax.typing.ArrayLike) -> PyTree:
     """``tree + Lap(scale)^d`` leaf by leaf (see :func:`laplace_noise`; same checks)."""
     return jax.tree_util.tree_map(jnp.add, tree, laplace_noise(key, tree, scale))
-
-
-class Privatized(NamedTuple):
-    """Output of a local randomizer for one client.
-
-    Attributes:
-        noised: the released update ``clip(u) + noise``.
-        clipped: the clipped update before noise (for metrics only; never released).
-        norm: the pre-clip norm of ``u`` (L2 for Gaussian, L1 for Laplace); non-finite
-            when ``u`` had a NaN/inf entry, in which case ``clipped`` is zeros.
-    """
-
-    noised: PyTree
-    clipped: PyTree
-    norm: jax.Array
-
-
-def gaussian_randomizer(
-    key: jax.Array, tree: PyTree, *, clip: jax.typing.ArrayLike, stddev: jax.typing.ArrayLike
-) -> Privatized:
-    """Gaussian local randomizer: L2-clip ``tree`` to ``clip``, then add N(0, stddev² I).
-
-    (ε, δ)-LDP when ``stddev`` is calibrated for ``sensitivity(clip, neighbours)``
-    (:func:`ldpsim.privacy.calibration.calibrate`).
-
-    Raises:
-        LdpsimError: a concrete ``clip`` ≤ 0 or NaN, or a concrete ``stddev`` < 0, NaN
-            or inf. Traced arguments (under ``jit``/``vmap``) are not checked.
-    """
-    _check_clip(clip)
-    _check_scale("stddev", stddev)
-    clipped, norm = clip_by_global_norm(tree, clip)
-    return Privatized(add_gaussian_noise(key, clipped, stddev), clipped, norm)
-
-
-def laplace_randomizer(
-    key: jax.Array, tree: PyTree, *, clip: jax.typing.ArrayLike, scale: jax.typing.ArrayLike
-) -> Privatized:
-    """Laplace local randomizer: L1-clip ``tree`` to ``clip``, then add Lap(scale) per coordinate.
-
-    ε-LDP when ``scale = sensitivity(clip, neighbours)/ε`` (pure DP, δ = 0).
-
-    Raises:
-        LdpsimError: a concrete ``clip`` ≤ 0 or NaN, or a concrete ``scale`` < 0, NaN
-            or inf. Traced arguments (under ``jit``/``vmap``) are not checked.
-    """
-    _check_clip(clip)
-    _check_scale("scale", scale)
-    clipped, norm = clip_by_l1_norm(tree, clip)
-    return Privatized(add_laplace_noise(key, clipped, scale), clipped, norm)

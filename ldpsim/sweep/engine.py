@@ -5,8 +5,8 @@ A group of cells differs only in ε. Without ``vmap_epsilon`` each cell is one c
 and σ is a traced argument, so the whole group (and every seed) shares one compilation.
 
 With ``vmap_epsilon`` the finite-ε cells of a group run as **one** program: the engine's
-pure round function (:func:`~ldpsim.fl.simulate.make_round_fn`) is ``jax.vmap``-ed over
-(server state, :class:`~ldpsim.fl.simulate.RoundHyper`) with one σ per ε, on the same data,
+pure round function (:func:`~ldpsim.fl.round.make_round_fn`) is ``jax.vmap``-ed over
+(server state, :class:`~ldpsim.fl.round.RoundHyper`) with one set of knobs per ε, on the same data,
 cohorts and keys as the one-by-one runs. So the results equal running the cells one by
 one up to float rounding (tested), and the ε axis costs one dispatch per round instead of
 one per cell. ε = ∞ (no noise: a different static program) runs on its own.
@@ -14,13 +14,13 @@ one per cell. ε = ∞ (no noise: a different static program) runs on its own.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import math
-import time
+import shutil
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
-from ldpsim import _xla
 from ldpsim._checks import LdpsimError
 from ldpsim.sweep.config import Cell
 
@@ -47,92 +47,29 @@ def simulate_epsilon_axis(configs: Sequence[Any], *, data: Any = None,
                           on_round: Callable[[], None] | None = None) -> list[list[dict]]:
     """Run configs that differ only in (finite) ε as one vmapped program.
 
+    :func:`ldpsim.fl.simulate.simulate_lanes` with the ε values as lanes: the same data,
+    cohorts and keys as the one-by-one runs, so each history equals its cell's
+    :func:`~ldpsim.fl.simulate.simulate` up to float rounding.
+
     Args:
-        configs: :class:`~ldpsim.fl.config.SimulationConfig` objects, identical except ``epsilon``
-            (all finite).
+        configs: :class:`~ldpsim.fl.config.SimulationConfig` objects, identical except
+            ``epsilon`` (all finite).
         data: ``(population, x_test, y_test)``; default :func:`ldpsim.fl.simulate.build_data`.
         on_round: called after every round.
 
     Returns:
-        One history per config, with the rows :func:`ldpsim.fl.simulate.simulate` returns
-        (``wall_time`` is the shared elapsed time of the vmapped program).
+        One history per config (``wall_time`` is the shared elapsed time).
     """
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-
-    from ldpsim.fl import simulate as sim
-    from ldpsim.models import get_model
+    from ldpsim.fl.simulate import simulate_lanes
 
     if not configs:
         return []
     c0 = configs[0]
     for c in configs:
         if dataclasses.replace(c, epsilon=c0.epsilon) != c0 or not c.private:
-            raise LdpsimError("simulate_epsilon_axis needs configs that differ only in a finite epsilon")
-        if sim.uses_modes(c):
-            raise LdpsimError("simulate_epsilon_axis runs the default engine only (privacy_mode='ldp', "
-                              "noise_mode='per-client', client_dp=false); use simulate() for the other modes")
-    start = time.perf_counter()
-    population, x_test, y_test = sim.build_data(c0) if data is None else data
-    if c0.clients_per_round > population.num_clients:
-        raise LdpsimError(f"clients_per_round must be <= population ({population.num_clients}), "
-                          f"got {c0.clients_per_round}")
-    scales = [sim.noise_scale(c) for c in configs]
-    mechanism = scales[0][2]
-    model = get_model(sim.model_name_for(c0.model, population),
-                      input_shape=tuple(population.input_shape),
-                      num_classes=int(population.num_classes))
-    round_fn = sim.make_round_fn(
-        apply_fn=model.apply, mechanism=mechanism, client_optimizer=c0.client_optimizer,
-        server_optimizer=c0.server_optimizer, server_momentum=float(c0.server_momentum),
-        local_steps=None if c0.local_epochs else c0.local_steps, local_epochs=c0.local_epochs,
-        batch_size=c0.batch_size, weighting=c0.weighting, chunk_size=c0.chunk_size)
-    vround = _xla.jit(jax.vmap(round_fn, in_axes=(0, None, None, None, None, 0)))
-    veval = _xla.jit(jax.vmap(sim.make_eval_fn(model.apply), in_axes=(0, None, None)))
-    # The same initial state as simulate() builds for this seed, replicated over ε.
-    state = sim.initial_state(c0, model, population)
-    e = len(configs)
-    state = jax.tree_util.tree_map(lambda x: jnp.stack([x] * e), state)
-    hyper = sim.RoundHyper(*(jnp.stack(v) for v in zip(*(
-        sim.RoundHyper.create(sigma=s, clip=c.clip, client_lr=c.client_lr, server_lr=c.server_lr)
-        for (s, _, _), c in zip(scales, configs)))))
-    x_test = jnp.asarray(x_test, jnp.float32)
-    y_test = jnp.asarray(y_test, jnp.int32)
-    capacity = sim._poisson_capacity(c0) if c0.sampling == "poisson" else c0.clients_per_round
-    epsilon_of = [sim._epsilon_spent(c, population.num_clients, sigma, sens, mech, None)
-                  for (sigma, sens, mech), c in zip(scales, configs)]
-    bases = [sim._run_columns(c, model.name, population.num_clients, sigma, sens, mech)
-             for (sigma, sens, mech), c in zip(scales, configs)]
-    participation = np.zeros(population.num_clients, np.int64)
-    counts = np.asarray(population.client_counts())
-    vchange = jax.jit(jax.vmap(sim._change_norm))
-    histories: list[list[dict]] = [[] for _ in configs]
-    for t in range(c0.rounds):
-        ids, mask = sim.sample_cohort(c0.seed, t, population.num_clients, c0.clients_per_round,
-                                      c0.sampling, capacity)
-        prev_params = state.params
-        state, rm = vround(state, population, jnp.int32(t), ids, mask, hyper)
-        participation[ids[mask]] += 1
-        if (t + 1) % c0.eval_every == 0 or t == c0.rounds - 1:
-            acc, loss = veval(state.params, x_test, y_test)
-            acc, loss = jax.device_get((acc, loss))
-            metrics = {k: np.asarray(v) for k, v in zip(rm._fields, jax.device_get(tuple(rm)))}
-            k_max = int(participation.max())
-            change = np.asarray(vchange(prev_params, state.params))
-            sum_w2 = sim._sum_w2(c0, counts, ids, mask)
-            elapsed = time.perf_counter() - start
-            for i, (c, (sigma, sens, mech)) in enumerate(zip(configs, scales)):
-                row = sim._history_row(
-                    bases[i], t, acc[i], loss[i], {k: v[i] for k, v in metrics.items()},
-                    lambda r, c=c, sigma=sigma, mech=mech: sim._ldp_aux_columns(
-                        c, r, sigma, mech, sum_w2),
-                    change=change[i], k_max=k_max, epsilon=epsilon_of[i](k_max, t + 1, math.inf),
-                    client_dp_epsilon=math.nan, wall_time=elapsed)
-                histories[i].append(row)
-        if on_round is not None:
-            on_round()
-    return histories
+            raise LdpsimError("simulate_epsilon_axis needs configs that differ only in a "
+                              "finite epsilon")
+    return simulate_lanes(configs, data=data, on_round=on_round)
 
 
 class EngineRunner:
@@ -141,10 +78,19 @@ class EngineRunner:
     Args:
         vmap_epsilon: run the finite ε values of a group as one vmapped program (off by
             default: slower than one by one on CPU, see benchmarks/sweep_vmap_epsilon.py).
+        checkpoint_dir: checkpoint each cell run one by one in a folder of its own there
+            (named by its configuration's hash; :mod:`ldpsim.fl.checkpoint`), so that an
+            interrupted cell continues where it stopped; the folder is removed once the
+            cell's rows are written. ``None``: no checkpoints. Cells of at most
+            ``checkpoint_every`` rounds are not checkpointed (nothing to gain).
+        checkpoint_every: rounds between a cell's checkpoints.
     """
 
-    def __init__(self, *, vmap_epsilon: bool = False) -> None:
+    def __init__(self, *, vmap_epsilon: bool = False, checkpoint_dir: str | Path | None = None,
+                 checkpoint_every: int = 10) -> None:
         self.vmap_epsilon = vmap_epsilon
+        self.checkpoint_dir = None if checkpoint_dir is None else Path(checkpoint_dir)
+        self.checkpoint_every = checkpoint_every
         self._data_key: tuple | None = None
         self._data: Any = None
 
@@ -165,11 +111,11 @@ class EngineRunner:
         return self._data
 
     def __call__(self, cells: Sequence[Cell], on_round: Callable[[], None]) -> Iterator[tuple[Cell, list[dict]]]:
-        from ldpsim.fl.simulate import simulate, uses_modes
+        from ldpsim.fl.simulate import simulate
 
         configs = [make_config(dict(c.params)) for c in cells]
         data = self._data_for(configs[0])
-        finite = [i for i, c in enumerate(configs) if c.private and not uses_modes(c)]
+        finite = [i for i, c in enumerate(configs) if c.private]
         batched = set(finite) if self.vmap_epsilon and len(finite) > 1 else set()
         if batched:
             def tick_all() -> None:  # one vmapped round advances every ε of the group
@@ -189,4 +135,14 @@ class EngineRunner:
                     on_round()
                 last[0] = int(row["round"])
 
-            yield cell, simulate(config, data=data, callback=tick)
+            folder = None
+            if self.checkpoint_dir is not None and config.rounds > self.checkpoint_every:
+                from ldpsim.fl.checkpoint import config_hash
+
+                folder = self.checkpoint_dir / config_hash([config])[:20]
+            yield cell, simulate(config, data=data, callback=tick, checkpoint_dir=folder,
+                                 checkpoint_every=self.checkpoint_every)
+            if folder is not None:  # the caller has written the cell's rows
+                shutil.rmtree(folder, ignore_errors=True)
+                with contextlib.suppress(OSError):
+                    self.checkpoint_dir.rmdir()  # only when no other cell's is left

@@ -1,0 +1,259 @@
+"""A simulation's settings as nested frozen configs that say what they mean.
+
+:class:`Experiment` groups the settings by what they are about: the :class:`Data`, the
+:class:`Training`, the privacy mode (exactly one of :class:`LocalDP`, :class:`MindSpore`,
+:class:`CentralDP`, :class:`DistributedDP`, each holding only the options its mode uses,
+with one name, ``epsilon``, wherever a per-round budget is meant), optional
+:class:`DpSgdClients`, and the :class:`Execution` (speed only, never results)::
+
+    import ldpsim
+
+    exp = ldpsim.Experiment(
+        data=ldpsim.Data(dataset="mnist", population=6000),
+        training=ldpsim.Training(rounds=30, clients_per_round=1000),
+        privacy=ldpsim.LocalDP(epsilon=8.0, delta=1e-5, clip=1.0))
+    rows = ldpsim.simulate(exp)
+
+An option of another mode cannot be given at all (``LocalDP(noise_multiplier=…)`` is a
+``TypeError``). The flat :class:`~ldpsim.fl.config.SimulationConfig` — the schema of the
+CLI flags and of TOML experiment files — is the same settings spelled flat:
+:meth:`Experiment.flat` and :meth:`Experiment.from_flat` convert both ways, losslessly, and
+every validation error names the nested option (``privacy.epsilon``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from typing import Any, Union
+
+from ldpsim._checks import LdpsimError
+from ldpsim.fl.config import SimulationConfig
+
+__all__ = ["AdaptiveClip", "CentralDP", "Data", "DistributedDP", "DpSgdClients", "Execution",
+           "Experiment", "LocalDP", "MindSpore", "Training"]
+
+_frozen = dataclasses.dataclass(frozen=True, kw_only=True)
+
+
+@_frozen
+class Data:
+    """Which data, dealt to how many clients (see :class:`SimulationConfig` for each)."""
+
+    dataset: str = "synthetic"
+    data_dir: str | None = None
+    data_source: str = "auto"
+    partition: str = "iid"
+    alpha: float = math.inf
+    population: int = 1000
+    examples_per_client: int = 32
+
+
+@_frozen
+class Training:
+    """The federated optimisation: model, rounds, cohort, local and server optimizers."""
+
+    model: str = "auto"
+    rounds: int = 10
+    clients_per_round: int = 100
+    sampling: str = "uniform"
+    local_steps: int = 2
+    local_epochs: int | None = None
+    batch_size: int = 16
+    client_optimizer: str = "sgd"
+    client_lr: float = 0.05
+    server_optimizer: str = "fedavg"
+    server_lr: float = 1.0
+    server_momentum: float = 0.9
+    weighting: str = "examples"
+    eval_every: int = 1
+    seed: int = 0
+
+
+@_frozen
+class Execution:
+    """How the rounds run (clients per vmapped chunk, devices): speed only."""
+
+    chunk_size: int | None = None
+    devices: int | None = None
+
+
+@_frozen
+class LocalDP:
+    """Local DP (``privacy_mode="ldp"``): each client clips to ``clip`` and adds noise for
+    (``epsilon``, ``delta``) per round; ``epsilon=inf``: no noise (clipping only)."""
+
+    epsilon: float = math.inf
+    delta: float = 1e-5
+    clip: float = 1.0
+    mechanism: str = "gaussian"
+    neighbours: str = "replace"
+    calibration: str = "analytic"
+    noise_mode: str = "per-client"
+
+
+@_frozen
+class MindSpore:
+    """MindSpore Federated ``DP_ENCRYPT``: per-round (``epsilon``, ``delta``) (MindSpore's
+    ``dp_eps``/``dp_delta``), adaptive per-client bounds ``norm_clip·‖W_{t+1} − W_t‖``."""
+
+    epsilon: float = 50.0
+    delta: float = 0.01
+    norm_clip: float = 1.0
+    clip_rule: str = "running-min"
+    neighbours: str = "add-remove"
+    noise_mode: str = "per-client"
+
+
+@_frozen
+class AdaptiveClip:
+    """Quantile-adaptive clipping of central DP-FedAvg (Andrew et al. 2021)."""
+
+    target_quantile: float = 0.5
+    learning_rate: float = 0.2
+    count_stddev: float | None = None
+
+
+@_frozen
+class CentralDP:
+    """Central DP-FedAvg: one server draw N(0, (z·clip)²) on the clipped sum; the budget is
+    the noise multiplier z (user-level ε is accounted over the rounds)."""
+
+    noise_multiplier: float = 1.0
+    clip: float = 1.0
+    delta: float = 1e-5
+    adaptive: AdaptiveClip | None = None
+
+
+@_frozen
+class DistributedDP:
+    """Distributed DP: each client adds N(0, (z·clip)²/m); clients drop out with
+    ``dropout_rate``."""
+
+    noise_multiplier: float = 1.0
+    clip: float = 1.0
+    delta: float = 1e-5
+    dropout_rate: float = 0.0
+    noise_mode: str = "per-client"
+
+
+@_frozen
+class DpSgdClients:
+    """Every client trains with DP-SGD (sample-level DP inside the client)."""
+
+    micro_batches: int = 1
+    clip: float = 1.0
+    noise_multiplier: float = 0.0
+
+
+Privacy = Union[LocalDP, MindSpore, CentralDP, DistributedDP]
+
+#: privacy class -> (privacy_mode, {nested field: flat field})
+_PRIVACY = {
+    LocalDP: ("ldp", {"epsilon": "epsilon", "delta": "delta", "clip": "clip",
+                      "mechanism": "mechanism", "neighbours": "neighbours",
+                      "calibration": "calibration", "noise_mode": "noise_mode"}),
+    MindSpore: ("mindspore", {"epsilon": "dp_eps", "delta": "dp_delta",
+                              "norm_clip": "dp_norm_clip", "clip_rule": "mindspore_clip_rule",
+                              "neighbours": "mindspore_neighbours",
+                              "noise_mode": "noise_mode"}),
+    CentralDP: ("central", {"noise_multiplier": "noise_multiplier", "clip": "clip",
+                            "delta": "delta"}),
+    DistributedDP: ("distributed", {"noise_multiplier": "noise_multiplier", "clip": "clip",
+                                    "delta": "delta", "dropout_rate": "dropout_rate",
+                                    "noise_mode": "noise_mode"}),
+}
+_ADAPTIVE = {"target_quantile": "target_quantile", "learning_rate": "clip_learning_rate",
+             "count_stddev": "clipped_count_stddev"}
+_CLIENT_DP = {"micro_batches": "client_dp_micro_batches", "clip": "client_dp_clip",
+              "noise_multiplier": "client_dp_noise_multiplier"}
+
+
+@_frozen
+class Experiment:
+    """One simulation: data, training, one privacy mode, optional DP-SGD clients, execution.
+
+    Validated on construction (through :class:`SimulationConfig`); errors name the nested
+    option. ``ldpsim.simulate`` accepts it wherever it accepts a ``SimulationConfig``.
+    """
+
+    data: Data = Data()
+    training: Training = Training()
+    privacy: Privacy = LocalDP()
+    client_dp: DpSgdClients | None = None
+    execution: Execution = Execution()
+
+    def __post_init__(self) -> None:
+        for name, kind in (("data", Data), ("training", Training), ("execution", Execution)):
+            if not isinstance(getattr(self, name), kind):
+                raise LdpsimError(f"{name} must be an ldpsim.{kind.__name__}, got "
+                                  f"{type(getattr(self, name)).__name__}")
+        if type(self.privacy) not in _PRIVACY:
+            raise LdpsimError("privacy must be one of ldpsim.LocalDP, MindSpore, CentralDP, "
+                              f"DistributedDP; got {type(self.privacy).__name__}")
+        if self.client_dp is not None and not isinstance(self.client_dp, DpSgdClients):
+            raise LdpsimError("client_dp must be an ldpsim.DpSgdClients or None")
+        self.flat()   # validates every value
+
+    def _flat_fields(self) -> dict[str, Any]:
+        mode, names = _PRIVACY[type(self.privacy)]
+        fields = {**dataclasses.asdict(self.data), **dataclasses.asdict(self.training),
+                  **dataclasses.asdict(self.execution), "privacy_mode": mode}
+        fields.update({flat: getattr(self.privacy, nested) for nested, flat in names.items()})
+        adaptive = getattr(self.privacy, "adaptive", None)
+        if adaptive is not None:
+            fields["adaptive_clip"] = True
+            fields.update({flat: getattr(adaptive, n) for n, flat in _ADAPTIVE.items()})
+        if self.client_dp is not None:
+            fields["client_dp"] = True
+            fields.update({flat: getattr(self.client_dp, n) for n, flat in _CLIENT_DP.items()})
+        return fields
+
+    def flat(self) -> SimulationConfig:
+        """The same settings as a flat :class:`SimulationConfig` (the CLI/TOML schema).
+
+        Raises:
+            LdpsimError: an invalid value, named by its nested path (``privacy.epsilon``).
+        """
+        try:
+            return SimulationConfig(**self._flat_fields())
+        except LdpsimError as err:
+            raise LdpsimError(_nested_message(str(err), type(self.privacy))) from None
+
+    @classmethod
+    def from_flat(cls, config: SimulationConfig) -> "Experiment":
+        """The nested form of a flat :class:`SimulationConfig` (its mode's options only)."""
+        kind = next(k for k, (mode, _) in _PRIVACY.items() if mode == config.privacy_mode)
+        names = _PRIVACY[kind][1]
+        privacy_kw = {nested: getattr(config, flat) for nested, flat in names.items()}
+        if kind is CentralDP and config.adaptive_clip:
+            privacy_kw["adaptive"] = AdaptiveClip(
+                **{n: getattr(config, flat) for n, flat in _ADAPTIVE.items()})
+        client_dp = (DpSgdClients(**{n: getattr(config, flat) for n, flat in _CLIENT_DP.items()})
+                     if config.client_dp else None)
+
+        def pick(kind_):
+            return kind_(**{f.name: getattr(config, f.name) for f in dataclasses.fields(kind_)})
+
+        return cls(data=pick(Data), training=pick(Training), privacy=kind(**privacy_kw),
+                   client_dp=client_dp, execution=pick(Execution))
+
+
+def _nested_names(privacy_kind: type) -> dict[str, str]:
+    """flat field -> nested path for an experiment whose privacy is ``privacy_kind``."""
+    out = {f.name: f"data.{f.name}" for f in dataclasses.fields(Data)}
+    out.update({f.name: f"training.{f.name}" for f in dataclasses.fields(Training)})
+    out.update({f.name: f"execution.{f.name}" for f in dataclasses.fields(Execution)})
+    out.update({flat: f"privacy.{n}" for n, flat in _PRIVACY[privacy_kind][1].items()})
+    out.update({flat: f"privacy.adaptive.{n}" for n, flat in _ADAPTIVE.items()})
+    out.update({flat: f"client_dp.{n}" for n, flat in _CLIENT_DP.items()})
+    return out
+
+
+def _nested_message(message: str, privacy_kind: type) -> str:
+    """``message`` with flat field names (``dp_eps``) replaced by nested paths."""
+    names = _nested_names(privacy_kind)
+    pattern = re.compile(r"\b(" + "|".join(sorted(map(re.escape, names), key=len,
+                                                 reverse=True)) + r")\b(?=\s*(?:=|must|\())")
+    return pattern.sub(lambda m: names[m.group(1)], message)
