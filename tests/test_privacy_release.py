@@ -155,3 +155,19 @@ def test_mindspore_defaults_are_not_delivered_by_float32_noise(toy_data):
     with pytest.warns(calibration.SamplerTailWarning):
         rows = _rows(toy_data, privacy_mode="mindspore")
     assert rows[0]["sampler_delta_floor"] > 0.8 and math.isinf(rows[0]["epsilon_spent"])
+
+
+def test_history_rows_are_typed_rows(toy_data):
+    from typing import get_type_hints
+
+    from ldpsim.fl.columns import COLUMNS, HistoryRow
+
+    hints = get_type_hints(HistoryRow)
+    assert set(hints) == set(COLUMNS)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", calibration.SamplerTailWarning)
+        for kw in ({}, {"privacy_mode": "central", "noise_multiplier": 0.5}):
+            for row in _rows(toy_data, rounds=1, **kw):
+                assert set(row) == set(hints)        # every column, nothing else
+                for name, value in row.items():
+                    assert type(value) is hints[name], (name, value)

@@ -26,7 +26,9 @@ Kinds:
 
 from __future__ import annotations
 
-__all__ = ["COLUMNS", "KINDS", "column_kind", "columns_of_kind"]
+from typing import TypedDict
+
+__all__ = ["COLUMNS", "KINDS", "HistoryRow", "column_kind", "columns_of_kind"]
 
 KINDS = ("setting", "release", "diagnostic")
 
@@ -102,3 +104,14 @@ def columns_of_kind(kind: str) -> tuple[str, ...]:
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}; got {kind!r}")
     return tuple(name for name, (k, _) in COLUMNS.items() if k == kind)
+
+
+_INT_COLUMNS = ("clients_per_round", "population", "seed", "round", "nonfinite_clients",
+                "clients", "survivors", "max_participation")
+_STR_COLUMNS = ("dataset", "model", "mechanism", "neighbours", "privacy_mode", "noise_mode")
+
+#: The typed results row: one per evaluated round, with exactly the :data:`COLUMNS` keys
+#: (int, str, or float — NaN where a column does not apply to the run's mode).
+HistoryRow = TypedDict("HistoryRow", {
+    name: int if name in _INT_COLUMNS else str if name in _STR_COLUMNS else float
+    for name in COLUMNS})

@@ -29,6 +29,7 @@ from ldpsim import _xla
 from ldpsim import data as data_lib
 from ldpsim._checks import LdpsimError
 from ldpsim.fl import _policy, modes, sharding
+from ldpsim.fl.columns import HistoryRow
 from ldpsim.fl.config import SimulationConfig
 from ldpsim.fl.dp_client import dp_client_epsilon
 from ldpsim.fl.experiment import Experiment
@@ -210,7 +211,7 @@ def _static_key(config: SimulationConfig) -> tuple:
 
 def simulate(config: SimulationConfig | Experiment, *, progress: bool = False,
              callback: Callable[[dict], Any] | None = None, data: Any = None,
-             checkpoint_dir: str | None = None, checkpoint_every: int = 10) -> list[dict]:
+             checkpoint_dir: str | None = None, checkpoint_every: int = 10) -> list[HistoryRow]:
     """Run the simulation described by ``config`` and return its metrics history.
 
     Args:
@@ -235,9 +236,10 @@ def simulate(config: SimulationConfig | Experiment, *, progress: bool = False,
         checkpoint_every: rounds between checkpoints.
 
     Returns:
-        One dict per evaluated round (every ``eval_every`` rounds and the last), with the
-        DESIGN.md Results columns (each is described, and classified as a setting, part
-        of the release or a diagnostic, in :data:`ldpsim.fl.columns.COLUMNS`): dataset,
+        One :class:`~ldpsim.fl.columns.HistoryRow` (a typed dict) per evaluated round
+        (every ``eval_every`` rounds and the last), with the DESIGN.md Results columns
+        (each is described, and classified as a setting, part of the release or a
+        diagnostic, in :data:`ldpsim.fl.columns.COLUMNS`): dataset,
         model, mechanism, neighbours, epsilon, delta, clip, sensitivity, sigma,
         clients_per_round, population, seed, privacy_mode, noise_mode, noise_multiplier,
         sampler_delta_floor, round, accuracy, loss, the round's
@@ -284,7 +286,7 @@ def simulate_lanes(configs: Sequence[SimulationConfig | Experiment], *, progress
                    callback: Callable[[dict], Any] | None = None, data: Any = None,
                    on_round: Callable[[], None] | None = None,
                    checkpoint_dir: str | None = None, checkpoint_every: int = 10
-                   ) -> list[list[dict]]:
+                   ) -> list[list[HistoryRow]]:
     """Run configurations that differ only in traced knobs (ε, δ, C, learning rates, the
     mode's knobs) as ONE program, the round vmapped over them ("lanes").
 
