@@ -55,6 +55,9 @@ def use_host_devices(count: int | None = None, *, quiet: bool = False) -> int | 
     Raises:
         LdpsimError: ``count`` (or ``LDPSIM_HOST_DEVICES``) is not an integer >= 1.
     """
+    n = host_devices_default() if count is None else count   # validated even when unused
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise LdpsimError(f"count must be an integer >= 1, got {n!r}")
     flags = os.environ.get("XLA_FLAGS", "")
     if HOST_DEVICES_FLAG in flags:
         value = flags.split(HOST_DEVICES_FLAG + "=", 1)[-1].split()[0]
@@ -64,9 +67,6 @@ def use_host_devices(count: int | None = None, *, quiet: bool = False) -> int | 
             warnings.warn("ldpsim.use_host_devices() must run before jax is imported; the "
                           "device count is unchanged", stacklevel=2)
         return None
-    n = host_devices_default() if count is None else count
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise LdpsimError(f"count must be an integer >= 1, got {n!r}")
     if n > 1:
         os.environ["XLA_FLAGS"] = f"{flags} {HOST_DEVICES_FLAG}={n}".strip()
     return n

@@ -15,7 +15,11 @@ It has no effect on GPU/TPU backends, whose devices are used instead.
 
 Errors: an :class:`~ldpsim.LdpsimError` raised by a handler is printed as one line
 ``ldpsim <command>: error: ...`` and the process exits with status 2 (the same
-status argparse uses for a bad command line); no traceback is shown.
+status argparse uses for a bad command line); no traceback is shown. Other failures
+(out of memory, a file system error met while working, an unexpected exception) are
+one line too, with status 1; ``LDPSIM_DEBUG=1`` shows the traceback of an unexpected one.
+Checks that need no work run first (``ldpsim.cli._guards``); ``args._given`` holds the
+options the command line typed, so an option that does not apply is refused only then.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import pkgutil
 import sys
 from collections.abc import Sequence
 
-from ldpsim import __version__
+from ldpsim import __version__, _interrupt
 from ldpsim._checks import LdpsimError
 
 
@@ -57,32 +61,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-HOST_DEVICES_FLAG = "--xla_force_host_platform_device_count"
-MAX_HOST_DEVICES = 8
-
-
-def host_devices_default() -> int:
-    """Host CPU devices the command asks for: ``$LDPSIM_HOST_DEVICES`` or min(cores, 8)."""
-    value = os.environ.get("LDPSIM_HOST_DEVICES", "").strip()
-    if value:
-        if not value.isdigit() or int(value) < 1:
-            raise LdpsimError(f"LDPSIM_HOST_DEVICES must be an integer >= 1, got {value!r}")
-        return int(value)
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover (not Linux)
-        cores = os.cpu_count() or 1
-    return max(1, min(cores, MAX_HOST_DEVICES))
-
-
 def _request_host_devices() -> None:
-    """Add the host-device count to XLA_FLAGS unless set already or JAX has started."""
-    flags = os.environ.get("XLA_FLAGS", "")
-    if "jax" in sys.modules or HOST_DEVICES_FLAG in flags:
-        return
-    n = host_devices_default()
-    if n > 1:
-        os.environ["XLA_FLAGS"] = f"{flags} {HOST_DEVICES_FLAG}={n}".strip()
+    """One host CPU device per core for the command (:func:`ldpsim.use_host_devices`, the
+    same request a script makes)."""
+    from ldpsim._devices import use_host_devices
+
+    use_host_devices(quiet=True)
 
 
 #: Argument names that are files a command writes; checked before any work starts.
@@ -149,6 +133,7 @@ def _one_line_warnings(command: str) -> None:
         pass
 
 
+@_interrupt.guarded  # SIGINT/SIGTERM: one line, exit 130/143, never mid-compile (issue 19)
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         _request_host_devices()
@@ -156,10 +141,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"ldpsim: error: {err}", file=sys.stderr)
         return 2
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     if not getattr(args, "handler", None):
         parser.print_help()
+        print("ldpsim: error: no command given (see 'ldpsim --help')", file=sys.stderr)
         return 2
+    from ldpsim.cli._guards import given_dests
+
+    args._given = given_dests(parser, argv)  # options typed, not defaulted (_guards.was_given)
     _one_line_warnings(args.command)
     try:
         _check_outputs(args)
@@ -172,11 +162,31 @@ def main(argv: Sequence[str] | None = None) -> int:
             pass
         return 0
     except LdpsimError as err:
-        print(f"ldpsim {args.command}: error: {err}", file=sys.stderr)
+        print(f"ldpsim {args.command}: error: {_one_line(err)}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"ldpsim {args.command}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt:  # SIGINT or SIGTERM (ldpsim._interrupt): 130 or 143
+        print(_interrupt.message(args.command), file=sys.stderr)
+        return _interrupt.exit_status()
+    except MemoryError as err:
+        print(f"ldpsim {args.command}: error: out of memory ({_one_line(err) or 'MemoryError'}); "
+              "ask for less (smaller sizes or counts)", file=sys.stderr)
+        return 1
+    except OSError as err:  # disk full, permissions, ... met while working
+        where = f" {err.filename!r}" if getattr(err, "filename", None) else ""
+        print(f"ldpsim {args.command}: error:{where} {err.strerror or _one_line(err)}",
+              file=sys.stderr)
+        return 1
+    except Exception as err:  # the last resort: one line, never a traceback
+        if os.environ.get("LDPSIM_DEBUG", "").strip() not in ("", "0"):
+            raise
+        print(f"ldpsim {args.command}: error: unexpected {type(err).__name__}: {_one_line(err)} "
+              "(a bug in ldpsim, please report it; LDPSIM_DEBUG=1 shows the traceback)",
+              file=sys.stderr)
+        return 1
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split())
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -29,6 +29,8 @@ neighbouring relations (named in every output):
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from ldpsim.cli._guards import HelpFormatter
+
     p = subparsers.add_parser(
         "account",
         help="privacy accounting: epsilon of LDP / DP-FedAvg / DP-SGD training, or z for a target",
@@ -37,31 +39,32 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "(RDP or PLD), or the noise multiplier z that reaches a target epsilon."
         ),
         epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     kinds = p.add_subparsers(dest="kind", metavar="<kind>", required=True)
 
-    ldp = kinds.add_parser("ldp", help="one client's local DP over the rounds it takes part in")
-    ldp.add_argument("--mechanism", choices=("gaussian", "laplace"), default="gaussian")
+    ldp = kinds.add_parser("ldp", help="one client's local DP over the rounds it takes part in", formatter_class=HelpFormatter)
+    ldp.add_argument("--mechanism", choices=("gaussian", "laplace"), default="gaussian",
+                     help="local randomizer")
     ldp.add_argument("--sigma", type=float, help="Gaussian noise std per coordinate")
     ldp.add_argument("--scale", type=float, help="Laplace scale b per coordinate")
     ldp.add_argument("--sensitivity", type=float, required=True,
                      help="sensitivity of one client update (2C replace-one, C add/remove)")
-    ldp.add_argument("--rounds", type=int, default=1, help="rounds the client took part in (1)")
+    ldp.add_argument("--rounds", type=int, default=1, help="rounds the client took part in")
     ldp.add_argument("--delta", type=float, default=None,
                      help="delta (total; per round for --method basic)")
     ldp.add_argument("--method", choices=("basic", "rdp", "pld", "analytic"), default="pld",
                      help="composition: basic (k*eps0, k*delta0), rdp, pld (default), analytic "
                           "(exact, Gaussian only)")
 
-    fed = kinds.add_parser("dpfedavg", help="user-level central DP of DP-FedAvg")
+    fed = kinds.add_parser("dpfedavg", help="user-level central DP of DP-FedAvg", formatter_class=HelpFormatter)
     _target_or_z(fed)
     fed.add_argument("--clients-per-round", type=int, required=True)
     fed.add_argument("--population", type=int, required=True)
     fed.add_argument("--rounds", type=int, required=True)
     _sampled_common(fed)
 
-    sgd = kinds.add_parser("dpsgd", help="sample-level DP of DP-SGD")
+    sgd = kinds.add_parser("dpsgd", help="sample-level DP of DP-SGD", formatter_class=HelpFormatter)
     _target_or_z(sgd)
     sgd.add_argument("--batch-size", type=int, required=True)
     sgd.add_argument("--num-examples", type=int, required=True)
@@ -167,7 +170,21 @@ def _dpsgd(args) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    out = {"ldp": _ldp, "dpfedavg": _dpfedavg, "dpsgd": _dpsgd}[args.kind](args)
+    from ldpsim._checks import LdpsimError
+
+    if args.kind == "ldp":  # the noise scale of the other mechanism does not apply
+        other = "scale" if args.mechanism == "gaussian" else "sigma"
+        if getattr(args, other) is not None:
+            mine = "sigma" if other == "scale" else "scale"
+            raise LdpsimError(f"--{other} does not apply to --mechanism {args.mechanism} "
+                              f"(its noise is --{mine}); remove it")
+    try:
+        out = {"ldp": _ldp, "dpfedavg": _dpfedavg, "dpsgd": _dpsgd}[args.kind](args)
+    except MemoryError as err:
+        count = "--rounds" if args.kind != "dpsgd" else "--steps/--epochs"
+        raise LdpsimError(f"out of memory composing {count} with --method {args.method} "
+                          f"({' '.join(str(err).split())}); use fewer {count} or --method "
+                          "rdp") from None
     out = {"kind": args.kind, **out}
     if args.json:
         print(json.dumps(out))

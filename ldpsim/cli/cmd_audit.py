@@ -31,13 +31,15 @@ unseen), which lets a bounded-tail sampler be refuted outright (epsilon_lb = inf
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from ldpsim.cli._guards import HelpFormatter
+
     p = subparsers.add_parser(
         "audit",
         help="empirical epsilon lower bound for a local randomizer (gaussian, laplace, rr)",
         description="Measure what a local randomizer protects: an empirical lower bound on its "
                     "epsilon at the claimed delta, from a distinguishing game on neighbouring inputs.",
         epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     p.add_argument("--mechanism", choices=("gaussian", "laplace", "rr"), default="gaussian",
                    help="gaussian and laplace: ldpsim's randomizers; rr: k-ary randomized response")
@@ -61,6 +63,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="do not use the sampler's tail bound (a purely black-box bound)")
     p.add_argument("--seed", type=int, default=0, help="root seed")
     p.add_argument("--strict", action="store_true", help="exit with status 1 when the claim is refuted")
+    p.add_argument("--no-memory-check", action="store_true",
+                   help="run even when the memory estimate exceeds this host's memory")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(handler=run)
 
@@ -68,6 +72,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from ldpsim._checks import LdpsimError, check_open_unit, check_positive, check_positive_int
     from ldpsim.audit import audit_randomizer
+    from ldpsim.cli._guards import check_audit_args
 
     check_positive("epsilon", args.epsilon)
     check_positive_int("trials", args.trials)
@@ -76,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
         check_positive_int("dim", args.dim)
     if args.sampler is not None and args.mechanism != "gaussian":
         raise LdpsimError("--sampler applies to --mechanism gaussian only")
+    check_audit_args(args)  # options of other mechanisms, seed, trial range, memory
     report = audit_randomizer(
         args.mechanism, epsilon=args.epsilon, delta=args.delta, clip=args.clip, neighbours=args.neighbours,
         trials=args.trials, confidence=args.confidence, dim=args.dim, seed=args.seed, k=args.k,

@@ -31,6 +31,8 @@ output:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from ldpsim.cli._guards import HelpFormatter
+
     p = subparsers.add_parser(
         "calibrate",
         help="noise scale (sigma or Laplace b) for epsilon, delta and a clip bound",
@@ -40,7 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "or epsilon-DP (Laplace, L1 clip), and the sensitivity it used."
         ),
         epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     p.add_argument("--mechanism", choices=("gaussian", "laplace"), default="gaussian",
                    help="local randomizer (default: gaussian)")
@@ -66,6 +68,13 @@ def run(args: argparse.Namespace) -> int:
         sampler_delta_floor,
     )
 
+    if args.mechanism == "laplace":  # pure epsilon-DP, one calibration (b = sensitivity/epsilon)
+        from ldpsim._checks import LdpsimError
+
+        for dest in ("delta", "method"):
+            if getattr(args, dest) is not None:
+                raise LdpsimError(f"--{dest} does not apply to --mechanism laplace (pure "
+                                  "epsilon-DP, b = sensitivity/epsilon); remove it")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         cal = calibrate(

@@ -8,6 +8,8 @@ import json
 import math
 from pathlib import Path
 
+from ldpsim import _interrupt
+
 ORDER = 40
 # ldpsim.fl.central.SAMPLINGS and DpsgdConfig's default, spelled out so that building the
 # parser does not import JAX (tests/test_dpsgd_train.py checks they agree).
@@ -47,12 +49,14 @@ train_loss and unclipped_fraction are diagnostics computed without noise.
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from ldpsim.cli._guards import HelpFormatter
+
     p = subparsers.add_parser(
         "dpsgd", help="centralised DP-SGD training with per-epoch accuracy and epsilon",
         description="Train a model centrally with DP-SGD (MindArmour DPModel semantics: "
                     "micro-batch clipping, Gaussian noise, adaptive clipping) and report "
                     "test accuracy and epsilon after every epoch.",
-        epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=_EPILOG, formatter_class=HelpFormatter)
     p.add_argument("--config", type=Path,
                    help="TOML config (keys of ldpsim.fl.central.DpsgdConfig)")
     dp = p.add_mutually_exclusive_group()
@@ -65,12 +69,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "one example) or 'shuffle' (MindArmour: permutation per epoch, "
                         f"replace one example, no amplification) (default: "
                         f"{DEFAULT_SAMPLING}, or the config's 'sampling' key)")
-    p.add_argument("--epochs", type=int)
-    p.add_argument("--noise-multiplier", type=float)
-    p.add_argument("--num-train", type=int, help="use only the first N training rows")
+    p.add_argument("--epochs", type=int,
+                   help="training epochs (default: the config's, else 10)")
+    p.add_argument("--noise-multiplier", type=float,
+                   help="noise multiplier z: noise std / clip bound (default: the config's, "
+                        "else 0.05)")
+    p.add_argument("--num-train", type=int, help="use only the first N training rows "
+                   "(default: the config's, else all)")
     p.add_argument("--data-dir", help="dataset folder (default: $LDPSIM_DATA_DIR)")
-    p.add_argument("--seed", type=int)
-    p.add_argument("--pld", choices=("final", "every_epoch", "off"))
+    p.add_argument("--seed", type=int, help="root seed (default: the config's, else 0)")
+    p.add_argument("--pld", choices=("final", "every_epoch", "off"),
+                   help="when to compute the PLD epsilon besides RDP (default: the config's, "
+                        "else final)")
     p.add_argument("--out", type=Path, help="results CSV, one row per epoch (written as it goes)")
     p.add_argument("--trace", type=Path,
                    help="per-step CSV of the clip bound C_t and noise multiplier m_t each "
@@ -98,7 +108,10 @@ def _epsilon_only(args: argparse.Namespace, config, columns: list[str]) -> int:
 
     clips = mults = None
     if args.from_trace is not None:
-        trace = read_trace(args.from_trace)
+        try:
+            trace = read_trace(args.from_trace)
+        except LdpsimError as err:
+            raise LdpsimError(f"--from-trace: {err}") from None
         clips, mults = trace["clip_norm"], trace["noise_multiplier"]
     elif config.clip_mechanism is not None and config.private:
         raise LdpsimError("--epsilon-only with adaptive clipping needs --from-trace: the "
@@ -132,11 +145,28 @@ def run(args: argparse.Namespace) -> int:
         privacy_setting,
         train_dpsgd,
     )
+    from ldpsim._checks import LdpsimError
+    from ldpsim.cli._guards import check_data_dir, check_text_file, was_given
 
+    # Before any work: the files it reads, the data folder, options that need another mode.
+    if args.config is not None:
+        check_text_file(args.config, "--config", "TOML")
+    check_data_dir(args.data_dir)
+    if args.from_trace is not None:
+        if not args.epsilon_only:
+            raise LdpsimError("--from-trace goes with --epsilon-only")
+        check_text_file(args.from_trace, "--from-trace", "CSV")
     config = load_config(args.config, dp=args.dp, epochs=args.epochs,
                          noise_multiplier=args.noise_multiplier, num_train=args.num_train,
                          data_dir=args.data_dir, seed=args.seed, pld=args.pld,
                          sampling=args.sampling)
+    if args.data_dir is None and getattr(config, "data_dir", None):
+        check_data_dir(config.data_dir, f"data_dir (in {args.config})")
+    if not config.dp:
+        for dest in ("noise_multiplier", "trace", "pld"):
+            if was_given(args, dest):
+                raise LdpsimError(f"--{dest.replace('_', '-')} does not apply to a run without DP "
+                                  "(--no-dp, or dp = false in the config); remove it")
     setting = privacy_setting(config)
     if not args.json:
         print(setting.describe(config), flush=True)
@@ -145,11 +175,8 @@ def run(args: argparse.Namespace) -> int:
     columns = list(CSV_COLUMNS) + ["compile_time"]
     if args.epsilon_only:
         return _epsilon_only(args, config, columns)
-    if args.from_trace is not None:
-        from ldpsim._checks import LdpsimError
-
-        raise LdpsimError("--from-trace goes with --epsilon-only")
     handle = writer = trace_handle = trace_writer = None
+    record = _Record(args, config)  # interrupt note; the manifest beside --out (issue 19)
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         handle = open(args.out, "w", newline="")
@@ -163,8 +190,10 @@ def run(args: argparse.Namespace) -> int:
 
     def on_row(row: dict) -> None:
         if writer is not None:
-            writer.writerow(row)
-            handle.flush()
+            with _interrupt.critical():  # a row is written whole (SIGINT/SIGTERM wait)
+                writer.writerow(row)
+                handle.flush()
+        record.row(row)
         if not args.json:
             print(f"epoch {row['epoch']:3d}  accuracy {row['accuracy']:.4f}  "
                   f"loss {row['loss']:.4f}  {_epsilon_line(row)}  ({row['epoch_time']:.1f} s)",
@@ -181,6 +210,7 @@ def run(args: argparse.Namespace) -> int:
         for h in (handle, trace_handle):
             if h is not None:
                 h.close()
+        record.close()
     last = dict(history[-1])
     last["total_time"] = last["wall_time"]
     if args.json:
@@ -194,3 +224,55 @@ def run(args: argparse.Namespace) -> int:
                   f"sensitivity {last['sensitivity']}")
             print(f"accounting: {last['accounting']}")
     return 0
+
+
+class _Record:
+    """What an interrupt leaves (ldpsim._interrupt.note) and, with ``--out``, the run's
+    manifest ``<stem>.manifest.json`` (ldpsim._manifest): written at the start, finished by
+    :meth:`close` as ``finished``, ``interrupted`` or ``failed`` with the last epoch's
+    privacy guarantee."""
+
+    def __init__(self, args: argparse.Namespace, config) -> None:
+        from ldpsim import _manifest
+
+        self._m, self.out, self.rows, self._last = _manifest, args.out, 0, None
+        self._recorder = None
+        if args.out is not None:
+            data = [_manifest.dataset_record(config.dataset, config.data_dir)]
+            manifest = _manifest.collect("dpsgd", config, out=args.out, seeds=[config.seed],
+                                         data=data)
+            self._recorder = _manifest.Recorder(_manifest.manifest_path(args.out), manifest)
+            self._recorder.__enter__()
+        self._note()
+
+    def _note(self) -> None:
+        if self.out is None:
+            saved = "nothing was saved (no --out)"
+        else:
+            saved = (f"{self.rows} epoch rows saved in {self.out}" if self.rows
+                     else f"no epoch finished ({self.out} holds the header only)")
+        _interrupt.note(f"{saved}; dpsgd does not resume: run the command again to start over")
+
+    def row(self, row: dict) -> None:
+        self.rows += 1
+        self._last = row
+        self._note()
+
+    def close(self) -> None:
+        import sys
+
+        if self._recorder is None:
+            return
+        manifest = self._recorder.manifest
+        manifest["results"]["rows"] = self.rows
+        if self._last is not None:
+            keys = ("dp", "epsilon", "delta", "neighbouring", "sensitivity", "sampling",
+                    "accounting", "noise_multiplier", "clip_norm", "sampler_delta_floor", "epoch")
+            privacy = {k: self._last[k] for k in keys if k in self._last}
+            privacy["statement"] = (
+                f"sample-level ({privacy.get('epsilon')}, {privacy.get('delta')})-DP after "
+                f"{privacy.get('epoch')} epochs, {privacy.get('neighbouring')} neighbours "
+                f"(sensitivity {privacy.get('sensitivity')}, {privacy.get('sampling')} sampling)"
+                if privacy.get("dp", True) else "no privacy (--no-dp)")
+            manifest["privacy"] = privacy
+        self._recorder.__exit__(*sys.exc_info())

@@ -8,6 +8,8 @@ import math
 import sys
 from pathlib import Path
 
+from ldpsim import _interrupt
+
 ORDER = 40
 
 #: The CSV columns, in order (extra columns follow them).
@@ -35,13 +37,15 @@ from its exact distribution above that (column `method`).
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from ldpsim.cli._guards import HelpFormatter
+
     p = subparsers.add_parser(
         "noise",
         help="measure how local DP noise cancels when averaging n clients (no training)",
         description="Draw real per-client local-DP noise for a model of dimension d, average it over "
                     "n clients, and compare the aggregated noise and SNR with theory.",
         epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     size = p.add_mutually_exclusive_group(required=True)
     size.add_argument("--dim", type=int, help="update dimension d")
@@ -68,6 +72,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, default=None, help="CSV file (default: print the table)")
     p.add_argument("--plot", type=Path, default=None, help="also draw noise-vs-clients (.png/.svg/.pdf)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.add_argument("--no-memory-check", action="store_true",
+                   help="run even when the memory estimate exceeds this host's memory")
     p.set_defaults(handler=run)
 
 
@@ -85,21 +91,48 @@ def model_dim(name: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    import jax
-
-    from ldpsim._checks import check_positive, check_positive_int
-    from ldpsim.privacy.averaging import noise_study
-    from ldpsim.privacy.calibration import calibrate
+    from ldpsim._checks import LdpsimError, check_positive, check_positive_int
+    from ldpsim.cli._guards import check_noise_args, check_seed
+    from ldpsim.plots.figures import FORMATS
     from ldpsim.sweep.config import parse_list
 
     epsilon = check_positive("epsilon", args.epsilon)  # inf is refused: no noise to study
-    clients = [check_positive_int("clients", c) for c in parse_list(args.clients)]
+    try:
+        clients = [check_positive_int("clients", c) for c in parse_list(args.clients)]
+    except LdpsimError as err:
+        raise LdpsimError(f"--clients {args.clients!r}: {err}") from None
     trials = check_positive_int("trials", args.trials)
+    check_seed(args.seed)
+    if args.mechanism == "laplace":  # pure epsilon-DP, one calibration (b = sensitivity/epsilon)
+        for dest in ("delta", "calibration"):
+            if getattr(args, dest) is not None:
+                raise LdpsimError(f"--{dest} does not apply to --mechanism laplace (pure "
+                                  "epsilon-DP, b = sensitivity/epsilon); remove it")
+    if args.draw == "aggregate" and args.chunk_size is not None:
+        raise LdpsimError("--chunk-size does not apply to --draw aggregate (the mean is drawn "
+                          "at once, no chunks of clients); remove it")
+    if args.plot is not None and args.plot.suffix.lower() not in FORMATS:
+        raise LdpsimError(f"--plot must end in {', '.join(FORMATS)} (the format is taken from "
+                          f"the suffix); got {str(args.plot)!r}")
+    if args.dim is not None:
+        check_noise_args(args, clients, check_positive_int("dim", args.dim))
+
+    import jax
+
+    from ldpsim.privacy.averaging import noise_study
+    from ldpsim.privacy.calibration import calibrate
+
     delta = args.delta if args.delta is not None else (1e-5 if args.mechanism == "gaussian" else None)
     cal = calibrate(args.mechanism, epsilon=epsilon, delta=delta, clip=args.clip,
                     method=args.calibration, neighbours=args.neighbours)
-    dim = check_positive_int("dim", args.dim) if args.dim is not None else model_dim(args.model)
+    if args.dim is not None:
+        dim = args.dim
+    else:
+        dim = model_dim(args.model)
+        check_noise_args(args, clients, dim)
     scale = cal.sigma if cal.mechanism == "gaussian" else cal.scale
+    _interrupt.note("nothing was saved: noise writes its table once every trial has run; run "
+                    "the command again (fewer --trials or --clients for a shorter one)")
     bar = None
     if not args.no_progress:
         from tqdm.auto import tqdm
@@ -115,7 +148,8 @@ def run(args: argparse.Namespace) -> int:
     fixed = {"epsilon": cal.epsilon, "delta": cal.delta, "clip": cal.clip, "sensitivity": cal.sensitivity,
              "mechanism": cal.mechanism, "neighbours": cal.neighbours, "calibration": cal.method, "seed": args.seed}
     table = [{**fixed, **row} for row in rows]
-    _write(table, args.out)
+    with _interrupt.critical():  # SIGINT/SIGTERM wait: the table is written whole
+        _write(table, args.out)
     if args.plot is not None:
         import pandas as pd
 

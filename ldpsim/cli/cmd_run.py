@@ -9,6 +9,8 @@ import math
 import sys
 from pathlib import Path
 
+from ldpsim import _interrupt, _manifest
+
 ORDER = 20
 
 _EPILOG = """\
@@ -156,9 +158,31 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     for flag, field, typ, choices, help_ in _OPTIONS:
         p.add_argument(flag, dest=field, type=typ, choices=choices, default=defaults[field],
                        help=help_)
+    p.add_argument("--config", type=Path, default=None,
+                   help="TOML file of run settings (SimulationConfig fields, at the top level "
+                        "or in a [run] table as in sweep files), or a run's manifest "
+                        "(*.manifest.json: that run again); options given on the command "
+                        "line override it")
     p.add_argument("--out", type=Path, default=None,
-                   help="CSV file for the per-round metrics (written as rounds finish)")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+                   help="CSV file for the per-round metrics (written as rounds finish), with "
+                        "its manifest <stem>.manifest.json beside it (configuration, versions, "
+                        "devices, data checksums, privacy guarantee)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing --out file (otherwise refused, unless "
+                        "--checkpoint-dir holds a checkpoint to continue from)")
+    p.add_argument("--no-progress", action="store_true",
+                   help="hide the status lines and the progress bar (stderr)")
+    p.add_argument("--checkpoint-dir", type=Path, default=None, metavar="DIR",
+                   help="save what the run needs to continue in DIR every --checkpoint-every "
+                        "rounds and when it stops; the same command continues from there "
+                        "after an interrupt (a checkpoint of other settings is refused)")
+    p.add_argument("--checkpoint-every", type=int, default=10, metavar="K",
+                   help="rounds between checkpoints (with --checkpoint-dir)")
+    p.add_argument("--tensorboard", type=Path, default=None, metavar="DIR",
+                   help="also write each evaluated round's numeric columns as TensorBoard "
+                        "scalars to DIR (needs the tensorboard extra: tensorboardX)")
+    p.add_argument("--no-memory-check", action="store_true",
+                   help="run even when the memory estimate exceeds this host's memory")
     p.add_argument("--distributed", action="store_true",
                    help="multi-host: call jax.distributed.initialize() before anything else "
                         "(run the same command on every host)")
@@ -177,8 +201,20 @@ class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescription
 
 
 def run(args: argparse.Namespace) -> int:
+    from ldpsim.cli._guards import check_run_args
     from ldpsim.fl.config import SimulationConfig
 
+    _apply_config_file(args)  # --config FILE: the settings the command line does not give
+    _check_overwrite(args)
+    check_run_args(args)  # before any work: paths, options that do not apply, values, memory
+    if args.checkpoint_every < 1:
+        from ldpsim._checks import LdpsimError
+
+        raise LdpsimError(f"--checkpoint-every must be >= 1, got {args.checkpoint_every}")
+    if not args.no_progress:
+        from ldpsim.fl.loop import status
+
+        status("starting (importing JAX)")
     lead = True
     if getattr(args, "distributed", False):
         lead = _initialize_distributed(args)
@@ -192,13 +228,24 @@ def run(args: argparse.Namespace) -> int:
 
     fields = {f.name for f in dataclasses.fields(SimulationConfig)}
     config = SimulationConfig(**{k: v for k, v in vars(args).items() if k in fields})
-    writer = _CsvWriter(args.out) if args.out is not None and lead else None
+    writer = (_CsvWriter(args.out, config, resume_from=getattr(args, "checkpoint_dir", None))
+              if args.out is not None and lead else None)
+    board = None
+    if args.tensorboard is not None and lead:
+        from ldpsim.fl.writers import tensorboard_callback
+
+        board = tensorboard_callback(args.tensorboard)
+    writers = [w for w in (writer.write if writer else None, board) if w is not None]
     try:
         history = simulate(config, progress=lead and not args.no_progress,
-                           callback=writer.write if writer else None)
+                           callback=(lambda row: [w(row) for w in writers] and None)
+                           if writers else None,
+                           checkpoint_dir=args.checkpoint_dir,
+                           checkpoint_every=args.checkpoint_every)
     finally:
-        if writer is not None:
-            writer.close()
+        for w in (writer, board):
+            if w is not None:
+                w.close()
     if not lead:
         return 0
     last = history[-1]
@@ -232,25 +279,117 @@ def _initialize_distributed(args: argparse.Namespace) -> bool:
 
 
 class _CsvWriter:
-    """Append one row per evaluated round, flushed at once (nothing lost on interrupt)."""
+    """Append one row per evaluated round, flushed at once (nothing lost on interrupt).
 
-    def __init__(self, path: Path) -> None:
+    A row is written whole: SIGINT/SIGTERM wait for it (ldpsim._interrupt.critical). With a
+    ``config`` the run's manifest (ldpsim._manifest) is kept beside the CSV: written at the
+    start, finished by :meth:`close` (``finished``, ``interrupted`` or ``failed``, from the
+    exception being raised, if any) with the privacy guarantee of the last row.
+    """
+
+    def __init__(self, path: Path, config=None, *, resume_from: Path | None = None) -> None:
         from ldpsim._checks import LdpsimError
 
         path = Path(path)
         if path.parent and not path.parent.exists():
             raise LdpsimError(f"--out folder {str(path.parent)!r} does not exist; create it "
                               "or choose another path")
+        self.path, self.rows, self._last = path, 0, None
+        self._rounds = getattr(config, "rounds", None)
+        self._resume_from = resume_from
+        self._recorder = None
+        if config is not None:
+            self._data = (config.dataset, config.data_dir, config.data_source)
+            data = [_manifest.dataset_record(*self._data)]
+            manifest = _manifest.collect("run", config, out=path, seeds=[config.seed], data=data)
+            self._recorder = _manifest.Recorder(_manifest.manifest_path(path), manifest,
+                                                resume=resume_from is not None)
+            self._recorder.__enter__()
         self._file = open(path, "w", newline="")
         self._writer: csv.DictWriter | None = None
+        self._note()
+
+    def _note(self) -> None:
+        """What an interrupt now leaves saved, and how to go on (ldpsim._interrupt)."""
+        last = self._last.get("round") if self._last else None
+        done = (f"{self.rows} rows (to round {last}" + (f" of {self._rounds}" if self._rounds
+                                                          else "") + ")") if self.rows else "no rows"
+        where = f"{done} saved in {self.path}"
+        if self._recorder is not None:
+            where += f", manifest {self._recorder.path}"
+        how = (f"run the same command to continue from the last checkpoint in {self._resume_from}"
+               if self._resume_from is not None else
+               "run the same command to start again" if not self.rows else
+               "a run without --checkpoint-dir starts again: add --overwrite to the same command")
+        _interrupt.note(f"{where}; {how}")
 
     def write(self, row: dict) -> None:
-        if self._writer is None:
-            self._writer = csv.DictWriter(self._file, fieldnames=list(row))
-            self._writer.writeheader()
-        self._writer.writerow({k: ("" if isinstance(v, float) and math.isnan(v) else v)
-                               for k, v in row.items()})
-        self._file.flush()
+        with _interrupt.critical():
+            if self._writer is None:
+                self._writer = csv.DictWriter(self._file, fieldnames=list(row))
+                self._writer.writeheader()
+            self._writer.writerow({k: ("" if isinstance(v, float) and math.isnan(v) else v)
+                                   for k, v in row.items()})
+            self._file.flush()
+            self.rows += 1
+            self._last = row
+        self._note()
 
     def close(self) -> None:
         self._file.close()
+        if self._recorder is not None:
+            manifest = self._recorder.manifest
+            manifest["results"]["rows"] = self.rows
+            if self._last is not None:
+                manifest["privacy"] = _manifest.guarantee(self._last)
+            try:  # again: files downloaded by the run now exist
+                manifest["data"] = [_manifest.dataset_record(*self._data)]
+            except OSError:
+                pass
+            self._recorder.__exit__(*sys.exc_info())
+
+
+def _apply_config_file(args: argparse.Namespace) -> None:
+    """``--config FILE``: its settings go into ``args`` where the command line gave none
+    (ldpsim.sweep.config.load_run_config); a ``delta`` rule is resolved afterwards. A run's
+    manifest (``*.manifest.json``) works too: the run it records, again."""
+    from ldpsim._checks import LdpsimError
+    from ldpsim.cli._guards import was_given
+    from ldpsim.sweep.config import load_run_config
+
+    if getattr(args, "config", None) is None:
+        return
+    if Path(args.config).suffix.lower() == ".json":
+        settings, axes = dataclasses.asdict(_manifest.simulation_config(args.config)), {}
+    else:
+        settings, axes = load_run_config(args.config)
+    several = sorted(k for k in axes if not was_given(args, k))
+    if several:
+        raise LdpsimError(
+            f"--config {str(args.config)!r} gives several values for {', '.join(several)} (a "
+            "grid: run it with ldpsim sweep, or pick one value with "
+            + ", ".join(f"--{k.replace('_', '-')}" for k in several) + ")")
+    for field, value in settings.items():
+        if not was_given(args, field):
+            setattr(args, field, value)
+    if isinstance(args.delta, str):  # "1/population" or "1/clients_per_round"
+        args.delta = 1.0 / float(args.population if args.delta == "1/population"
+                                 else args.clients_per_round)
+
+
+def _check_overwrite(args: argparse.Namespace) -> None:
+    """An existing ``--out`` file is refused unless ``--overwrite`` is given, it is empty
+    (a run stopped before its first row), or ``--checkpoint-dir`` holds a checkpoint the run
+    continues from."""
+    from ldpsim._checks import LdpsimError
+
+    out = getattr(args, "out", None)
+    if out is None or not Path(out).is_file() or getattr(args, "overwrite", False):
+        return
+    if Path(out).stat().st_size == 0:
+        return
+    ckpt = getattr(args, "checkpoint_dir", None)
+    if ckpt is not None and Path(ckpt).is_dir() and any(Path(ckpt).iterdir()):
+        return
+    raise LdpsimError(f"--out {str(out)!r} exists; pass --overwrite to replace it, or choose "
+                      "another file")

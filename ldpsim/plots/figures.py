@@ -55,10 +55,17 @@ def load_results(data: str | Path | pd.DataFrame) -> pd.DataFrame:
     path = Path(data)
     if not path.exists():
         raise LdpsimError(f"results file {str(path)!r} not found")
+    if path.is_dir():
+        raise LdpsimError(f"results file {str(path)!r} is a folder; give a CSV file")
     try:
         df = pd.read_csv(path)
     except (pd.errors.EmptyDataError, pd.errors.ParserError) as err:
-        raise LdpsimError(f"cannot read results file {str(path)!r}: {err}") from None
+        raise LdpsimError(f"cannot read results file {str(path)!r}: {' '.join(str(err).split())}") from None
+    except UnicodeDecodeError as err:
+        raise LdpsimError(f"results file {str(path)!r} is not UTF-8 text (byte at offset {err.start}); "
+                          "is it binary or compressed?") from None
+    except OSError as err:
+        raise LdpsimError(f"cannot read results file {str(path)!r} ({err.strerror or err})") from None
     if df.empty:
         raise LdpsimError(f"results file {str(path)!r} has no rows")
     return df
@@ -490,6 +497,9 @@ def plot(
     if out is not None and Path(out).suffix.lower() not in FORMATS:
         raise LdpsimError(f"--out must end in {', '.join(FORMATS)} (the format is taken from the suffix); got {str(out)!r}")
     df = _filter(load_results(data), where)
+    if kind != "noise-vs-clients" and metric != "accuracy" and metric not in df.columns:
+        raise LdpsimError(f"--metric {metric}: no column {metric!r} in the table (it has: "
+                          f"{', '.join(map(str, df.columns))})")
     if kind == "accuracy-vs-epsilon":
         fig = _accuracy_vs_epsilon(df, metric, title)
     elif kind == "accuracy-vs-clients":

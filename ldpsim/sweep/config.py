@@ -42,8 +42,8 @@ from typing import Any
 
 from ldpsim._checks import LdpsimError, check_positive, check_positive_int
 
-__all__ = ["EXECUTION_FIELDS", "Cell", "SweepConfig", "fingerprint_of", "format_value", "load_sweep_config",
-           "parse_epsilon", "parse_list"]
+__all__ = ["EXECUTION_FIELDS", "Cell", "SweepConfig", "fingerprint_of", "format_value", "load_run_config",
+           "load_sweep_config", "parse_epsilon", "parse_list", "read_toml"]
 
 REQUIRED_AXES = ("epsilon", "clients_per_round", "seed")
 ALIASES = {"seeds": "seed", "clients": "clients_per_round", "mechanisms": "mechanism"}
@@ -258,6 +258,24 @@ class SweepConfig:
         return "; ".join(diffs) or "(no difference in settings)"
 
 
+def read_toml(path: str | Path, what: str) -> dict[str, Any]:
+    """A TOML file as a dict; every failure an :class:`LdpsimError` naming ``what`` and the file."""
+    path = Path(path)
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise LdpsimError(f"{what} {str(path)!r} not found") from None
+    except IsADirectoryError:
+        raise LdpsimError(f"{what} {str(path)!r} is a folder; give a TOML file") from None
+    except OSError as err:
+        raise LdpsimError(f"{what} {str(path)!r} cannot be read ({err.strerror or err})") from None
+    except UnicodeDecodeError as err:
+        raise LdpsimError(f"{what} {str(path)!r} is not UTF-8 text (byte at offset {err.start}); "
+                          "is it binary?") from None
+    except tomllib.TOMLDecodeError as err:
+        raise LdpsimError(f"{what} {str(path)!r} is not valid TOML: {err}") from None
+
+
 def load_sweep_config(path: str | Path) -> tuple[SweepConfig, dict[str, Any]]:
     """Read a TOML sweep file.
 
@@ -269,12 +287,11 @@ def load_sweep_config(path: str | Path) -> tuple[SweepConfig, dict[str, Any]]:
         LdpsimError: missing file, TOML syntax error, unknown table or bad values.
     """
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise LdpsimError(f"sweep config {str(path)!r} not found") from None
-    except tomllib.TOMLDecodeError as err:
-        raise LdpsimError(f"sweep config {str(path)!r} is not valid TOML: {err}") from None
+    data = read_toml(path, "sweep config")
+    for table in ("sweep", "grid", "run"):
+        if table in data and not isinstance(data[table], dict):
+            raise LdpsimError(f"sweep config {str(path)!r}: {table} must be a table [{table}], "
+                              f"got {data[table]!r}")
     unknown = sorted(set(data) - {"sweep", "grid", "run"})
     if unknown:
         raise LdpsimError(f"sweep config {str(path)!r}: unknown table(s) {', '.join(unknown)}; use [sweep], [grid], [run]")
@@ -283,3 +300,65 @@ def load_sweep_config(path: str | Path) -> tuple[SweepConfig, dict[str, Any]]:
     meta = dict(data.get("sweep", {}))
     config = SweepConfig(base=data.get("run", {}), grid=data["grid"], name=meta.get("name"))
     return config, meta
+
+
+def load_run_config(path: str | Path) -> tuple[dict[str, Any], dict[str, list]]:
+    """Read the settings of one run (``ldpsim run --config FILE``) from a TOML file.
+
+    The keys are :class:`~ldpsim.fl.config.SimulationConfig` fields, either at the top
+    level or in a ``[run]`` table; a sweep file works too: its ``[run]`` table, plus its
+    ``[grid]`` axes that have one value (``[sweep]`` labels are ignored). ``epsilon``
+    accepts ``"inf"``; ``delta`` also ``"1/population"`` or ``"1/clients_per_round"`` (left
+    for the caller to resolve once command-line flags are applied).
+
+    Returns:
+        ``(settings, axes)``: field -> value, and the grid axes with several values
+        (field -> values), which one run cannot take unless a flag picks one value.
+
+    Raises:
+        LdpsimError: unreadable file, bad TOML, unknown tables or settings (named).
+    """
+    from ldpsim.fl.config import SimulationConfig
+
+    path = Path(path)
+    data = read_toml(path, "run config")
+    sweep_tables = {"sweep", "grid", "run"}
+    if any(isinstance(v, dict) for v in data.values()):
+        unknown = sorted(k for k, v in data.items() if isinstance(v, dict) and k not in sweep_tables)
+        stray = sorted(k for k, v in data.items() if not isinstance(v, dict))
+        if unknown or stray:
+            raise LdpsimError(
+                f"run config {str(path)!r}: " + (f"unknown table(s) {', '.join(unknown)}" if unknown
+                                                 else f"settings {', '.join(stray)} outside [run]")
+                + "; put the settings at the top level or in a [run] table")
+        settings, grid = dict(data.get("run", {})), dict(data.get("grid", {}))
+    else:
+        settings, grid = dict(data), {}
+    out: dict[str, Any] = {}
+    axes: dict[str, list] = {}
+    for source in (settings, grid):
+        for raw, value in source.items():
+            name = ALIASES.get(raw, raw)
+            if name in out or name in axes:
+                raise LdpsimError(f"run config {str(path)!r}: {name!r} is given twice")
+            if source is grid:
+                values = list(value) if isinstance(value, (list, tuple)) else [value]
+                if not values:
+                    raise LdpsimError(f"run config {str(path)!r}: grid axis {name!r} has no values")
+                if len(values) > 1:
+                    axes[name] = values
+                    continue
+                value = values[0]
+            out[name] = value
+    fields = {f.name for f in dataclasses.fields(SimulationConfig)}
+    unknown = sorted((set(out) | set(axes)) - fields)
+    if unknown:
+        raise LdpsimError(f"run config {str(path)!r}: unknown setting(s) {', '.join(unknown)}; "
+                          f"valid settings are: {', '.join(sorted(fields))}")
+    if "epsilon" in out:
+        out["epsilon"] = parse_epsilon(out["epsilon"])
+    delta = out.get("delta")
+    if isinstance(delta, str) and delta not in DELTA_RULES:
+        raise LdpsimError(f"run config {str(path)!r}: delta must be a number in (0, 1) or one of "
+                          f"{', '.join(DELTA_RULES)}; got {delta!r}")
+    return out, axes

@@ -69,6 +69,8 @@ def run_sweep(
     overwrite: bool = False,
     progress: bool = True,
     vmap_epsilon: bool = False,
+    on_start: Callable[[int, int], None] | None = None,
+    on_cell: Callable[[Cell, list[dict]], None] | None = None,
 ) -> SweepSummary:
     """Run every cell of ``config`` that ``out`` does not already hold, writing each as it finishes.
 
@@ -86,6 +88,10 @@ def run_sweep(
             program (results equal running them one by one, up to float rounding). Off by
             default: on the 2-core CPU it measured 5× slower than one by one (MLP, m = 100,
             benchmarks/sweep_vmap_epsilon.py); cells still share one compilation.
+        on_start: called with (cells in the grid, cells already finished) once ``out`` is
+            open and locked, before any cell runs.
+        on_cell: called with each cell and its rows once they are in ``out`` (the CLI
+            updates the run manifest, ``ldpsim._manifest``, with it).
 
     Returns:
         A :class:`SweepSummary`.
@@ -98,7 +104,12 @@ def run_sweep(
     if runner is None:
         from ldpsim.sweep.engine import EngineRunner
 
-        runner = EngineRunner(vmap_epsilon=vmap_epsilon)
+        # Cells run one by one are checkpointed next to the CSV (<stem>.checkpoints/, one
+        # folder per running cell, removed once its rows are written): an interrupted
+        # cell continues from its last checkpoint instead of from round 1.
+        out_path = Path(out)
+        runner = EngineRunner(vmap_epsilon=vmap_epsilon,
+                              checkpoint_dir=out_path.with_name(out_path.stem + ".checkpoints"))
     cells = config.cells()
     check = getattr(runner, "check", None)
     if check is not None:
@@ -108,6 +119,8 @@ def run_sweep(
                       overwrite=overwrite, describe_difference=config.describe_difference) as store:
         todo = [c for c in cells if not store.is_done(c.key)]
         skipped = len(cells) - len(todo)
+        if on_start is not None:
+            on_start(len(cells), skipped)
         written = ran = 0
         bars = _Bars(progress, total=len(cells), done=skipped, rounds=sum(_rounds(c) for c in todo))
         try:
@@ -115,6 +128,8 @@ def run_sweep(
                 for cell, rows in runner(group, bars.round):
                     rows = [{**row, CELL_COLUMN: cell.key} for row in rows]
                     store.write_cell(cell.key, rows)
+                    if on_cell is not None:
+                        on_cell(cell, rows)
                     written += len(rows)
                     ran += 1
                     bars.cell(cell)

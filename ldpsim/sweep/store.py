@@ -33,6 +33,7 @@ import numpy as np
 
 from ldpsim import __version__
 from ldpsim._checks import LdpsimError
+from ldpsim._interrupt import critical
 
 try:  # POSIX only; elsewhere the lock is skipped.
     import fcntl
@@ -188,13 +189,52 @@ class ResultsStore:
         return (f"write this sweep to a new file (--out OTHER.csv) or pass --overwrite "
                 f"to replace {str(self.path)!r}")
 
+    def preflight(self) -> None:
+        """The checks of :meth:`open` that take no lock and write nothing, for a command to
+        run before any work: the suffix, and (unless ``overwrite``) that an existing file
+        belongs to this sweep.
+
+        Raises:
+            LdpsimError: as :meth:`open` would.
+        """
+        if self.path.suffix.lower() != ".csv":
+            raise LdpsimError(f"results file must end in .csv, got {str(self.path)!r}")
+        if self.overwrite:
+            return
+        has_csv, has_meta = self.path.is_file(), self.sidecar.exists()
+        if has_csv and not has_meta:
+            raise self._no_record()
+        if has_meta:
+            meta = self._read_meta()
+            if meta["fingerprint"] != self.fingerprint and not _same_results(meta, self.fingerprint):
+                raise self._foreign(meta, meta["fingerprint"])
+
+    def _no_record(self) -> LdpsimError:
+        return LdpsimError(
+            f"{str(self.path)!r} exists but has no sweep record {str(self.sidecar)!r}, so ldpsim cannot "
+            f"tell which sweep wrote it; {self._fix()}"
+        )
+
+    def _read_meta(self) -> dict[str, Any]:
+        try:
+            meta = json.loads(self.sidecar.read_text())
+            meta["fingerprint"]
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise LdpsimError(f"sweep record {str(self.sidecar)!r} is unreadable ({err}); {self._fix()}") from None
+        return meta
+
+    def _foreign(self, meta: Mapping[str, Any], fingerprint: str) -> LdpsimError:
+        diff = self._describe(meta.get("config", {})) if self._describe else ""
+        return LdpsimError(
+            f"{str(self.path)!r} holds results of a different sweep (fingerprint {fingerprint} in "
+            f"{str(self.sidecar)!r}; this sweep is {self.fingerprint})"
+            + (f"; differences: {diff}" if diff else "") + f". Refusing to mix them: {self._fix()}"
+        )
+
     def _load_or_create(self) -> None:
         has_csv, has_meta = self.path.exists(), self.sidecar.exists()
         if has_csv and not has_meta:
-            raise LdpsimError(
-                f"{str(self.path)!r} exists but has no sweep record {str(self.sidecar)!r}, so ldpsim cannot "
-                f"tell which sweep wrote it; {self._fix()}"
-            )
+            raise self._no_record()
         if not has_meta:
             self._meta = {
                 "ldpsim_sweep": SIDECAR_FORMAT, "fingerprint": self.fingerprint, "config": self.config,
@@ -202,11 +242,8 @@ class ResultsStore:
             }
             self._write_meta()
             return
-        try:
-            meta = json.loads(self.sidecar.read_text())
-            fingerprint = meta["fingerprint"]
-        except (ValueError, KeyError, TypeError) as err:
-            raise LdpsimError(f"sweep record {str(self.sidecar)!r} is unreadable ({err}); {self._fix()}") from None
+        meta = self._read_meta()
+        fingerprint = meta["fingerprint"]
         if fingerprint != self.fingerprint and _same_results(meta, self.fingerprint):
             # Written before execution-only settings left the fingerprint (or with other
             # values of them): same results, so resume, and record this sweep's identity.
@@ -215,12 +252,7 @@ class ResultsStore:
             self._meta = meta
             self._write_meta()
         if fingerprint != self.fingerprint:
-            diff = self._describe(meta.get("config", {})) if self._describe else ""
-            raise LdpsimError(
-                f"{str(self.path)!r} holds results of a different sweep (fingerprint {fingerprint} in "
-                f"{str(self.sidecar)!r}; this sweep is {self.fingerprint})"
-                + (f"; differences: {diff}" if diff else "") + f". Refusing to mix them: {self._fix()}"
-            )
+            raise self._foreign(meta, fingerprint)
         self._meta = meta
         self.done = list(meta.get("done", []))
         self.columns = list(meta.get("columns", []))
@@ -303,14 +335,17 @@ class ResultsStore:
                 if c != CELL_COLUMN and c not in seen:
                     seen.append(c)
         new = [c for c in seen if c not in self.columns]
-        if new or not self.path.exists():
-            self._widen(new)
-        with open(self.path, "a", newline="") as f:
-            writer = csv.writer(f, lineterminator="\n")
-            for row in rows:
-                writer.writerow([key if c == CELL_COLUMN else _text(row.get(c)) for c in self.columns])
-            f.flush()
-            os.fsync(f.fileno())
-        self.done.append(key)
-        self._meta["done"] = self.done
-        self._write_meta()
+        # SIGINT/SIGTERM wait for the block to end (ldpsim._interrupt.critical): the CSV
+        # never holds half a row, and a cell in it is marked done, when the command stops.
+        with critical():
+            if new or not self.path.exists():
+                self._widen(new)
+            with open(self.path, "a", newline="") as f:
+                writer = csv.writer(f, lineterminator="\n")
+                for row in rows:
+                    writer.writerow([key if c == CELL_COLUMN else _text(row.get(c)) for c in self.columns])
+                f.flush()
+                os.fsync(f.fileno())
+            self.done.append(key)
+            self._meta["done"] = self.done
+            self._write_meta()
