@@ -85,87 +85,11 @@ KEPT_POOL = ("auto", "reshape", "window")
 # --------------------------------------------------------------------------- formulations
 
 
-def _pad_same(x, kh, kw, h_axis=1):
-    """Zero-pad the two axes from ``h_axis`` as XLA's 'SAME' does for stride 1."""
-    ph, pw = kh - 1, kw - 1
-    pads = [(0, 0)] * x.ndim
-    pads[h_axis], pads[h_axis + 1] = (ph // 2, ph - ph // 2), (pw // 2, pw - pw // 2)
-    return jnp.pad(x, pads)
-
-
-def im2col_autodiff(x, kh, kw):
-    """Patches ``[N, Ho, Wo, kh*kw*C]`` of a VALID stride-1 window, feature order (i, j, c)."""
-    _, h, w, _ = x.shape
-    ho, wo = h - kh + 1, w - kw + 1
-    cols = [x[:, i : i + ho, j : j + wo, :] for i in range(kh) for j in range(kw)]
-    return jnp.concatenate(cols, axis=-1)
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2))
-def im2col(x, kh, kw):
-    """:func:`im2col_autodiff` with the in-place col2im as its VJP."""
-    return im2col_autodiff(x, kh, kw)
-
-
-def _im2col_fwd(x, kh, kw):
-    return im2col_autodiff(x, kh, kw), jnp.zeros((0,) + x.shape, x.dtype)  # only the shape
-
-
-def _im2col_bwd(kh, kw, res, g):
-    n, h, w, c = res.shape[1:]
-    ho, wo = h - kh + 1, w - kw + 1
-    g = g.reshape(n, ho, wo, kh * kw, c)
-    dx = jnp.zeros((n, h, w, c), g.dtype)
-    for i in range(kh):
-        for j in range(kw):
-            dx = dx.at[:, i : i + ho, j : j + wo, :].add(g[:, :, :, i * kw + j, :])
-    return (dx,)
-
-
-im2col.defvjp(_im2col_fwd, _im2col_bwd)
-
-
-def _patches_cnhw(x, kh, kw):
-    c, n, h, w = x.shape
-    ho, wo = h - kh + 1, w - kw + 1
-    cols = [x[:, :, i : i + ho, j : j + wo] for i in range(kh) for j in range(kw)]
-    return jnp.stack(cols, 0).reshape(kh * kw * c, n, ho, wo)
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2))
-def patches_cnhw(x, kh, kw):
-    """Channels-first VALID stride-1 patches ``[C, N, H, W] -> [kh*kw*C, N, Ho, Wo]``."""
-    return _patches_cnhw(x, kh, kw)
-
-
-def _patches_cnhw_fwd(x, kh, kw):
-    return _patches_cnhw(x, kh, kw), jnp.zeros((0,) + x.shape, x.dtype)
-
-
-def _patches_cnhw_bwd(kh, kw, res, g):
-    shape = res.shape[1:]
-    c, n, h, w = shape
-    ho, wo = h - kh + 1, w - kw + 1
-    g = g.reshape(kh, kw, c, n, ho, wo)
-    dx = jnp.zeros(shape, g.dtype)
-    for i in range(kh):
-        for j in range(kw):
-            dx = dx.at[:, :, i : i + ho, j : j + wo].add(g[i, j])
-    return (dx,)
-
-
-patches_cnhw.defvjp(_patches_cnhw_fwd, _patches_cnhw_bwd)
-
-
-def conv2d_cnhw(x, kernel, *, padding):
-    """Cross-correlation of channels-first ``x [C, N, H, W]`` and HWIO ``kernel`` (CNHW out)."""
-    kh, kw, c, o = kernel.shape
-    if padding == "SAME":
-        x = _pad_same(x, kh, kw, h_axis=2)
-    p = patches_cnhw(x, kh, kw)
-    _, n, ho, wo = p.shape
-    y = kernel.reshape(kh * kw * c, o).T @ p.reshape(kh * kw * c, n * ho * wo)
-    return y.reshape(o, n, ho, wo)
+# The kept formulations are the package's own (one copy of the code): the SAME padding,
+# im2col / channels-first patches with their in-place col2im VJPs, and the CNHW conv.
+# im2col_autodiff is the package's im2col without its hand-written VJP.
+from ldpsim.models._layers import _im2col as im2col_autodiff  # noqa: E402
+from ldpsim.models._layers import _pad_same, conv2d_cnhw, im2col  # noqa: E402
 
 
 def conv2d(x, kernel, *, padding, impl):

@@ -36,47 +36,50 @@ __all__ = ["AdaptiveClip", "CentralDP", "Data", "DistributedDP", "DpSgdClients",
 
 _frozen = dataclasses.dataclass(frozen=True, kw_only=True)
 
+#: The flat config's defaults: the nested classes below take theirs from it (one source).
+_FLAT = {f.name: f.default for f in dataclasses.fields(SimulationConfig)}
+
 
 @_frozen
 class Data:
     """Which data, dealt to how many clients (see :class:`SimulationConfig` for each)."""
 
-    dataset: str = "synthetic"
-    data_dir: str | None = None
-    data_source: str = "auto"
-    partition: str = "iid"
-    alpha: float = math.inf
-    population: int = 1000
-    examples_per_client: int = 32
+    dataset: str = _FLAT["dataset"]
+    data_dir: str | None = _FLAT["data_dir"]
+    data_source: str = _FLAT["data_source"]
+    partition: str = _FLAT["partition"]
+    alpha: float = _FLAT["alpha"]
+    population: int = _FLAT["population"]
+    examples_per_client: int = _FLAT["examples_per_client"]
 
 
 @_frozen
 class Training:
     """The federated optimisation: model, rounds, cohort, local and server optimizers."""
 
-    model: str = "auto"
-    rounds: int = 10
-    clients_per_round: int = 100
-    sampling: str = "uniform"
-    local_steps: int = 2
-    local_epochs: int | None = None
-    batch_size: int = 16
-    client_optimizer: str = "sgd"
-    client_lr: float = 0.05
-    server_optimizer: str = "fedavg"
-    server_lr: float = 1.0
-    server_momentum: float = 0.9
-    weighting: str = "examples"
-    eval_every: int = 1
-    seed: int = 0
+    model: str = _FLAT["model"]
+    rounds: int = _FLAT["rounds"]
+    clients_per_round: int = _FLAT["clients_per_round"]
+    sampling: str = _FLAT["sampling"]
+    local_steps: int = _FLAT["local_steps"]
+    local_epochs: int | None = _FLAT["local_epochs"]
+    batch_size: int = _FLAT["batch_size"]
+    client_optimizer: str = _FLAT["client_optimizer"]
+    client_lr: float = _FLAT["client_lr"]
+    server_optimizer: str = _FLAT["server_optimizer"]
+    server_lr: float = _FLAT["server_lr"]
+    server_momentum: float = _FLAT["server_momentum"]
+    weighting: str = _FLAT["weighting"]
+    eval_every: int = _FLAT["eval_every"]
+    seed: int = _FLAT["seed"]
 
 
 @_frozen
 class Execution:
     """How the rounds run (clients per vmapped chunk, devices): speed only."""
 
-    chunk_size: int | None = None
-    devices: int | None = None
+    chunk_size: int | None = _FLAT["chunk_size"]
+    devices: int | None = _FLAT["devices"]
 
 
 @_frozen
@@ -84,13 +87,13 @@ class LocalDP:
     """Local DP (``privacy_mode="ldp"``): each client clips to ``clip`` and adds noise for
     (``epsilon``, ``delta``) per round; ``epsilon=inf``: no noise (clipping only)."""
 
-    epsilon: float = math.inf
-    delta: float = 1e-5
-    clip: float = 1.0
-    mechanism: str = "gaussian"
-    neighbours: str = "replace"
-    calibration: str = "analytic"
-    noise_mode: str = "per-client"
+    epsilon: float = _FLAT["epsilon"]
+    delta: float = _FLAT["delta"]
+    clip: float = _FLAT["clip"]
+    mechanism: str = _FLAT["mechanism"]
+    neighbours: str = _FLAT["neighbours"]
+    calibration: str = _FLAT["calibration"]
+    noise_mode: str = _FLAT["noise_mode"]
 
 
 @_frozen
@@ -98,21 +101,21 @@ class MindSpore:
     """MindSpore Federated ``DP_ENCRYPT``: per-round (``epsilon``, ``delta``) (MindSpore's
     ``dp_eps``/``dp_delta``), adaptive per-client bounds ``norm_clip·‖W_{t+1} − W_t‖``."""
 
-    epsilon: float = 50.0
-    delta: float = 0.01
-    norm_clip: float = 1.0
-    clip_rule: str = "running-min"
-    neighbours: str = "add-remove"
-    noise_mode: str = "per-client"
+    epsilon: float = _FLAT["dp_eps"]
+    delta: float = _FLAT["dp_delta"]
+    norm_clip: float = _FLAT["dp_norm_clip"]
+    clip_rule: str = _FLAT["mindspore_clip_rule"]
+    neighbours: str = _FLAT["mindspore_neighbours"]
+    noise_mode: str = _FLAT["noise_mode"]
 
 
 @_frozen
 class AdaptiveClip:
     """Quantile-adaptive clipping of central DP-FedAvg (Andrew et al. 2021)."""
 
-    target_quantile: float = 0.5
-    learning_rate: float = 0.2
-    count_stddev: float | None = None
+    target_quantile: float = _FLAT["target_quantile"]
+    learning_rate: float = _FLAT["clip_learning_rate"]
+    count_stddev: float | None = _FLAT["clipped_count_stddev"]
 
 
 @_frozen
@@ -120,9 +123,9 @@ class CentralDP:
     """Central DP-FedAvg: one server draw N(0, (z·clip)²) on the clipped sum; the budget is
     the noise multiplier z (user-level ε is accounted over the rounds)."""
 
-    noise_multiplier: float = 1.0
-    clip: float = 1.0
-    delta: float = 1e-5
+    noise_multiplier: float = _FLAT["noise_multiplier"]
+    clip: float = _FLAT["clip"]
+    delta: float = _FLAT["delta"]
     adaptive: AdaptiveClip | None = None
 
 
@@ -131,20 +134,20 @@ class DistributedDP:
     """Distributed DP: each client adds N(0, (z·clip)²/m); clients drop out with
     ``dropout_rate``."""
 
-    noise_multiplier: float = 1.0
-    clip: float = 1.0
-    delta: float = 1e-5
-    dropout_rate: float = 0.0
-    noise_mode: str = "per-client"
+    noise_multiplier: float = _FLAT["noise_multiplier"]
+    clip: float = _FLAT["clip"]
+    delta: float = _FLAT["delta"]
+    dropout_rate: float = _FLAT["dropout_rate"]
+    noise_mode: str = _FLAT["noise_mode"]
 
 
 @_frozen
 class DpSgdClients:
     """Every client trains with DP-SGD (sample-level DP inside the client)."""
 
-    micro_batches: int = 1
-    clip: float = 1.0
-    noise_multiplier: float = 0.0
+    micro_batches: int = _FLAT["client_dp_micro_batches"]
+    clip: float = _FLAT["client_dp_clip"]
+    noise_multiplier: float = _FLAT["client_dp_noise_multiplier"]
 
 
 Privacy = Union[LocalDP, MindSpore, CentralDP, DistributedDP]
