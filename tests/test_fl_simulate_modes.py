@@ -38,6 +38,8 @@ def _config(**kw):
     # delta = 1e-3 only up to a per-release epsilon of ~17 (docs/privacy_sharp_edges.md);
     # above it epsilon_spent is inf by design (tests/test_privacy_release.py).
     base.update(kw)
+    if base.get("privacy_mode", "ldp") != "ldp":
+        base.pop("epsilon")   # the local-DP budget; the other modes have their own
     return SimulationConfig(**base)
 
 

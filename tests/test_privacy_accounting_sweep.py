@@ -77,7 +77,7 @@ def test_exact_reference_reproduces_the_review():
 
 
 @pytest.mark.parametrize("z", [0.5, 1.0, 2.0, 4.0])
-@pytest.mark.parametrize("rounds", [1, 5])
+@pytest.mark.parametrize("rounds", [1, pytest.param(5, marks=pytest.mark.slow)])
 def test_full_participation_fixed_is_never_below_the_exact_gaussian(z, rounds):
     """m = N: no amplification. Sensitivity 2C ⇒ μ = 2√T / z."""
     exact = exact_gaussian_epsilon(2.0 * math.sqrt(rounds) / z, 1e-5)
@@ -108,13 +108,13 @@ def test_review_figures():
 
 CASES = [  # (m, N, T, z, delta)
     (16, 64, 6, 1.2, 1e-5),
-    (50, 2_000, 40, 0.9, 1e-6),
+    pytest.param(50, 2_000, 40, 0.9, 1e-6, marks=pytest.mark.slow),
     (10, 10, 3, 3.0, 1e-5),
 ]
 
 
 @pytest.mark.parametrize("m,n,t,z,delta", CASES)
-@pytest.mark.parametrize("sampling", ["poisson", "fixed"])
+@pytest.mark.parametrize("sampling", ["poisson", pytest.param("fixed", marks=pytest.mark.slow)])
 def test_dpfedavg_and_dpsgd_epsilon_match_independent_events(m, n, t, z, delta, sampling):
     if sampling == "fixed":
         event, relation = (wor(n, m, z), REPLACE) if m < n else (
@@ -136,6 +136,7 @@ def test_dpfedavg_and_dpsgd_epsilon_match_independent_events(m, n, t, z, delta, 
         assert fed.epsilon >= exact
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sampling", ["poisson", "fixed"])
 def test_solvers_return_the_multiplier_the_relation_needs(sampling):
     m, n, t, delta, target = 50, 2_000, 40, 1e-6, 3.0
@@ -158,6 +159,7 @@ def test_solvers_return_the_multiplier_the_relation_needs(sampling):
         assert z > 1.5 * z_half
 
 
+@pytest.mark.slow
 def test_full_participation_solver_matches_the_exact_gaussian():
     z = accounting.dpfedavg_noise_multiplier(target_epsilon=2.0, clients_per_round=30,
                                              population=30, rounds=4, delta=1e-5,
@@ -218,6 +220,8 @@ def _engine_rows(toy_data, **kw) -> list[dict]:
                 epsilon=10.0, delta=1e-5, clip=1.0, local_steps=1, batch_size=4,
                 client_lr=0.1, chunk_size=8, eval_every=3, seed=0)
     base.update(kw)
+    if base.get("privacy_mode", "ldp") != "ldp":
+        base.pop("epsilon")   # the local-DP budget; the other modes have their own
     return sim.simulate(SimulationConfig(**base), data=toy_data)
 
 
@@ -231,6 +235,7 @@ def full_cohort_data():
     return toy_logreg_problem(16, n_test=50)
 
 
+@pytest.mark.slow
 def test_engine_central_uniform_is_replace_one(toy_data):
     """The review's engine case: N = 64, m = 16, z = 1.2, 6 rounds, δ = 1e-5: 16.74."""
     eps = _engine_epsilon(toy_data, privacy_mode="central", noise_multiplier=1.2)
@@ -239,6 +244,7 @@ def test_engine_central_uniform_is_replace_one(toy_data):
     assert eps[0] == pytest.approx(reference_rdp(wor(64, 16, 1.2), 3, 1e-5, REPLACE), rel=1e-9)
 
 
+@pytest.mark.slow
 def test_engine_central_poisson_is_add_remove(toy_data):
     eps = _engine_epsilon(toy_data, privacy_mode="central", noise_multiplier=1.2,
                           sampling="poisson")
@@ -246,6 +252,7 @@ def test_engine_central_poisson_is_add_remove(toy_data):
                                     rel=1e-9)
 
 
+@pytest.mark.slow
 def test_engine_distributed_full_cohort(full_cohort_data):
     eps = _engine_epsilon(full_cohort_data, privacy_mode="distributed", noise_multiplier=2.0,
                           population=16, clients_per_round=16)
@@ -255,6 +262,7 @@ def test_engine_distributed_full_cohort(full_cohort_data):
         reference_rdp(dp_accounting.GaussianDpEvent(1.0), 6, 1e-5, ADD_REMOVE), rel=1e-9)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("neighbours,factor", [("replace", 2.0), ("add-remove", 1.0)])
 def test_engine_ldp_epsilon_spent_is_exact(full_cohort_data, neighbours, factor):
     rows = _engine_rows(full_cohort_data, neighbours=neighbours, population=16,
@@ -272,12 +280,15 @@ def test_engine_ldp_epsilon_spent_is_exact(full_cohort_data, neighbours, factor)
 
 
 @pytest.mark.parametrize("argv", [
-    ["account", "dpfedavg", "--target-epsilon", "1e4", "--clients-per-round", "10",
-     "--population", "100", "--rounds", "3", "--delta", "1e-5"],
-    ["account", "dpfedavg", "--target-epsilon", "1e6", "--clients-per-round", "10",
-     "--population", "100", "--rounds", "3", "--delta", "1e-5", "--method", "pld"],
-    ["account", "dpsgd", "--target-epsilon", "800", "--batch-size", "10", "--num-examples",
-     "100", "--steps", "10", "--delta", "1e-5", "--sampling", "fixed"],
+    pytest.param(["account", "dpfedavg", "--target-epsilon", "1e4", "--clients-per-round", "10",
+                  "--population", "100", "--rounds", "3", "--delta", "1e-5"],
+                 marks=pytest.mark.slow),
+    pytest.param(["account", "dpfedavg", "--target-epsilon", "1e6", "--clients-per-round", "10",
+                  "--population", "100", "--rounds", "3", "--delta", "1e-5", "--method", "pld"],
+                 marks=pytest.mark.slow),
+    pytest.param(["account", "dpsgd", "--target-epsilon", "800", "--batch-size", "10",
+                  "--num-examples", "100", "--steps", "10", "--delta", "1e-5", "--sampling",
+                  "fixed"], marks=pytest.mark.slow),
     ["account", "ldp", "--sigma", "1e-300", "--sensitivity", "2", "--delta", "1e-5",
      "--method", "analytic"],
     ["account", "ldp", "--mechanism", "laplace", "--scale", "1e-4", "--sensitivity", "2",
