@@ -46,7 +46,7 @@ import time
 import jax
 import jax.numpy as jnp
 
-from ldpsim.fl.client import client_optimizer, local_update
+from ldpsim._src.fl.client import client_optimizer, local_update
 from ldpsim.models import get_model
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -88,8 +88,8 @@ KEPT_POOL = ("auto", "reshape", "window")
 # The kept formulations are the package's own (one copy of the code): the SAME padding,
 # im2col / channels-first patches with their in-place col2im VJPs, and the CNHW conv.
 # im2col_autodiff is the package's im2col without its hand-written VJP.
-from ldpsim.models._layers import _im2col as im2col_autodiff  # noqa: E402
-from ldpsim.models._layers import _pad_same, conv2d_cnhw, im2col  # noqa: E402
+from ldpsim._src.models._layers import _im2col as im2col_autodiff  # noqa: E402
+from ldpsim._src.models._layers import _pad_same, conv2d_cnhw, im2col  # noqa: E402
 
 
 def conv2d(x, kernel, *, padding, impl):

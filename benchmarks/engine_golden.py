@@ -68,9 +68,9 @@ def _clean(v):
 def run_all() -> dict[str, list[dict]]:
     import warnings
 
-    from ldpsim.fl.config import SimulationConfig
-    from ldpsim.fl.simulate import simulate
-    from ldpsim.sweep import engine
+    from ldpsim._src.fl.config import SimulationConfig
+    from ldpsim._src.fl.simulate import simulate
+    from ldpsim._src.sweep import engine
 
     out: dict[str, list[dict]] = {}
     for name, over in CASES.items():

@@ -11,9 +11,9 @@ Rows:
   * ``jax.random.normal threefry``: the baseline (default key impl).
   * ``jax.random.normal rbg`` / ``unsafe_rbg``: JAX's other key impls.
   * ``jax.random.bits threefry``: raw 32-bit words, no transform (context).
-  * ``ldpsim fast normal (default)``: :func:`ldpsim.privacy.sampling.normal`,
+  * ``ldpsim fast normal (default)``: :func:`ldpsim._src.privacy.sampling.normal`,
     ``impl="fast"`` (Threefry-2x32-20 + Box–Muller), the engine's default via
-    :func:`ldpsim.privacy.mechanisms.gaussian_noise`.
+    :func:`ldpsim._src.privacy.mechanisms.gaussian_noise`.
   * ``ldpsim icdf normal``: ``impl="icdf"`` (same bits, 64-bit inverse CDF).
   * ``ldpsim gaussian_noise`` : the engine's entry point on a LeNet-5-shaped
     pytree (10 leaves) when ``--dim`` is 61,706, so per-leaf overheads show.
@@ -23,7 +23,7 @@ Rows:
     ``lax.scan`` over the cohort, each client's noise added to the running sum), for both.
 
 Compilation: the ``jax.random`` rows use plain ``jax.jit`` (JAX's defaults); the ldpsim
-rows use :func:`ldpsim._xla.jit`, the way every ldpsim kernel is compiled (on CPU: XLA's
+rows use :func:`ldpsim._src._xla.jit`, the way every ldpsim kernel is compiled (on CPU: XLA's
 ``xla_cpu_prefer_vector_width=512``, which lets AVX-512 machines run the cipher and the
 transform 16 lanes wide). Two extra rows show each side under the other's options, so the
 ratio is not an artefact of the options: ``jax.random.normal`` gains nothing from them.
@@ -50,8 +50,8 @@ import time
 import jax
 import jax.numpy as jnp
 
-from ldpsim import _xla
-from ldpsim.privacy import mechanisms, sampling
+from ldpsim._src import _xla
+from ldpsim._src.privacy import mechanisms, sampling
 
 
 def _client_keys(root, rnd, clients):
@@ -68,7 +68,7 @@ def _methods(clients: int, dim: int):
 
     def scanned(draw):
         # The CPU engine's pattern (chunk 1): clients one at a time inside lax.scan, each
-        # client's noise added to a running sum (ldpsim.fl.simulate accumulates the noised
+        # client's noise added to a running sum (ldpsim._src.fl.simulate accumulates the noised
         # updates this way), so the noise is consumed without being stored.
         def f(root, rnd):
             keys = _client_keys(root, rnd, clients)

@@ -8,7 +8,7 @@ resident memory (``VmHWM`` from ``/proc/self/status``, read by the child at the 
   ``main``), for each n in ``--ns`` and each MODE in ``--modes``:
 
   - ``per-client``: every client's d-dimensional noise is drawn for real
-    (:func:`ldpsim.privacy.mechanisms.gaussian_noise`, key ``fold_in(root, client)``),
+    (:func:`ldpsim._src.privacy.mechanisms.gaussian_noise`, key ``fold_in(root, client)``),
     plus its random direction, in chunks of clients inside one ``fori_loop``: O(n·d) time,
     O(chunk·d) memory;
   - ``aggregate``: the mean noise is drawn from its exact distribution N(0, σ²/n·I): O(d).
@@ -19,7 +19,7 @@ resident memory (``VmHWM`` from ``/proc/self/status``, read by the child at the 
   to the smallest n of the same mode and ``linearity`` is that ratio divided by the
   ratio of the n's (1.0 = exactly linear).
 
-* ``--lenet-round M``: one LeNet-5 FedAvg round of :func:`ldpsim.fl.simulate` with M
+* ``--lenet-round M``: one LeNet-5 FedAvg round of :func:`ldpsim._src.fl.simulate` with M
   clients sampled from a virtual population (``SampledPopulation``, N =
   ``--population``, default max(10^6, M)) over MNIST-shaped data (random uint8 images
   and labels, 60,000 base examples, or the real MNIST with ``--data-dir``), per-client
@@ -78,7 +78,7 @@ def child_noise(n: int, mode: str, dim: int, trials: int, repeats: int, chunk: i
     import jax
 
     from ldpsim.cli import main
-    from ldpsim.privacy import averaging
+    from ldpsim._src.privacy import averaging
 
     start = time.perf_counter()
     warm = averaging._chunk_for(10**9, dim, chunk)  # the chunk every large n uses
@@ -115,7 +115,7 @@ def child_lenet(m: int, population: int, noise_mode: str, data_dir: str | None) 
 
     from ldpsim.data import SampledPopulation
     from ldpsim.fl import SimulationConfig
-    from ldpsim.fl.simulate import simulate
+    from ldpsim._src.fl.simulate import simulate
 
     start = time.perf_counter()
     if data_dir:

@@ -12,9 +12,9 @@ import dataclasses
 import statistics
 import time
 
-from ldpsim.fl.config import SimulationConfig
-from ldpsim.fl.simulate import build_data, simulate
-from ldpsim.sweep.engine import simulate_epsilon_axis
+from ldpsim._src.fl.config import SimulationConfig
+from ldpsim._src.fl.simulate import build_data, simulate
+from ldpsim._src.sweep.engine import simulate_epsilon_axis
 
 
 def main() -> None:

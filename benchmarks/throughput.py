@@ -7,7 +7,7 @@ comes from a :class:`~ldpsim.data.SampledPopulation` over 4,096 random uint8 ima
 the data gather is part of the measured round (as in a real run).
 
 Rows:
-* ``engine``: :func:`ldpsim.fl.round.make_round_fn` jitted (chunked vmap, one kernel),
+* ``engine``: :func:`ldpsim._src.fl.round.make_round_fn` jitted (chunked vmap, one kernel),
   at m = 10, 100, 1,000, 10,000 clients per round.
 * ``loop``: a Python loop over clients calling ONE jitted single-client step (the same
   ``local_update`` + ``privatize`` code, local steps unrolled, data gather included) and
@@ -18,7 +18,7 @@ Rows:
 
 * ``--host-devices K1 K2 ...``: the engine rows again with the cohort split over ``K`` host
   CPU devices (``XLA_FLAGS=--xla_force_host_platform_device_count=K`` set in the worker
-  before jax is imported, ``make_round_fn(devices=K)``, :mod:`ldpsim.fl.sharding`); the
+  before jax is imported, ``make_round_fn(devices=K)``, :mod:`ldpsim._src.fl.sharding`); the
   ``x 1 dev`` column is the rate over the first K's engine rate at the same m, same run.
 
 Every configuration runs in a fresh subprocess so that its peak resident memory
@@ -26,7 +26,7 @@ Every configuration runs in a fresh subprocess so that its peak resident memory
 after one warm-up (compilation excluded).  Speed of light: training FLOPs per client
 (XLA's cost analysis of one client's ``local_update``) at the measured float32 matmul peak,
 plus the per-client noise at the measured rate of ldpsim's default sampler. Every ldpsim
-program (engine, loop, breakdown) is compiled with :func:`ldpsim._xla.jit` (ldpsim's XLA CPU
+program (engine, loop, breakdown) is compiled with :func:`ldpsim._src._xla.jit` (ldpsim's XLA CPU
 options), so the loop baseline gets the same code generation as the engine.
 
 Usage::
@@ -100,13 +100,13 @@ def worker(mode: str, m: int, chunk: int, repeats: int, budget_s: float,
     import jax.numpy as jnp
     from jax import lax
 
-    from ldpsim import _xla
-    from ldpsim.fl import client as client_lib
-    from ldpsim.fl import sharding
-    from ldpsim.fl.privatize import privatize
-    from ldpsim.fl._policy import chunk_layout, resolve_chunks_in_flight
-    from ldpsim.fl.round import RoundHyper, init_state, make_round_fn
-    from ldpsim.privacy import mechanisms
+    from ldpsim._src import _xla
+    from ldpsim._src.fl import client as client_lib
+    from ldpsim._src.fl import sharding
+    from ldpsim._src.fl.privatize import privatize
+    from ldpsim._src.fl._policy import chunk_layout, resolve_chunks_in_flight
+    from ldpsim._src.fl.round import RoundHyper, init_state, make_round_fn
+    from ldpsim._src.privacy import mechanisms
 
     pop, model, params, ids = _setup(m)
     mask = jnp.ones(m, bool)
@@ -180,10 +180,10 @@ def machine_limits() -> dict:
     import jax
     import jax.numpy as jnp
 
-    from ldpsim import _xla
-    from ldpsim.fl import client as client_lib
+    from ldpsim._src import _xla
+    from ldpsim._src.fl import client as client_lib
     from ldpsim.models import num_params
-    from ldpsim.privacy import sampling
+    from ldpsim._src.privacy import sampling
 
     a = jnp.ones((2048, 2048), jnp.float32)
     mm = jax.jit(lambda a: a @ a)
@@ -259,7 +259,7 @@ def main(argv=None) -> int:
         print(json.dumps(machine_limits()))
         return 0
 
-    from ldpsim.fl._policy import resolve_chunk_size
+    from ldpsim._src.fl._policy import resolve_chunk_size
 
     chunk = resolve_chunk_size(args.chunk)
     ms = [10, 100] if args.quick else args.ms

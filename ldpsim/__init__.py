@@ -19,7 +19,7 @@ the one release type :class:`Privatized`), :func:`weighted_mean` (aggregate),
 (where the noise goes).
 
 Devices: call ``ldpsim.use_host_devices()`` before anything imports JAX to run on one CPU
-device per core, as the ``ldpsim`` command does (:mod:`ldpsim._devices`).
+device per core, as the ``ldpsim`` command does (:mod:`ldpsim._src._devices`).
 
 Layers (dependencies point downwards only):
 
@@ -34,36 +34,36 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from ldpsim._checks import LdpsimError
+from ldpsim._src._checks import LdpsimError
 
 __version__ = "0.1.0"
 
 # name -> (module, attribute); a None attribute exports the module itself.
 _EXPORTS: dict[str, tuple[str, str | None]] = {
-    "SimulationConfig": ("ldpsim.fl.config", "SimulationConfig"),
-    **{name: ("ldpsim.fl.experiment", name) for name in (
+    "SimulationConfig": ("ldpsim._src.fl.config", "SimulationConfig"),
+    **{name: ("ldpsim._src.fl.experiment", name) for name in (
         "Experiment", "Data", "Training", "Execution", "LocalDP", "MindSpore", "CentralDP",
         "AdaptiveClip", "DistributedDP", "DpSgdClients")},
-    "simulate": ("ldpsim.fl.simulate", "simulate"),
-    "simulate_lanes": ("ldpsim.fl.simulate", "simulate_lanes"),
-    "make_round_fn": ("ldpsim.fl.round", "make_round_fn"),
-    "RoundHyper": ("ldpsim.fl.round", "RoundHyper"),
-    "ServerState": ("ldpsim.fl.round", "ServerState"),
-    "modes": ("ldpsim.fl.modes", None),
-    "mechanism": ("ldpsim.privacy.mechanism", None),
-    "Privatized": ("ldpsim.privacy.mechanism", "Privatized"),
-    "gaussian_randomizer": ("ldpsim.privacy.mechanism", "gaussian_randomizer"),
-    "laplace_randomizer": ("ldpsim.privacy.mechanism", "laplace_randomizer"),
-    "clip_by_global_norm": ("ldpsim.privacy.clipping", "clip_by_global_norm"),
-    "clip_by_l1_norm": ("ldpsim.privacy.clipping", "clip_by_l1_norm"),
-    "weighted_mean": ("ldpsim.fl.server", "weighted_mean"),
-    "calibrate": ("ldpsim.privacy.calibration", "calibrate"),
-    "ldp_epsilon": ("ldpsim.privacy.accounting", "ldp_epsilon"),
-    "dpfedavg_epsilon": ("ldpsim.privacy.accounting", "dpfedavg_epsilon"),
-    "dpsgd_epsilon": ("ldpsim.privacy.accounting", "dpsgd_epsilon"),
+    "simulate": ("ldpsim._src.fl.simulate", "simulate"),
+    "simulate_lanes": ("ldpsim._src.fl.simulate", "simulate_lanes"),
+    "make_round_fn": ("ldpsim._src.fl.round", "make_round_fn"),
+    "RoundHyper": ("ldpsim._src.fl.round", "RoundHyper"),
+    "ServerState": ("ldpsim._src.fl.round", "ServerState"),
+    "modes": ("ldpsim._src.fl.modes", None),
+    "mechanism": ("ldpsim._src.privacy.mechanism", None),
+    "Privatized": ("ldpsim._src.privacy.mechanism", "Privatized"),
+    "gaussian_randomizer": ("ldpsim._src.privacy.mechanism", "gaussian_randomizer"),
+    "laplace_randomizer": ("ldpsim._src.privacy.mechanism", "laplace_randomizer"),
+    "clip_by_global_norm": ("ldpsim._src.privacy.clipping", "clip_by_global_norm"),
+    "clip_by_l1_norm": ("ldpsim._src.privacy.clipping", "clip_by_l1_norm"),
+    "weighted_mean": ("ldpsim._src.fl.server", "weighted_mean"),
+    "calibrate": ("ldpsim._src.privacy.calibration", "calibrate"),
+    "ldp_epsilon": ("ldpsim._src.privacy.accounting", "ldp_epsilon"),
+    "dpfedavg_epsilon": ("ldpsim._src.privacy.accounting", "dpfedavg_epsilon"),
+    "dpsgd_epsilon": ("ldpsim._src.privacy.accounting", "dpsgd_epsilon"),
 }
 
-_EXPORTS["use_host_devices"] = ("ldpsim._devices", "use_host_devices")
+_EXPORTS["use_host_devices"] = ("ldpsim._src._devices", "use_host_devices")
 
 __all__ = ["LdpsimError", "__version__", *sorted(_EXPORTS)]
 

@@ -7,9 +7,9 @@ import math
 
 import pytest
 
-from ldpsim._checks import LdpsimError
+from ldpsim._src._checks import LdpsimError
 from ldpsim.cli import main
-from ldpsim.privacy.accounting import (
+from ldpsim._src.privacy.accounting import (
     LdpAccountant,
     SampledGaussianAccountant,
     dpfedavg_epsilon,
@@ -19,7 +19,7 @@ from ldpsim.privacy.accounting import (
     ldp_epsilon,
     ldp_round_epsilon,
 )
-from ldpsim.privacy.calibration import analytic_gaussian_delta, analytic_gaussian_sigma
+from ldpsim._src.privacy.calibration import analytic_gaussian_delta, analytic_gaussian_sigma
 
 MNIST = dict(batch_size=256, num_examples=60000, steps=14062, delta=1e-5)
 

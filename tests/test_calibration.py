@@ -8,7 +8,7 @@ import pytest
 from dp_accounting import gaussian_mechanism
 
 from ldpsim import LdpsimError
-from ldpsim.privacy import calibration as cal
+from ldpsim._src.privacy import calibration as cal
 
 # ALGORITHMS.md §1.4 (Δ = 1): ε, δ, exact σ, java-faithful σ, classic σ.
 TABLE = [

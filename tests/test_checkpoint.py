@@ -1,4 +1,4 @@
-"""Checkpoints (ldpsim.fl.checkpoint): a stopped or crashed run resumes with the history of
+"""Checkpoints (ldpsim._src.fl.checkpoint): a stopped or crashed run resumes with the history of
 an uninterrupted one, bit for bit; a checkpoint of another configuration is refused."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import math
 import pytest
 
 from ldpsim import LdpsimError
-from ldpsim.fl.config import SimulationConfig
-from ldpsim.fl.simulate import simulate, simulate_lanes
+from ldpsim._src.fl.config import SimulationConfig
+from ldpsim._src.fl.simulate import simulate, simulate_lanes
 
 
 def _config(**kw) -> SimulationConfig:
@@ -110,7 +110,7 @@ def test_interrupted_sweep_cell_continues_from_its_checkpoint(tmp_path):
     import pandas as pd
 
     from ldpsim.sweep import SweepConfig, run_sweep
-    from ldpsim.sweep.engine import EngineRunner
+    from ldpsim._src.sweep.engine import EngineRunner
 
     sweep = SweepConfig(base={"model": "logreg", "population": 40, "rounds": 12,
                               "delta": 1e-3, "eval_every": 1},

@@ -535,8 +535,8 @@ def test_bad_input_subprocess(case, files, subprocess_results):
 
 
 def _parse(argv: list[str]):
-    from ldpsim.cli import build_parser
-    from ldpsim.cli._guards import given_dests
+    from ldpsim._src.cli import build_parser
+    from ldpsim._src.cli._guards import given_dests
 
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -564,7 +564,7 @@ def _parse(argv: list[str]):
 ], ids=lambda s: s or "defaults")
 def test_options_that_apply_and_defaults_pass_the_checks(extra, tmp_path):
     """The checks refuse only what the user typed and the mode does not use (no JAX work)."""
-    from ldpsim.cli._guards import check_run_args
+    from ldpsim._src.cli._guards import check_run_args
 
     args = _parse(shlex.split(RUN) + shlex.split(extra.format(tmp=tmp_path)))
     check_run_args(args)
@@ -576,8 +576,8 @@ def test_options_that_apply_and_defaults_pass_the_checks(extra, tmp_path):
     "--axis privacy_mode=ldp,distributed --set dropout_rate=0.1 --epsilon inf",
 ])
 def test_sweep_checks_pass_what_applies(extra, tmp_path):
-    from ldpsim.cli._guards import check_sweep_args
-    from ldpsim.cli.cmd_sweep import build_config
+    from ldpsim._src.cli._guards import check_sweep_args
+    from ldpsim._src.cli.cmd_sweep import build_config
 
     args = _parse(shlex.split(f"sweep --out {tmp_path}/s.csv") + shlex.split(extra))
     config, out, _ = build_config(args)
@@ -590,8 +590,8 @@ def test_sweep_checks_pass_what_applies(extra, tmp_path):
 
 
 def test_memory_estimates_and_override():
-    from ldpsim._checks import LdpsimError
-    from ldpsim.cli._guards import check_memory, check_run_memory, host_memory_limit, run_memory
+    from ldpsim._src._checks import LdpsimError
+    from ldpsim._src.cli._guards import check_memory, check_run_memory, host_memory_limit, run_memory
 
     limit, what = host_memory_limit()
     assert limit > 2**28 and what
@@ -648,8 +648,8 @@ def test_complete_results_draw_without_warning(files, tmp_path):
 def test_every_help_shows_the_defaults():
     import argparse
 
-    from ldpsim.cli import build_parser
-    from ldpsim.cli._guards import _walk
+    from ldpsim._src.cli import build_parser
+    from ldpsim._src.cli._guards import _walk
 
     missing = []
     for parser in _walk(build_parser()):

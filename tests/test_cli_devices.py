@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ldpsim import LdpsimError
-from ldpsim._devices import MAX_HOST_DEVICES, host_devices_default
+from ldpsim._src._devices import MAX_HOST_DEVICES, host_devices_default
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = ("from ldpsim.cli import _request_host_devices; _request_host_devices(); "

@@ -35,7 +35,7 @@ def test_noise_plot_path_is_checked(tmp_path, capsys):
 
 
 def test_missing_parent_folders_are_created_and_nothing_is_left_behind(tmp_path, capsys):
-    from ldpsim.cli import check_output_path
+    from ldpsim._src.cli import check_output_path
 
     target = tmp_path / "a" / "b" / "r.csv"
     check_output_path(target, "--out")

@@ -1,4 +1,4 @@
-"""Tests for ldpsim.fl.client.local_update: padding exactness, step semantics, optimizers, vmap."""
+"""Tests for ldpsim._src.fl.client.local_update: padding exactness, step semantics, optimizers, vmap."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import optax
 import pytest
 
 from ldpsim import LdpsimError
-from ldpsim.fl.client import ClientMetrics, client_optimizer, local_update, num_local_steps
+from ldpsim._src.fl.client import ClientMetrics, client_optimizer, local_update, num_local_steps
 from ldpsim.models import get_model
 
 KEY = jax.random.key(0)

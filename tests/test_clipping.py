@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ldpsim.privacy import clipping
+from ldpsim._src.privacy import clipping
 
 
 def _tree(seed: int, scale: float, shapes):

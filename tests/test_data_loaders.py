@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ldpsim._checks import LdpsimError
+from ldpsim._src._checks import LdpsimError
 from ldpsim.data import (
     download_file,
     load_dataset,
@@ -21,8 +21,8 @@ from ldpsim.data import (
     parse_idx,
     verify_file,
 )
-from ldpsim.data import idx as idx_mod
-from ldpsim.data import shakespeare as shk
+from ldpsim._src.data import idx as idx_mod
+from ldpsim._src.data import shakespeare as shk
 
 MNIST_SHA = idx_mod.IDX_DATASETS["mnist"]["sha256"]
 LABELS = "train-labels-idx1-ubyte.gz"
@@ -205,7 +205,7 @@ def test_offline_mnist_fails_fast_without_tfds_and_names_the_fix(tmp_path, monke
     # not go through TFDS (which hangs for minutes offline) and must use a short timeout.
     import socket
 
-    from ldpsim.data import _files, tfds as tfds_mod
+    from ldpsim._src.data import _files, tfds as tfds_mod
 
     monkeypatch.delenv("LDPSIM_DATA_DIR", raising=False)
     monkeypatch.setenv("LDPSIM_CACHE_DIR", str(tmp_path / "cache"))
@@ -236,7 +236,7 @@ def test_offline_mnist_fails_fast_without_tfds_and_names_the_fix(tmp_path, monke
 
 
 def test_download_stops_trying_mirrors_after_the_budget(tmp_path, monkeypatch):
-    from ldpsim.data import _files
+    from ldpsim._src.data import _files
 
     clock = iter(range(0, 1000, 10))  # each reading of the clock: 10 s later
     monkeypatch.setattr(_files.time, "monotonic", lambda: next(clock))

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ldpsim._checks import LdpsimError
+from ldpsim._src._checks import LdpsimError
 from ldpsim.data import (
     PaddedPopulation,
     SampledPopulation,

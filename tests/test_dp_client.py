@@ -1,4 +1,4 @@
-"""Tests for ldpsim.fl.dp_client: DP-SGD as the client optimizer of the FL engine."""
+"""Tests for ldpsim._src.fl.dp_client: DP-SGD as the client optimizer of the FL engine."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ import pytest
 
 from ldpsim import LdpsimError
 from ldpsim.data import PaddedPopulation
-from ldpsim.fl.client import client_optimizer, local_update
-from ldpsim.fl.dp_client import dp_client_epsilon, dp_local_update, make_dp_client_update
+from ldpsim._src.fl.client import client_optimizer, local_update
+from ldpsim._src.fl.dp_client import dp_client_epsilon, dp_local_update, make_dp_client_update
 from ldpsim.models import get_model
-from ldpsim.privacy.accounting import dpsgd_epsilon
+from ldpsim._src.privacy.accounting import dpsgd_epsilon
 
 SHAPE = (5,)
 CLASSES = 3
@@ -88,7 +88,7 @@ def test_one_step_clips_each_micro_batch_exactly():
     d, _ = _dp(x, y, 8, key, opt=optax.sgd(lr), batch_size=B, local_steps=1, micro_batches=M,
                clip_norm=C, noise_multiplier=0.0)
     # The batch is the whole (permuted) client; rebuild the permutation's chunks by hand.
-    from ldpsim.fl.client import _epoch_permutation
+    from ldpsim._src.fl.client import _epoch_permutation
 
     perm = np.asarray(_epoch_permutation(key, jnp.int32(0), jnp.int32(8), 8))
     total = None
@@ -185,8 +185,8 @@ def test_plugs_into_the_round():
     """make_round_fn(client_update=...) runs DP-SGD clients: the round's new model is the
     example-weighted mean of the clients' dp_local_update deltas (keys as the engine documents:
     the first half of split(fold_in(fold_in(root, round), client)))."""
-    from ldpsim.fl.round import RoundHyper, client_key, init_state, make_round_fn
-    from ldpsim.fl.simulate import sample_cohort
+    from ldpsim._src.fl.round import RoundHyper, client_key, init_state, make_round_fn
+    from ldpsim._src.fl.simulate import sample_cohort
 
     rng = np.random.default_rng(0)
     xs = rng.normal(size=(12, 8) + SHAPE).astype(np.float32)

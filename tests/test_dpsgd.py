@@ -10,8 +10,8 @@ import numpy as np
 import optax
 import pytest
 
-from ldpsim._checks import LdpsimError
-from ldpsim.privacy.dpsgd import (
+from ldpsim._src._checks import LdpsimError
+from ldpsim._src.privacy.dpsgd import (
     decay_noise_multiplier,
     dp_adam,
     dp_aggregate,
@@ -20,7 +20,7 @@ from ldpsim.privacy.dpsgd import (
     microbatch_grads,
     update_clip_norm,
 )
-from ldpsim.privacy.monitors import decayed_noise_multipliers
+from ldpsim._src.privacy.monitors import decayed_noise_multipliers
 
 
 def _grads():

@@ -1,4 +1,4 @@
-"""Tests for the centralised DP-SGD trainer (ldpsim.fl.central) and `ldpsim dpsgd`."""
+"""Tests for the centralised DP-SGD trainer (ldpsim._src.fl.central) and `ldpsim dpsgd`."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from scipy import stats
 
 from ldpsim import LdpsimError
 from ldpsim.cli import main
-from ldpsim.fl.central import (
+from ldpsim._src.fl.central import (
     CSV_COLUMNS,
     DpsgdConfig,
     epsilon_by_epoch,
@@ -31,8 +31,8 @@ from ldpsim.fl.central import (
     train_dpsgd,
 )
 from ldpsim.models import get_model
-from ldpsim.privacy.accounting import dpsgd_epsilon
-from ldpsim.privacy.monitors import RDPMonitor
+from ldpsim._src.privacy.accounting import dpsgd_epsilon
+from ldpsim._src.privacy.monitors import RDPMonitor
 
 # A small, fast variant of experiments/mindarmour_lenet_dpsgd.toml: an MLP on 2,048 MNIST
 # rows, 32 steps of (expected) batch 64 with 32 micro-batches, Gaussian noise, Linear
@@ -275,7 +275,7 @@ def _adaptive(**kw):
 
 def test_combined_gaussian_rule_is_the_composition_of_value_and_fraction():
     """Two Gaussians on the same data are one Gaussian with 1/z² = 1/z_v² + 1/z_f²."""
-    from ldpsim.fl.central import combine_noise_multipliers
+    from ldpsim._src.fl.central import combine_noise_multipliers
 
     z_v, z_f = 1.5, 2.0
     z = combine_noise_multipliers(z_v, z_f)
@@ -310,7 +310,7 @@ def test_combined_gaussian_rule_is_the_composition_of_value_and_fraction():
 
 
 def test_fraction_noise_multiplier_and_step_multipliers():
-    from ldpsim.fl.central import fraction_noise_multiplier, step_noise_multipliers
+    from ldpsim._src.fl.central import fraction_noise_multiplier, step_noise_multipliers
 
     cfg = _adaptive()
     # β/M has sensitivity 1/M (one unit's indicator): z_f = σ_f·M, the same for shuffle.
@@ -392,7 +392,7 @@ def test_noise_follows_clip_adaptive_run_is_homogeneous_and_gets_a_pld():
 
 @pytest.mark.parametrize("sampling", ["poisson", "shuffle"])
 def test_fraction_released_without_noise_gives_infinite_epsilon(sampling):
-    from ldpsim.fl.central import UnaccountedReleaseWarning
+    from ldpsim._src.fl.central import UnaccountedReleaseWarning
 
     cfg = _adaptive(fraction_stddev=0.0, sampling=sampling, epochs=2)
     assert "epsilon = inf" in privacy_setting(cfg).describe(cfg)
@@ -431,7 +431,7 @@ def test_shuffle_adaptive_epsilon_charges_each_epoch_its_worst_multiplier():
 
 def test_poisson_noise_decay_composes_each_steps_multiplier():
     """AdaGaussian (fixed clip bound): each Poisson step with its decayed multiplier."""
-    from ldpsim.privacy.monitors import decayed_noise_multipliers
+    from ldpsim._src.privacy.monitors import decayed_noise_multipliers
 
     z0, r, n, B = 6.0, 0.05, 320, 64
     cfg = DpsgdConfig(noise_multiplier=z0, epochs=2, batch_size=B, micro_batches=8,
@@ -449,7 +449,7 @@ def test_poisson_noise_decay_composes_each_steps_multiplier():
 
 def test_poisson_ledger_of_2340_adaptive_steps_is_fast():
     """The MindArmour configuration's size: 10 epochs of 234 steps, all C_t distinct."""
-    from ldpsim.fl import central
+    from ldpsim._src.fl import central
 
     # delta 0.01: above the sampler floor q·Φ(1/0.09 − 6.76) = 4.3e-3 of these multipliers.
     cfg = DpsgdConfig(noise_multiplier=0.4, delta=0.01)  # Linear adaptive clipping, M = 32
@@ -466,7 +466,7 @@ def test_poisson_ledger_of_2340_adaptive_steps_is_fast():
 
 
 def test_vectorised_poisson_rdp_equals_dp_accounting():
-    from ldpsim.fl.central import RDP_ORDERS, _poisson_rdp
+    from ldpsim._src.fl.central import RDP_ORDERS, _poisson_rdp
 
     for q in (256 / 60000, 0.05):
         zs = [0.05, 1.1, 4.0]
@@ -494,8 +494,8 @@ def test_micro_batch_sensitivity_really_is_2c():
     Linear softmax model without bias at W = 0: ∇ℓ(x, y) = (softmax(0) − e_y) xᵀ, so an
     example with x_b = −3 x_a (same label) turns the chunk mean gradient from g_a to −g_a.
     """
-    from ldpsim.privacy.clipping import clip_by_global_norm
-    from ldpsim.privacy.dpsgd import microbatch_grads
+    from ldpsim._src.privacy.clipping import clip_by_global_norm
+    from ldpsim._src.privacy.dpsgd import microbatch_grads
 
     apply_fn = lambda p, x: x @ p  # noqa: E731
     loss = lambda p, b: optax.losses.softmax_cross_entropy_with_integer_labels(  # noqa: E731
@@ -564,7 +564,7 @@ def _toy(n):
 
 def _one_step(x, y, key, *, micro_batches, capacity, clip=0.05, batch_size=8):
     n = x.shape[0]
-    from ldpsim.fl.central import _optimizer
+    from ldpsim._src.fl.central import _optimizer
 
     cfg = DpsgdConfig(optimizer="sgd", learning_rate=1.0, batch_size=batch_size,
                       dp=micro_batches is not None, micro_batches=micro_batches or 1,
@@ -652,8 +652,8 @@ def test_poisson_step_uses_every_sampled_example_once(micro_batches, capacity):
 
 def test_presummed_aggregate_equals_dp_aggregate():
     """With all K units valid and divisor K, the Poisson per-example aggregator is dp_aggregate."""
-    from ldpsim.privacy.clipping import clip_by_global_norm
-    from ldpsim.privacy.dpsgd import dp_aggregate
+    from ldpsim._src.privacy.clipping import clip_by_global_norm
+    from ldpsim._src.privacy.dpsgd import dp_aggregate
 
     K = 6
     units = {"a": jax.random.normal(jax.random.key(2), (K, 3, 2)),
@@ -722,8 +722,8 @@ def test_config_errors(tmp_path, capsys):
 
 
 def test_cli_sampling_flag_matches_the_config(capsys):
-    from ldpsim.cli import cmd_dpsgd
-    from ldpsim.fl import central
+    from ldpsim._src.cli import cmd_dpsgd
+    from ldpsim._src.fl import central
 
     assert cmd_dpsgd.SAMPLINGS == central.SAMPLINGS
     assert cmd_dpsgd.DEFAULT_SAMPLING == DpsgdConfig().sampling == "poisson"
@@ -734,7 +734,7 @@ def test_cli_sampling_flag_matches_the_config(capsys):
 
 
 def test_epoch_permutation_is_a_fresh_permutation_per_epoch():
-    from ldpsim.fl.central import epoch_permutation
+    from ldpsim._src.fl.central import epoch_permutation
 
     key = jax.random.key(0)
     a = np.asarray(epoch_permutation(key, 0, 100, 3, 32))
@@ -745,7 +745,7 @@ def test_epoch_permutation_is_a_fresh_permutation_per_epoch():
 
 
 def test_kernel_init_options():
-    from ldpsim.fl.central import _redraw_kernels
+    from ldpsim._src.fl.central import _redraw_kernels
 
     with pytest.raises(LdpsimError, match="kernel_init"):
         DpsgdConfig(kernel_init="he_uniformish")
@@ -768,7 +768,7 @@ def test_sampler_floor_makes_epsilon_inf_when_noise_is_tiny():
     """Bounded-tail noise (docs/privacy_sharp_edges.md §4): z = 0.05 with micro-batches
     (value multiplier 0.025) tells neighbours apart with probability ~1 whenever the
     example is in the step, so no δ = 1e-5 holds, with either sampling."""
-    from ldpsim.privacy.calibration import SamplerTailWarning, sampler_delta_floor
+    from ldpsim._src.privacy.calibration import SamplerTailWarning, sampler_delta_floor
 
     for sampling, q in (("shuffle", 1.0), ("poisson", 256 / 60000)):
         cfg = DpsgdConfig(noise_multiplier=0.05, clip_mechanism=None, sampling=sampling,

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from ldpsim.cli import build_parser
-from ldpsim.cli.cmd_sweep import build_config
-from ldpsim.sweep.engine import EngineRunner
+from ldpsim._src.cli import build_parser
+from ldpsim._src.cli.cmd_sweep import build_config
+from ldpsim._src.sweep.engine import EngineRunner
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 MINDSPORE = ["mindspore_lenet5.toml", "mindspore_lenet5_quick.toml"]

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from ldpsim.cli import main
-from ldpsim.fl.config import SimulationConfig
+from ldpsim._src.fl.config import SimulationConfig
 
 ARGS = ["run", "--dataset", "synthetic", "--model", "logreg", "--population", "30",
         "--clients-per-round", "10", "--rounds", "3", "--local-steps", "1",

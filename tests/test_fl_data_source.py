@@ -3,9 +3,9 @@
 import pytest
 
 from ldpsim import LdpsimError
-from ldpsim import data as data_lib
-from ldpsim.fl import simulate as sim
-from ldpsim.fl.config import SimulationConfig
+from ldpsim._src.data import registry as data_registry
+from ldpsim._src.fl import simulate as sim
+from ldpsim._src.fl.config import SimulationConfig
 
 
 def test_bad_data_source_is_rejected():
@@ -24,7 +24,7 @@ def test_build_data_passes_source_to_the_loader(monkeypatch, source, expected):
         seen.update(name=name, data_dir=data_dir, **kwargs)
         raise _Stop
 
-    monkeypatch.setattr(data_lib, "load_dataset", fake_load)
+    monkeypatch.setattr(data_registry, "load_dataset", fake_load)
     config = SimulationConfig(dataset="mnist", data_dir="/some/dir", data_source=source,
                               population=10, clients_per_round=2)
     with pytest.raises(_Stop):

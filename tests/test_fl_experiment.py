@@ -1,4 +1,4 @@
-"""Nested configs (ldpsim.fl.experiment): lossless conversion, errors name nested options,
+"""Nested configs (ldpsim._src.fl.experiment): lossless conversion, errors name nested options,
 and the engine gives the same history for the nested and the flat form."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 
 import ldpsim
 from ldpsim import LdpsimError
-from ldpsim.fl.config import SimulationConfig
-from ldpsim.fl.experiment import (AdaptiveClip, CentralDP, Data, DistributedDP, DpSgdClients,
+from ldpsim._src.fl.config import SimulationConfig
+from ldpsim._src.fl.experiment import (AdaptiveClip, CentralDP, Data, DistributedDP, DpSgdClients,
                                   Execution, Experiment, LocalDP, MindSpore, Training)
 from toy_data import toy_logreg_problem
 

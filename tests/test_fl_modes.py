@@ -1,4 +1,4 @@
-"""Privacy modes in the round (ldpsim.fl.modes objects through ldpsim.fl.round.make_round_fn):
+"""Privacy modes in the round (ldpsim._src.fl.modes objects through ldpsim._src.fl.round.make_round_fn):
 MindSpore, central, distributed, aggregate noise."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import pytest
 from scipy import stats
 
 from ldpsim.data import PaddedPopulation
-from ldpsim.fl import modes
-from ldpsim.fl.round import RoundHyper, init_state, make_round_fn
+from ldpsim._src.fl import modes
+from ldpsim._src.fl.round import RoundHyper, init_state, make_round_fn
 from ldpsim.models import get_model
-from ldpsim.privacy import server_dp
+from ldpsim._src.privacy import server_dp
 
 FEATURES, CLASSES, MAX_EX, N = 6, 3, 8, 40
 
@@ -246,7 +246,7 @@ def test_laplace_engine_clips_l1(setup):
 def test_client_dp_wiring_equals_engine_hook(setup):
     # DP-SGD clients with traced clip/multiplier equal the engine's client_update hook
     # with the same values bound (same keys), and differ from ordinary clients.
-    from ldpsim.fl.dp_client import make_dp_client_update
+    from ldpsim._src.fl.dp_client import make_dp_client_update
 
     model, params, pop = setup
     state = init_state(params, jax.random.key(0))

@@ -1,4 +1,4 @@
-"""The federated round kernel (ldpsim.fl.round.make_round_fn) and its building blocks."""
+"""The federated round kernel (ldpsim._src.fl.round.make_round_fn) and its building blocks."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ import pytest
 from scipy import stats
 
 from ldpsim.data import PaddedPopulation
-from ldpsim.fl import client as client_lib
-from ldpsim.fl import server as server_lib
-from ldpsim.fl.privatize import privatize
-from ldpsim.fl.round import RoundHyper, init_state, make_round_fn
-from ldpsim.fl.simulate import sample_cohort
+from ldpsim._src.fl import client as client_lib
+from ldpsim._src.fl import server as server_lib
+from ldpsim._src.fl.privatize import privatize
+from ldpsim._src.fl.round import RoundHyper, init_state, make_round_fn
+from ldpsim._src.fl.simulate import sample_cohort
 from ldpsim.models import get_model
 
 FEATURES, CLASSES, MAX_EX = 6, 3, 8

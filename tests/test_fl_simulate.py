@@ -10,9 +10,9 @@ import pytest
 
 from ldpsim import LdpsimError
 from ldpsim.data import PaddedPopulation, load_dataset, make_population
-from ldpsim.fl import modes
-from ldpsim.fl import simulate as sim
-from ldpsim.fl.config import SimulationConfig
+from ldpsim._src.fl import modes
+from ldpsim._src.fl import simulate as sim
+from ldpsim._src.fl.config import SimulationConfig
 
 RESULT_COLUMNS = {
     "dataset", "model", "mechanism", "neighbours", "epsilon", "delta", "clip", "sensitivity",
@@ -151,7 +151,7 @@ def test_config_is_frozen_and_keyword_only():
 
 
 def test_noise_scale_uses_the_calibration():
-    from ldpsim.privacy.calibration import calibrate
+    from ldpsim._src.privacy.calibration import calibrate
 
     c = SimulationConfig(epsilon=2.0, delta=1e-5, clip=0.5, neighbours="add-remove")
     sigma, sens, mech = modes.noise_scale(c)

@@ -1,5 +1,5 @@
 """simulate() and ``ldpsim run`` in every privacy mode: MindSpore, central, distributed,
-aggregate noise, DP-SGD clients (ldpsim.fl.modes through the driver)."""
+aggregate noise, DP-SGD clients (ldpsim._src.fl.modes through the driver)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 
 from ldpsim import LdpsimError
-from ldpsim.fl import modes
-from ldpsim.fl import simulate as sim
-from ldpsim.fl.config import SimulationConfig
+from ldpsim._src.fl import modes
+from ldpsim._src.fl import simulate as sim
+from ldpsim._src.fl.config import SimulationConfig
 from toy_data import toy_logreg_problem
 
 MODE_COLUMNS = {"privacy_mode", "noise_mode", "noise_multiplier", "clip_bound", "noise_sum_std",
@@ -122,7 +122,7 @@ def test_mindspore_replace_neighbours_doubles_sigma(data):
 
 @pytest.mark.parametrize("sampling", ["uniform", "poisson"])
 def test_central_epsilon_spent_is_dpfedavg_epsilon(data, sampling):
-    from ldpsim.privacy import accounting
+    from ldpsim._src.privacy import accounting
 
     z, m = 0.9, 8
     history = sim.simulate(_config(privacy_mode="central", noise_multiplier=z, clip=0.5,
@@ -140,7 +140,7 @@ def test_central_epsilon_spent_is_dpfedavg_epsilon(data, sampling):
 
 
 def test_central_adaptive_uses_the_noise_split(data):
-    from ldpsim.privacy.adaptive import adaptive_noise_split
+    from ldpsim._src.privacy.adaptive import adaptive_noise_split
 
     z, m, c0 = 0.1, 8, 0.1
     history = sim.simulate(_config(privacy_mode="central", adaptive_clip=True, noise_multiplier=z,
@@ -172,7 +172,7 @@ def test_distributed_epsilon_uses_smallest_effective_multiplier(data):
 
 
 def test_client_dp_epsilon_column(data):
-    from ldpsim.fl.dp_client import dp_client_epsilon
+    from ldpsim._src.fl.dp_client import dp_client_epsilon
 
     z = 1.3
     history = sim.simulate(_config(privacy_mode="central", client_dp=True,
@@ -221,7 +221,7 @@ def test_bad_mode_combinations_raise(kw, field):
 
 def test_cli_run_central_writes_csv(tmp_path):
     from ldpsim.cli import main
-    from ldpsim.privacy import accounting
+    from ldpsim._src.privacy import accounting
 
     out = tmp_path / "x.csv"
     rc = main(["run", "--dataset", "synthetic", "--model", "logreg", "--population", "30",
@@ -272,8 +272,8 @@ def test_dp_local_update_partial_batch_is_mean_of_micro_batch_means():
     # clipped micro-batch gradients are summed and divided by M (not by the number of valid
     # rows). One SGD step, n = 3 rows in a batch of B = 4, M = 2: chunk 1 holds 2 valid rows,
     # chunk 2 holds 1 valid row and 1 padding row.
-    from ldpsim.fl.client import _epoch_permutation, local_update
-    from ldpsim.fl.dp_client import dp_local_update
+    from ldpsim._src.fl.client import _epoch_permutation, local_update
+    from ldpsim._src.fl.dp_client import dp_local_update
     from ldpsim.models import get_model
 
     model = get_model("logreg", input_shape=(5,), num_classes=3)

@@ -1,4 +1,4 @@
-"""The manifest beside a run's CSV (ldpsim._manifest), ``run --config`` and ``--overwrite``.
+"""The manifest beside a run's CSV (ldpsim._src._manifest), ``run --config`` and ``--overwrite``.
 
 End-to-end tests run the command in a subprocess (as a user does: the CLI's own host-device
 setup), so that a run re-created from the manifest alone can be compared bit for bit.
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from ldpsim import _manifest
+from ldpsim._src import _manifest
 from ldpsim.cli import main
-from ldpsim.fl.config import SimulationConfig
+from ldpsim._src.fl.config import SimulationConfig
 
 TOP_LEVEL = {"ldpsim_manifest", "kind", "status", "started_at", "ended_at", "wall_seconds",
              "error", "command_line", "command", "cwd", "results", "configuration", "seeds",
@@ -142,8 +142,8 @@ def test_manifest_write_is_strict_json_and_atomic(tmp_path):
 
 
 def test_dataset_record_reuses_the_verified_checksums(tmp_path):
-    from ldpsim.data import idx
-    from ldpsim.data._files import sha256_of
+    from ldpsim._src.data import idx
+    from ldpsim._src.data._files import sha256_of
 
     folder = tmp_path / "mnist"
     folder.mkdir()

@@ -1,4 +1,4 @@
-"""ldpsim.privacy.mechanism: a local randomizer as one object of pure functions."""
+"""ldpsim._src.privacy.mechanism: a local randomizer as one object of pure functions."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from ldpsim import LdpsimError
-from ldpsim.fl.privatize import privatize
-from ldpsim.privacy import calibration, mechanism
+from ldpsim._src.fl.privatize import privatize
+from ldpsim._src.privacy import calibration, mechanism
 
 TREE = {"w": jnp.arange(12.0).reshape(3, 4) / 10.0, "b": jnp.array([3.0, -4.0])}
 

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from ldpsim.privacy import calibration, mechanisms
-from ldpsim.privacy import mechanism as mechanism_lib
+from ldpsim._src.privacy import calibration, mechanisms
+from ldpsim._src.privacy import mechanism as mechanism_lib
 
 TREE = {"conv": jnp.zeros((5, 5, 1, 6)), "dense": {"w": jnp.zeros((400, 120)), "b": jnp.zeros(120)}}
 
@@ -128,7 +128,7 @@ def test_averaging_law(n, d, trials):
 # Argument checks: concrete bad values raise LdpsimError naming the argument; traced
 # values are not checked (they cannot be inspected) and still work under jit.
 
-from ldpsim._checks import LdpsimError  # noqa: E402
+from ldpsim._src._checks import LdpsimError  # noqa: E402
 
 _UPDATE = {"w": jnp.array([3.0, -4.0]), "b": jnp.array([1.0])}
 _BAD_CLIPS = [-1.0, 0.0, -0.0, np.nan, np.float32(-2.0), jnp.float32(-1.0), jnp.array([1.0, -1.0]), "x"]

@@ -11,7 +11,7 @@ import pytest
 
 from ldpsim import LdpsimError
 from ldpsim.models import get_model, num_params
-from ldpsim.models._layers import (conv2d, conv2d_cnhw, max_pool2x2, resolve_conv_impl,
+from ldpsim._src.models._layers import (conv2d, conv2d_cnhw, max_pool2x2, resolve_conv_impl,
                                    resolve_pool_impl)
 
 KEY = jax.random.key(0)

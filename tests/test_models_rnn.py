@@ -1,4 +1,4 @@
-"""Tests for the character LSTMs (ldpsim.models.rnn): counts, exact padding, vmap, learning."""
+"""Tests for the character LSTMs (ldpsim._src.models.rnn): counts, exact padding, vmap, learning."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import optax
 import pytest
 
 from ldpsim import LdpsimError
-from ldpsim.fl.client import local_update
+from ldpsim._src.fl.client import local_update
 from ldpsim.models import get_model, num_params, resolve_model_name
-from ldpsim.models.rnn import PAD_ID, lstm_num_params
+from ldpsim._src.models.rnn import PAD_ID, lstm_num_params
 
 KEY = jax.random.key(0)
 V = 90  # the Shakespeare loader's vocabulary (4 specials + TFF's 86 characters)
@@ -292,8 +292,8 @@ def test_char_lstm_learns_real_shakespeare(data_root):
 
 def test_auto_model_for_shakespeare_is_the_char_lstm(data_root):
     """model='auto' never gives Shakespeare's token ids to an MLP (issue: converged answers)."""
-    from ldpsim.fl.config import SimulationConfig
-    from ldpsim.fl.simulate import simulate
+    from ldpsim._src.fl.config import SimulationConfig
+    from ldpsim._src.fl.simulate import simulate
 
     rows = simulate(SimulationConfig(dataset="shakespeare", data_dir=str(data_root),
                                      partition="natural", model="auto", epsilon=float("inf"),

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from scipy import special
 
-from ldpsim._checks import LdpsimError
-from ldpsim.privacy.accounting import dpsgd_epsilon
-from ldpsim.privacy.monitors import (
+from ldpsim._src._checks import LdpsimError
+from ldpsim._src.privacy.accounting import dpsgd_epsilon
+from ldpsim._src.privacy.monitors import (
     MINDARMOUR_ORDERS,
     RDPMonitor,
     ZCDPMonitor,

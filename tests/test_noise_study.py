@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from ldpsim._checks import LdpsimError
+from ldpsim._src._checks import LdpsimError
 from ldpsim.cli import main
-from ldpsim.cli.cmd_noise import COLUMNS
-from ldpsim.privacy import averaging as A
-from ldpsim.privacy.calibration import analytic_gaussian_sigma
+from ldpsim._src.cli.cmd_noise import COLUMNS
+from ldpsim._src.privacy import averaging as A
+from ldpsim._src.privacy.calibration import analytic_gaussian_sigma
 
 Z = 5.0  # 5 standard errors: two-sided false-failure rate 5.7e-7 per check
 

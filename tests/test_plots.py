@@ -11,12 +11,12 @@ import pandas as pd
 import pytest
 from matplotlib.colors import to_rgba
 
-from ldpsim._checks import LdpsimError
+from ldpsim._src._checks import LdpsimError
 from ldpsim.cli import main
-from ldpsim.cli.cmd_plot import KINDS as CLI_KINDS
+from ldpsim._src.cli.cmd_plot import KINDS as CLI_KINDS
 from ldpsim.plots import KINDS, plot
-from ldpsim.plots.figures import eps_colors
-from ldpsim.privacy.averaging import noise_study
+from ldpsim._src.plots.figures import eps_colors
+from ldpsim._src.privacy.averaging import noise_study
 from ldpsim.sweep import run_sweep
 from sweep_fakes import FakeRunner, small_config
 

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from ldpsim.fl import columns
-from ldpsim.fl import simulate as sim
-from ldpsim.fl.config import SimulationConfig
+from ldpsim._src.fl import columns
+from ldpsim._src.fl import simulate as sim
+from ldpsim._src.fl.config import SimulationConfig
 from toy_data import toy_logreg_problem
-from ldpsim.privacy import calibration, sampling
+from ldpsim._src.privacy import calibration, sampling
 
 # ------------------------------------------------------------------ sampler tails
 
@@ -160,7 +160,7 @@ def test_mindspore_defaults_are_not_delivered_by_float32_noise(toy_data):
 def test_history_rows_are_typed_rows(toy_data):
     from typing import get_type_hints
 
-    from ldpsim.fl.columns import COLUMNS, HistoryRow
+    from ldpsim._src.fl.columns import COLUMNS, HistoryRow
 
     hints = get_type_hints(HistoryRow)
     assert set(hints) == set(COLUMNS)

@@ -15,8 +15,8 @@ import pytest
 
 from ldpsim import LdpsimError
 from ldpsim.cli import main
-from ldpsim.fl.config import SimulationConfig
-from ldpsim.fl.simulate import simulate
+from ldpsim._src.fl.config import SimulationConfig
+from ldpsim._src.fl.simulate import simulate
 
 
 def _config(**kw) -> SimulationConfig:
@@ -68,7 +68,7 @@ def _read_scalars(folder) -> dict[str, dict[int, float]]:
 
 def test_tensorboard_callback_writes_the_numeric_columns(tmp_path):
     pytest.importorskip("tensorboardX", reason="the tensorboard extra is not installed")
-    from ldpsim.fl.writers import tensorboard_callback
+    from ldpsim._src.fl.writers import tensorboard_callback
 
     with tensorboard_callback(tmp_path / "tb") as board:
         history = simulate(_config(), callback=board)
@@ -81,7 +81,7 @@ def test_tensorboard_callback_writes_the_numeric_columns(tmp_path):
 
 
 def test_tensorboard_callback_without_the_package_names_the_extra(monkeypatch, tmp_path):
-    from ldpsim.fl.writers import tensorboard_callback
+    from ldpsim._src.fl.writers import tensorboard_callback
 
     monkeypatch.setitem(sys.modules, "tensorboardX", None)   # import fails
     with pytest.raises(LdpsimError, match=r"ldpsim\[tensorboard\]"):
@@ -116,8 +116,8 @@ def test_cli_checkpoint_resume_and_tensorboard(tmp_path, capsys):
 
 _MEMORY_SCRIPT = textwrap.dedent("""
     import json
-    from ldpsim.fl.config import SimulationConfig
-    from ldpsim.fl.simulate import simulate_lanes
+    from ldpsim._src.fl.config import SimulationConfig
+    from ldpsim._src.fl.simulate import simulate_lanes
 
     def peak_rss_mib():
         with open("/proc/self/status") as f:

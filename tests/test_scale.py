@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ldpsim.privacy import averaging as A
+from ldpsim._src.privacy import averaging as A
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-"""The cohort split over devices (ldpsim.fl.sharding): same results as one device.
+"""The cohort split over devices (ldpsim._src.fl.sharding): same results as one device.
 
 The multi-device checks run in a subprocess whose host platform exposes 4 CPU devices
 (``XLA_FLAGS=--xla_force_host_platform_device_count=4``, set before jax is imported); in
@@ -21,10 +21,10 @@ import numpy as np
 import pytest
 
 from ldpsim import LdpsimError
-from ldpsim.fl import _policy, sharding
-from ldpsim.fl import round as rnd
-from ldpsim.fl import simulate as sim
-from ldpsim.fl.config import SimulationConfig
+from ldpsim._src.fl import _policy, sharding
+from ldpsim._src.fl import round as rnd
+from ldpsim._src.fl import simulate as sim
+from ldpsim._src.fl.config import SimulationConfig
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -35,7 +35,7 @@ _CHILD = r"""
 import json, math, sys
 import jax, jax.numpy as jnp, numpy as np
 from ldpsim.fl import _policy, round as rnd, sharding, simulate as sim
-from ldpsim.fl.config import SimulationConfig
+from ldpsim._src.fl.config import SimulationConfig
 from ldpsim.models import get_model
 
 from toy_data import toy_logreg_problem

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from ldpsim._checks import LdpsimError
+from ldpsim._src._checks import LdpsimError
 from ldpsim.cli import main
 from ldpsim.sweep import ResultsStore, SweepConfig, load_sweep_config, run_sweep, sidecar_path
 from sweep_fakes import FakeRunner, small_config
@@ -187,7 +187,7 @@ def _with_base(**changes) -> SweepConfig:
 
 
 def test_execution_only_settings_do_not_change_the_fingerprint(tmp_path):
-    from ldpsim.sweep.config import EXECUTION_FIELDS, fingerprint_of
+    from ldpsim._src.sweep.config import EXECUTION_FIELDS, fingerprint_of
 
     assert set(EXECUTION_FIELDS) == {"chunk_size", "data_dir", "devices"}
     a = _with_base(chunk_size=None, data_dir=None, devices=None)

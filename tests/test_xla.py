@@ -1,4 +1,4 @@
-"""ldpsim._xla: the compile options of ldpsim's own kernels."""
+"""ldpsim._src._xla: the compile options of ldpsim's own kernels."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ldpsim import LdpsimError, _xla
-from ldpsim.privacy import sampling
+from ldpsim import LdpsimError
+from ldpsim._src import _xla
+from ldpsim._src.privacy import sampling
 
 
 def test_options_on_cpu_and_override(monkeypatch):

@@ -1,0 +1,313 @@
+"""The audit: play the game, choose a test on one split, bound ε on the other."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+
+from ldpsim._src._checks import LdpsimError, check_choice, check_open_unit, check_positive, check_positive_int
+from ldpsim._src.audit import _bounds, _game, _mechanisms
+from ldpsim._src.audit._bounds import AuditResult, Test
+from ldpsim._src.audit._mechanisms import Mechanism, Score
+
+PyTree = Any
+
+#: Selection trials per input whose scores are kept on the host; beyond it a pilot of this
+#: size proposes the thresholds and the selection counts are taken in the kernel.
+PILOT_TRIALS = 2**20
+
+#: Thresholds of the grid the selection counts when it streams (beyond :data:`PILOT_TRIALS`).
+SELECTION_GRID = 2**14
+
+MECHANISMS = ("gaussian", "laplace", "rr")
+
+
+def _check_delta(delta: Any) -> float:
+    try:
+        out = float(delta)
+    except (TypeError, ValueError):
+        raise LdpsimError(f"delta must be a number in [0, 1), got {delta!r}") from None
+    if not 0.0 <= out < 1.0:
+        raise LdpsimError(f"delta must be in [0, 1), got {delta!r}")
+    return out
+
+
+def _split(trials: int, select_fraction: float) -> tuple[int, int]:
+    n_select = int(math.floor(trials * select_fraction))
+    if n_select < 1 or trials - n_select < 1:
+        raise LdpsimError(
+            f"trials must leave at least one selection and one evaluation trial per input "
+            f"(trials={trials}, select_fraction={select_fraction}); use trials >= 2"
+        )
+    return n_select, trials - n_select
+
+
+def audit(
+    mechanism: Mechanism,
+    x0: PyTree,
+    x1: PyTree,
+    *,
+    key: jax.Array,
+    trials: int,
+    delta: float = 0.0,
+    score: Score | None = None,
+    confidence: float = 0.95,
+    select_fraction: float = 0.5,
+    test: Test | None = None,
+    support=None,
+    chunk_size: int | None = None,
+    progress: Callable[[int], Any] | None = None,
+) -> AuditResult:
+    """Empirical ε lower bound at ``delta`` for ``mechanism`` on the neighbouring pair ``(x0, x1)``.
+
+    The first ``⌊select_fraction·trials⌋`` trials of each input choose a threshold test
+    (:func:`ldpsim.audit.select_test`); the remaining trials, disjoint from them (other key
+    positions), are counted for that one test, and only those counts enter the bound. A test
+    fixed in advance (``test``) skips the selection: every trial is an evaluation trial.
+
+    Args:
+        mechanism: ``(key, x) -> output``, pure and vmappable over the key.
+        x0, x1: the neighbouring inputs.
+        key: root key (trial ``i`` of input ``w`` uses ``fold_in(fold_in(key, w), i)``).
+        trials: trials per input (≥ 2 with selection, ≥ 1 with a fixed ``test``).
+        delta: the δ of the claim (0 for pure DP).
+        score: ``output -> scalar`` (default :func:`ldpsim.audit.projection_score`).
+        confidence: ``1 − α`` in (0, 1); the two Clopper–Pearson bounds take ``α/2`` each.
+        select_fraction: share of the trials used to choose the test, in (0, 1).
+        test: a :class:`Test` fixed in advance (no selection split).
+        support: ``((lo0, hi0), (lo1, hi1))``, closed intervals that contain every score
+            under ``x0`` and ``x1`` *by construction* (e.g. a sampler's tail bound); a test
+            region outside one of them has an exactly zero rate. None: no such knowledge.
+        chunk_size: trials per kernel call (default: 2**22 output elements per chunk).
+        progress: called with the number of trials finished after each chunk.
+
+    Returns:
+        An :class:`AuditResult`.
+
+    Raises:
+        LdpsimError: bad arguments, a NaN score, or samples outside the stated support.
+    """
+    trials = check_positive_int("trials", trials)
+    confidence = check_open_unit("confidence", confidence)
+    delta = _check_delta(delta)
+    if score is None:
+        score = _mechanisms.projection_score(x0, x1)
+    game = _game.Game(mechanism, x0, x1, score, key=key,
+                      chunk_size=_game._chunk(chunk_size, mechanism, x0, key, trials))
+    if test is None:
+        select_fraction = check_open_unit("select_fraction", select_fraction)
+        n_select, n_eval = _split(trials, select_fraction)
+        test = _choose(game, n_select, n_eval, delta, 1 - confidence, support, progress)
+    else:
+        check_choice("orientation", test.orientation, _bounds.ORIENTATIONS)
+        test = Test(float(np.float32(test.threshold)), test.orientation)
+        n_select, n_eval = 0, trials
+    above0, above1 = _count(game, np.asarray([test.threshold], np.float32), n_eval, n_select, progress)
+    return _bounds.evaluate_test(test, int(above0[0]), int(above1[0]), n_eval=n_eval, n_select=n_select,
+                                 delta=delta, confidence=confidence, support=support)
+
+
+def _count(game: _game.Game, thresholds: np.ndarray, trials: int, start: int, progress) -> tuple:
+    """Counts above ``thresholds``: from host-side scores for up to :data:`PILOT_TRIALS` trials
+    (the kernel the selection compiled), else in the kernel."""
+    if trials > PILOT_TRIALS:
+        return game.count_above(thresholds, trials=trials, start=start, progress=progress)
+    s = _no_nan(game.scores(trials=trials, start=start, progress=progress))
+    return tuple(trials - np.searchsorted(np.sort(v), thresholds, side="right") for v in s)
+
+
+def _no_nan(scores: _game.Scores) -> _game.Scores:
+    for which, v in enumerate(scores):
+        nans = int(np.isnan(v).sum())
+        if nans:
+            raise LdpsimError(f"{nans} of {v.size} scores under x{which} are NaN: the mechanism or score is broken")
+    return scores
+
+
+def _choose(game: _game.Game, n_select, n_eval, delta, alpha, support, progress) -> Test:
+    pilot = min(n_select, PILOT_TRIALS)
+    s = _no_nan(game.scores(trials=pilot, progress=progress))
+    pooled = np.concatenate([s.x0, s.x1])
+    if n_select == pilot:
+        thresholds = _bounds.candidate_thresholds(pooled, support)
+        above0, above1 = (n_select - np.searchsorted(np.sort(v), thresholds, side="right") for v in s)
+    else:  # a uniform grid over three times the pilot's range (O(1) per score; a grid point
+        # within a step of a support end stands in for it)
+        lo, hi = float(np.min(pooled)), float(np.max(pooled))
+        width = max(hi - lo, 0.05 * max(abs(lo), abs(hi)), 1e-3)  # a step of >= 64 float32 ulps
+        step = 3 * width / (SELECTION_GRID - 1)
+        thresholds, above0, above1 = game.count_above_grid(lo - width, step, SELECTION_GRID,
+                                                           trials=n_select, progress=progress)
+    return _bounds.select_test(thresholds, above0, above1, n_select=n_select, n_eval=n_eval,
+                               delta=delta, alpha=alpha, support=support)
+
+
+@dataclasses.dataclass(frozen=True)
+class AuditReport:
+    """An audit of one of ldpsim's randomizers against its claimed guarantee.
+
+    Attributes:
+        mechanism: ``"gaussian"``, ``"laplace"`` or ``"rr"``.
+        epsilon, delta: the claim (``delta`` None for the pure-DP mechanisms).
+        neighbours: the relation of the pair (``"replace"`` or ``"add-remove"``).
+        clip: the clip bound C (None for RR).
+        sensitivity: distance between the pair's clipped inputs (None for RR).
+        scale: σ (Gaussian), b (Laplace), or the keep probability (RR).
+        path: ``"sufficient-statistic"`` (1-D game) or ``"full-mechanism"``.
+        dim: the full path's dimension (None on the 1-D path).
+        sampler: the noise sampler audited.
+        method: how the scale was calibrated.
+        description: the test, in words.
+        seconds: wall time of the audit.
+        result: the :class:`AuditResult`.
+    """
+
+    mechanism: str
+    epsilon: float
+    delta: float | None
+    neighbours: str
+    clip: float | None
+    sensitivity: float | None
+    scale: float
+    path: str
+    dim: int | None
+    sampler: str
+    method: str
+    description: str
+    seconds: float
+    result: AuditResult
+
+    @property
+    def refuted(self) -> bool:
+        """Whether the audit refutes the claim (``epsilon_lb > epsilon``)."""
+        return self.result.epsilon_lb > self.epsilon
+
+    def to_dict(self) -> dict[str, Any]:
+        """A flat JSON-ready dict: the claim, the path, and the result's fields."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "result"}
+        result = self.result.to_dict()
+        result.pop("delta")  # the claim's delta above (None for pure DP; the bound used 0)
+        out.update(result)
+        out["refuted"] = self.refuted
+        return out
+
+
+def audit_randomizer(
+    mechanism: str = "gaussian",
+    *,
+    epsilon: float,
+    delta: float | None = None,
+    clip: float = 1.0,
+    neighbours: str = "replace",
+    trials: int = 1_000_000,
+    confidence: float = 0.95,
+    dim: int | PyTree | None = None,
+    seed: int = 0,
+    k: int = 2,
+    method: str | None = None,
+    impl: str | None = None,
+    use_support: bool = True,
+    select_fraction: float = 0.5,
+    chunk_size: int | None = None,
+    progress: Callable[[int], Any] | None = None,
+) -> AuditReport:
+    """Audit ldpsim's Gaussian or Laplace randomizer, or k-ary randomized response, at its claim.
+
+    Gaussian and Laplace are calibrated by :func:`ldpsim._src.privacy.calibration.calibrate`
+    (``method``, ``neighbours``) and played on the worst-case pair along one axis
+    (:func:`worst_case_pair`): ``±C·e₁`` (replace-one) or ``0, C·e₁`` (add/remove). Without
+    ``dim`` the 1-D sufficient statistic is played (:func:`scalar_gaussian`,
+    :func:`scalar_laplace`); with ``dim`` the real randomizer on a ``dim``-coordinate update
+    (or a pytree template), scored by its projection on ``x1 − x0``. RR is played on values
+    0 and 1 of ``k`` with :func:`rr_score`. With ``use_support`` the sampler's tail bound
+    (:data:`ldpsim._src.privacy.sampling.TAIL_BOUND`, ``LAPLACE_TAIL_BOUND``) is used as the
+    support of the scores: outputs beyond it are impossible, not merely unobserved.
+
+    Raises:
+        LdpsimError: bad arguments (the message names them).
+    """
+    from ldpsim._src.privacy import calibration, sampling
+
+    check_choice("mechanism", mechanism, MECHANISMS)
+    epsilon = check_positive("epsilon", epsilon)
+    trials = check_positive_int("trials", trials)
+    confidence = check_open_unit("confidence", confidence)
+    key = jax.random.key(int(seed))
+    start = time.perf_counter()
+    if mechanism == "rr":
+        if delta not in (None, 0, 0.0):
+            raise LdpsimError(f"randomized response is pure epsilon-DP: delta must be omitted, got {delta!r}")
+        if dim is not None:
+            raise LdpsimError("dim applies to the gaussian and laplace randomizers, not to rr")
+        if neighbours != "replace":
+            raise LdpsimError("randomized response has one relation: any two values (neighbours 'replace')")
+        if method not in (None, "rr"):
+            raise LdpsimError(f"method {method!r} does not apply to rr")
+        mech = _mechanisms.rr_mechanism(k=k, epsilon=epsilon)
+        result = audit(mech, np.int32(0), np.int32(1), key=key, trials=trials, delta=0.0,
+                       score=_mechanisms.rr_score(0, 1), confidence=confidence,
+                       select_fraction=select_fraction, chunk_size=chunk_size, progress=progress)
+        keep = 1.0 / (1.0 + (k - 1) * math.exp(-epsilon))
+        return AuditReport("rr", epsilon, None, "replace", None, None, keep, "sufficient-statistic", None,
+                           f"k_randomized_response (k = {k})", "rr",
+                           _describe("the output's class (v1 / other / v0)", None, result),
+                           time.perf_counter() - start, result)
+    if mechanism == "gaussian" and delta is None:
+        delta = 1e-5
+    cal = calibration.calibrate(mechanism, epsilon=epsilon, delta=delta, clip=clip, method=method,
+                                neighbours=neighbours)
+    scale = cal.sigma if mechanism == "gaussian" else cal.scale
+    if mechanism == "gaussian":
+        impl = sampling.resolve_impl(key, impl)
+        bound, sampler = sampling.TAIL_BOUND[impl], f"ldpsim._src.privacy.sampling.normal (impl={impl!r})"
+    else:
+        if impl is not None:
+            raise LdpsimError("impl applies to the gaussian mechanism only")
+        bound, sampler = sampling.LAPLACE_TAIL_BOUND, "jax.random.laplace (float32)"
+    lo = -cal.clip if neighbours == "replace" else 0.0
+    support = None
+    if dim is None:
+        if mechanism == "gaussian":
+            mech = _mechanisms.scalar_gaussian(clip=cal.clip, stddev=scale, impl=impl)
+        else:
+            mech = _mechanisms.scalar_laplace(clip=cal.clip, scale=scale)
+        x0, x1 = np.float32(lo), np.float32(cal.clip)
+        score, path, ndim, what = _mechanisms.identity_score, "sufficient-statistic", None, "the 1-D output"
+    else:
+        if mechanism == "gaussian":
+            if impl != sampling.resolve_impl(key, None):
+                raise LdpsimError("the full-mechanism path runs the randomizer's default sampler; drop impl or dim")
+            mech = _mechanisms.gaussian_mechanism(clip=cal.clip, stddev=scale)
+        else:
+            mech = _mechanisms.laplace_mechanism(clip=cal.clip, scale=scale)
+        x0, x1 = _mechanisms.worst_case_pair(dim, clip=cal.clip, neighbours=neighbours)
+        ndim = sum(int(np.size(v)) for v in jax.tree_util.tree_leaves(x1))
+        score, path, what = _mechanisms.projection_score(x0, x1), "full-mechanism", "the projection on x1 - x0"
+    if use_support:
+        support = (_mechanisms.scalar_support(lo, scale, bound), _mechanisms.scalar_support(cal.clip, scale, bound))
+    result = audit(mech, x0, x1, key=key, trials=trials, delta=delta or 0.0, score=score, confidence=confidence,
+                   select_fraction=select_fraction, support=support, chunk_size=chunk_size, progress=progress)
+    return AuditReport(mechanism, epsilon, cal.delta, neighbours, cal.clip, cal.sensitivity, scale, path, ndim,
+                       sampler, cal.method, _describe(what, bound if use_support else None, result),
+                       time.perf_counter() - start, result)
+
+
+def _describe(what: str, bound: float | None, result: AuditResult) -> str:
+    t = result.test
+    rule = f"guess x1 iff score {'>' if t.orientation == 'above' else '<='} {t.threshold:.6g}"
+    text = (f"threshold test on {what} ({rule}), chosen on {result.select_trials} separate trials per input; "
+            f"Clopper-Pearson upper bounds on FPR and FNR at {1 - (1 - result.confidence) / 2:.4g} each "
+            f"over {result.eval_trials} trials per input")
+    if result.select_trials == 0:
+        text = text.replace(f"chosen on {result.select_trials} separate trials per input", "fixed in advance")
+    if bound is not None:
+        text += f"; support |noise| <= {bound:.6g} x scale (the sampler's tail bound)"
+        if result.zero_by_support:
+            text += f": {result.zero_by_support.upper()} = 0 exactly"
+    return text

@@ -1,0 +1,297 @@
+"""Randomizers, neighbouring pairs, scores and score supports for the distinguishing game.
+
+A *mechanism* here is any callable ``(key, x) -> output`` (pure, jittable, vmappable over
+``key``); a *score* maps one output to a scalar. The factories below wrap ldpsim's own
+randomizers in that shape (the full-mechanism path), give their one-dimensional
+sufficient-statistic counterparts, and add k-ary randomized response. The factories are
+memoised on their arguments, so repeated audits of the same mechanism share compiled kernels
+(:mod:`ldpsim._src.audit._game` caches kernels per mechanism object).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ldpsim._src._checks import LdpsimError, check_choice, check_positive, check_positive_int
+from ldpsim._src.privacy import mechanism as mechanism_lib
+from ldpsim._src.privacy import sampling
+from ldpsim._src.privacy.calibration import NEIGHBOURS
+
+PyTree = Any
+Mechanism = Callable[[jax.Array, PyTree], PyTree]
+Score = Callable[[PyTree], jax.Array]
+
+#: The largest uint32 that float32 represents below 2**32 (keeps the RR cut-off in range).
+_U32_MAX_F32 = 4294967040.0
+
+
+def _two_words(key: jax.Array, shape: tuple[int, ...]) -> tuple[jax.Array, jax.Array]:
+    """Two independent uint32 words per entry of ``shape``: ldpsim's unrolled Threefry for
+    threefry keys (counters ``(RR_TAG, j)``, as :func:`ldpsim._src.privacy.sampling.normal` uses
+    ``(TAG, j)``), ``jax.random.bits`` for other key types."""
+    size = math.prod(shape)
+    if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        threefry = "threefry" in str(jax.random.key_impl(key)) and key.shape == ()
+        words = jax.random.key_data(key) if threefry else None
+    else:
+        threefry = key.shape == (2,) and key.dtype == jnp.uint32
+        words = key if threefry else None
+    if not threefry:
+        bits = jax.random.bits(key, (2, *shape), jnp.uint32)
+        return bits[0], bits[1]
+    counter = jnp.arange(2 * size, dtype=jnp.uint32)
+    b0, _ = sampling.threefry2x32(words[0], words[1], jnp.full_like(counter, RR_TAG), counter)
+    return b0[:size].reshape(shape), b0[size:].reshape(shape)
+
+
+#: High counter word of randomized response's bits (domain separation from the Gaussian sampler).
+RR_TAG = 0x6C647272
+
+
+def k_randomized_response(
+    key: jax.Array, value: jax.typing.ArrayLike, *, k: int, epsilon: jax.typing.ArrayLike
+) -> jax.Array:
+    """k-ary randomized response: keep ``value`` w.p. ``e^ε/(e^ε + k − 1)``, else a uniform other value.
+
+    ``P(y = x | x) = e^ε/(e^ε + k − 1)`` and ``P(y = w | x) = 1/(e^ε + k − 1)`` for each of
+    the ``k − 1`` values ``w ≠ x``, so every likelihood ratio is at most ``e^ε``: exactly
+    ε-LDP for any two inputs (Warner 1965; Kairouz, Oh & Viswanath, "Discrete distribution
+    estimation under local privacy", ICML 2016, arXiv:1602.07387, "k-RR"). Pure, jittable
+    and vmappable (``epsilon`` may be traced; ``k`` is static).
+
+    Implementation (two 32-bit words per entry, from ldpsim's Threefry for threefry keys):
+    the value is replaced iff ``word₀ < ⌈q·2³²⌉`` with ``q = (k − 1)e^{−ε}/(1 + (k − 1)e^{−ε})``
+    in float32 (no overflow for large ε), and the replacement is alternative
+    ``word₁ mod (k − 1)``. Hence the realised law is ε-LDP up to the float32 rounding of
+    ``q`` (about 1e-7 relative) and the modulo bias (at most ``(k − 1)/2³²`` relative), as
+    long as ``q ≫ 2⁻³²`` (ε ≲ 20 for small ``k``; beyond it the output is ``value``
+    with probability 1 on this 32-bit grid).
+
+    Args:
+        key: a PRNG key (typed or raw).
+        value: an integer in ``[0, k)`` (not checked when traced).
+        k: the number of categories, an int ≥ 2.
+        epsilon: ε > 0.
+
+    Returns:
+        An int32 scalar (or array like ``value``) in ``[0, k)``.
+    """
+    k = check_positive_int("k", k)
+    if k < 2:
+        raise LdpsimError(f"k must be an integer >= 2 (categories), got {k!r}")
+    if not isinstance(epsilon, jax.core.Tracer):
+        eps = np.asarray(epsilon, np.float64)
+        if not np.all((eps > 0) & np.isfinite(eps)):
+            raise LdpsimError(f"epsilon must be > 0 and finite, got {epsilon!r}")
+    value = jnp.asarray(value, jnp.int32)
+    r = np.float32(k - 1) * jnp.exp(-jnp.asarray(epsilon, jnp.float32))
+    q = r / (1.0 + r)
+    cut = jnp.minimum(jnp.ceil(q * np.float32(2.0**32)), _U32_MAX_F32).astype(jnp.uint32)
+    w0, w1 = _two_words(key, jnp.shape(value))
+    other = (w1 % np.uint32(k - 1)).astype(jnp.int32)
+    other = other + (other >= value).astype(jnp.int32)
+    return jnp.where(w0 < cut, other, value)
+
+
+@functools.lru_cache(maxsize=64)
+def rr_mechanism(*, k: int, epsilon: float) -> Mechanism:
+    """``(key, value) -> k_randomized_response(key, value, k=k, epsilon=epsilon)``."""
+    check_positive("epsilon", epsilon)
+
+    def mechanism(key, value):
+        return k_randomized_response(key, value, k=k, epsilon=epsilon)
+
+    return mechanism
+
+
+def rr_score(v0: int, v1: int) -> Score:
+    """Score of a randomized-response output for the pair ``(v0, v1)``: +1 at ``v1``, −1 at ``v0``, else 0.
+
+    The likelihood ratio ``P(y | v1)/P(y | v0)`` is ``e^ε``, ``e^{−ε}`` or 1 on these three
+    classes, so threshold tests on this score are the Neyman–Pearson tests of the pair.
+    """
+
+    def score(y):
+        return jnp.where(y == v1, 1.0, jnp.where(y == v0, -1.0, 0.0)).astype(jnp.float32)
+
+    return score
+
+
+@functools.lru_cache(maxsize=64)
+def gaussian_mechanism(*, clip: float, stddev: float) -> Mechanism:
+    """The real :func:`ldpsim._src.privacy.mechanism.gaussian_randomizer` as ``(key, tree) -> noised tree``.
+
+    L2 clip to ``clip``, then ``N(0, stddev² I)`` from the engine's default sampler for the
+    key (``"fast"`` for threefry keys).
+    """
+
+    def mechanism(key, tree):
+        return mechanism_lib.gaussian_randomizer(key, tree, clip=clip, stddev=stddev).noisy
+
+    return mechanism
+
+
+@functools.lru_cache(maxsize=64)
+def laplace_mechanism(*, clip: float, scale: float) -> Mechanism:
+    """The real :func:`ldpsim._src.privacy.mechanism.laplace_randomizer` as ``(key, tree) -> noised tree``."""
+
+    def mechanism(key, tree):
+        return mechanism_lib.laplace_randomizer(key, tree, clip=clip, scale=scale).noisy
+
+    return mechanism
+
+
+def from_local_mechanism(local: Any) -> Mechanism:
+    """Audit a :class:`ldpsim._src.privacy.mechanism.LocalMechanism` (the engine's interface).
+
+    Returns ``(key, tree) -> local.privatize(key, tree, local.params).noisy``: the release
+    the engine sends, with the mechanism's own calibrated parameters. Any object with
+    ``privatize(key, update, params)`` returning a ``.noisy`` release, and ``params``, works.
+    """
+    privatize, params = local.privatize, local.params
+
+    def mechanism(key, tree):
+        return privatize(key, tree, params).noisy
+
+    return mechanism
+
+
+@functools.lru_cache(maxsize=64)
+def scalar_gaussian(*, clip: float, stddev: float, impl: str | None = None) -> Mechanism:
+    """The Gaussian randomizer's sufficient statistic: ``clip(x, −C, C) + stddev·normal(key)``.
+
+    One scalar draw of :func:`ldpsim._src.privacy.sampling.normal` (``impl`` None: the engine's
+    default for the key, ``"fast"`` for threefry keys), the very value the full randomizer
+    puts on the first coordinate of its first leaf with the same key, so its bounded tails
+    are audited too.
+    """
+    if impl is not None:
+        check_choice("impl", impl, sampling.IMPLS)
+
+    def mechanism(key, x):
+        z = sampling.normal(key, (), jnp.float32, impl=impl)
+        return jnp.clip(jnp.asarray(x, jnp.float32), -clip, clip) + z * np.float32(stddev)
+
+    return mechanism
+
+
+@functools.lru_cache(maxsize=64)
+def scalar_laplace(*, clip: float, scale: float) -> Mechanism:
+    """The Laplace randomizer's sufficient statistic: ``clip(x, −C, C) + scale·laplace(key)``.
+
+    One float32 draw of ``jax.random.laplace``, the sampler of
+    :func:`ldpsim._src.privacy.mechanisms.laplace_noise` (the same law as any coordinate of the
+    full randomizer's noise, not the same value for the same key).
+    """
+
+    def mechanism(key, x):
+        z = jax.random.laplace(key, (), jnp.float32)
+        return jnp.clip(jnp.asarray(x, jnp.float32), -clip, clip) + z * np.float32(scale)
+
+    return mechanism
+
+
+def identity_score(output: jax.Array) -> jax.Array:
+    """The output itself (for scalar mechanisms, whose output is the sufficient statistic)."""
+    return jnp.asarray(output, jnp.float32)
+
+
+def _leaves(template: int | PyTree) -> tuple[list[tuple[int, ...]], Any]:
+    if isinstance(template, (int, np.integer)) and not isinstance(template, bool):
+        dim = check_positive_int("dim", template)
+        return [(dim,)], jax.tree_util.tree_structure(0)
+    leaves, treedef = jax.tree_util.tree_flatten(template)
+    shapes = [tuple(int(s) for s in jnp.shape(x)) for x in leaves]
+    if not shapes or sum(math.prod(s) for s in shapes) < 1:
+        raise LdpsimError("template must be a dimension d >= 1 or a pytree with at least one coordinate")
+    return shapes, treedef
+
+
+def worst_case_pair(
+    template: int | PyTree, *, clip: float, neighbours: str = "replace", direction: str = "axis"
+) -> tuple[PyTree, PyTree]:
+    """A worst-case pair of neighbouring clipped updates ``(x0, x1)``.
+
+    Args:
+        template: a dimension ``d`` (one float32 leaf of shape ``(d,)``) or a pytree whose
+            leaf shapes the pair takes (float32).
+        clip: the clip bound C > 0 (L2 for Gaussian, L1 for Laplace: both are met).
+        neighbours: ``"replace"``: ``x1 = u``, ``x0 = −u`` with ``‖u‖ = C`` (distance 2C);
+            ``"add-remove"``: ``x1 = u``, ``x0 = 0`` (distance C).
+        direction: ``"axis"``: ``u = C·e₁`` (first coordinate of the first leaf; the worst
+            case for L1 and for a sampler's bounded tails, and the pair whose projection is
+            exactly the 1-D game); ``"dense"``: ``u = C·(1, …, 1)/√d`` (L2 only).
+
+    Returns:
+        ``(x0, x1)``, pytrees of float32 arrays like ``template``.
+    """
+    clip = check_positive("clip", clip)
+    check_choice("neighbours", neighbours, NEIGHBOURS)
+    check_choice("direction", direction, ("axis", "dense"))
+    shapes, treedef = _leaves(template)
+    total = sum(math.prod(s) for s in shapes)
+    flat = np.zeros(total, np.float64)
+    if direction == "axis":
+        flat[0] = clip
+    else:
+        flat[:] = clip / math.sqrt(total)
+    x1 = _unflatten(flat, shapes, treedef)
+    x0 = _unflatten(-flat if neighbours == "replace" else np.zeros_like(flat), shapes, treedef)
+    return x0, x1
+
+
+def _unflatten(flat: np.ndarray, shapes: list[tuple[int, ...]], treedef) -> PyTree:
+    out, offset = [], 0
+    for s in shapes:
+        n = math.prod(s)
+        out.append(jnp.asarray(flat[offset:offset + n].reshape(s), jnp.float32))
+        offset += n
+    return jax.tree_util.tree_unflatten(treedef, out)
+
+
+def projection_score(x0: PyTree, x1: PyTree) -> Score:
+    """Score ``⟨output, v⟩`` with ``v = (x1 − x0)/‖x1 − x0‖₂`` (summed over leaves, float32).
+
+    For additive noise with iid coordinates the part of the output orthogonal to ``v`` has
+    the same law under both inputs, so for Gaussian noise the projection is a sufficient
+    statistic for the pair (for Laplace noise when ``x1 − x0`` lies along one axis). The
+    same ``v`` (same structure and float32 values) returns the same score object, so audits
+    of one pair share compiled kernels.
+    """
+    a = [np.asarray(x, np.float64) for x in jax.tree_util.tree_leaves(x0)]
+    b = [np.asarray(x, np.float64) for x in jax.tree_util.tree_leaves(x1)]
+    diff = [y - x for x, y in zip(a, b)]
+    norm = math.sqrt(sum(float(np.sum(d * d)) for d in diff))
+    if not norm > 0:
+        raise LdpsimError("x0 and x1 must differ: the projection direction x1 - x0 is zero")
+    v = tuple(np.asarray(d / norm, np.float32) for d in diff)
+    return _projection(tuple((w.shape, w.tobytes()) for w in v))
+
+
+@functools.lru_cache(maxsize=64)
+def _projection(direction: tuple[tuple[tuple[int, ...], bytes], ...]) -> Score:
+    v = [jnp.asarray(np.frombuffer(data, np.float32).reshape(shape)) for shape, data in direction]
+
+    def score(output):
+        leaves = jax.tree_util.tree_leaves(output)
+        return sum(jnp.vdot(o.astype(jnp.float32).ravel(), w.ravel()) for o, w in zip(leaves, v))
+
+    return score
+
+
+def scalar_support(x: float, scale: float, bound: float) -> tuple[float, float]:
+    """Closed interval holding every value of ``x + scale·z`` for a sampler with ``|z| ≤ bound``.
+
+    Padded by ``1e-6·(|x| + bound·scale)`` for the float32 rounding of the product and sum
+    (a few units of 2⁻²⁴ relative).
+    """
+    reach = bound * scale
+    pad = 1e-6 * (abs(x) + reach)
+    return (x - reach - pad, x + reach + pad)

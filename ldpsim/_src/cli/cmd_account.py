@@ -1,0 +1,202 @@
+"""``ldpsim account``: ε of LDP, DP-FedAvg or DP-SGD training, or the z for a target ε."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+ORDER = 20
+
+_EPILOG = """\
+examples:
+  ldpsim account ldp --sigma 4 --sensitivity 2 --delta 1e-5 --rounds 10 --method pld
+  ldpsim account ldp --mechanism laplace --scale 1 --sensitivity 2 --rounds 10 --method basic
+  ldpsim account dpfedavg --noise-multiplier 1 --clients-per-round 100 --population 10000 \\
+      --rounds 1000 --delta 1e-6 --method pld --json
+  ldpsim account dpfedavg --target-epsilon 2 --clients-per-round 100 --population 10000 \\
+      --rounds 1000 --delta 1e-6
+  ldpsim account dpsgd --noise-multiplier 1.1 --batch-size 256 --num-examples 60000 \\
+      --epochs 60 --delta 1e-5 --method pld
+  ldpsim account dpsgd --noise-multiplier 1.1 --batch-size 256 --num-examples 60000 \\
+      --epochs 10 --delta 1e-5 --method mindarmour
+
+neighbouring relations (named in every output):
+  ldp       local: any two inputs of one client at distance <= --sensitivity
+            (2C for replace-one, C for add/remove; see `ldpsim calibrate`)
+  dpfedavg  add-or-remove one user (poisson), replace one user (fixed)
+  dpsgd     add-or-remove one example (poisson), replace one example (fixed)
+"""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from ldpsim._src.cli._guards import HelpFormatter
+
+    p = subparsers.add_parser(
+        "account",
+        help="privacy accounting: epsilon of LDP / DP-FedAvg / DP-SGD training, or z for a target",
+        description=(
+            "Compute the (epsilon, delta) guarantee of a training run with dp_accounting "
+            "(RDP or PLD), or the noise multiplier z that reaches a target epsilon."
+        ),
+        epilog=_EPILOG,
+        formatter_class=HelpFormatter,
+    )
+    kinds = p.add_subparsers(dest="kind", metavar="<kind>", required=True)
+
+    ldp = kinds.add_parser("ldp", help="one client's local DP over the rounds it takes part in", formatter_class=HelpFormatter)
+    ldp.add_argument("--mechanism", choices=("gaussian", "laplace"), default="gaussian",
+                     help="local randomizer")
+    ldp.add_argument("--sigma", type=float, help="Gaussian noise std per coordinate")
+    ldp.add_argument("--scale", type=float, help="Laplace scale b per coordinate")
+    ldp.add_argument("--sensitivity", type=float, required=True,
+                     help="sensitivity of one client update (2C replace-one, C add/remove)")
+    ldp.add_argument("--rounds", type=int, default=1, help="rounds the client took part in")
+    ldp.add_argument("--delta", type=float, default=None,
+                     help="delta (total; per round for --method basic)")
+    ldp.add_argument("--method", choices=("basic", "rdp", "pld", "analytic"), default="pld",
+                     help="composition: basic (k*eps0, k*delta0), rdp, pld (default), analytic "
+                          "(exact, Gaussian only)")
+
+    fed = kinds.add_parser("dpfedavg", help="user-level central DP of DP-FedAvg", formatter_class=HelpFormatter)
+    _target_or_z(fed)
+    fed.add_argument("--clients-per-round", type=int, required=True)
+    fed.add_argument("--population", type=int, required=True)
+    fed.add_argument("--rounds", type=int, required=True)
+    _sampled_common(fed)
+
+    sgd = kinds.add_parser("dpsgd", help="sample-level DP of DP-SGD", formatter_class=HelpFormatter)
+    _target_or_z(sgd)
+    sgd.add_argument("--batch-size", type=int, required=True)
+    sgd.add_argument("--num-examples", type=int, required=True)
+    steps = sgd.add_mutually_exclusive_group(required=True)
+    steps.add_argument("--steps", type=int)
+    steps.add_argument("--epochs", type=int,
+                       help="steps = epochs * floor(num_examples / batch_size)")
+    _sampled_common(sgd, extra_methods=("mindarmour",))
+
+    for sub in (ldp, fed, sgd):
+        sub.add_argument("--json", action="store_true", help="print one JSON object")
+        sub.set_defaults(handler=run)
+
+
+def _target_or_z(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_mutually_exclusive_group(required=True)
+    group.add_argument("--noise-multiplier", type=float, help="z: noise std / clip bound")
+    group.add_argument("--target-epsilon", type=float,
+                       help="solve for the smallest z reaching this epsilon")
+
+
+def _sampled_common(parser: argparse.ArgumentParser, extra_methods: tuple[str, ...] = ()) -> None:
+    parser.add_argument("--delta", type=float, required=True)
+    parser.add_argument("--sampling", choices=("poisson", "fixed"), default="poisson",
+                        help="poisson (q = m/N, default) or fixed-size without replacement "
+                             "(rdp only)")
+    help_ = "rdp (default) or pld"
+    if extra_methods:
+        help_ += "; mindarmour = MindArmour RDPMonitor arithmetic (classic conversion, 11 orders)"
+    parser.add_argument("--method", choices=("rdp", "pld") + extra_methods, default="rdp",
+                        help=help_)
+
+
+def _ldp(args) -> dict:
+    import sys
+
+    from ldpsim._src.privacy.accounting import ldp_epsilon
+    from ldpsim._src.privacy.calibration import sampler_delta_floor
+
+    out = ldp_epsilon(args.mechanism, sensitivity=args.sensitivity, rounds=args.rounds,
+                      delta=args.delta, sigma=args.sigma, scale=args.scale,
+                      method=args.method).as_dict()
+    # What ldpsim's own float32 sampler can deliver at this noise level (bounded tails).
+    floor = sampler_delta_floor(args.sigma if args.mechanism == "gaussian" else args.scale,
+                                args.sensitivity, mechanism=args.mechanism)
+    out["sampler_delta_floor"] = floor
+    if args.rounds > 0 and floor > out["delta"]:
+        print(f"ldpsim account: warning: with ldpsim's float32 {args.mechanism} sampler "
+              f"(bounded tails) no delta below {floor:.3g} is delivered at this noise level, "
+              f"so this (epsilon, delta) does not hold for ldpsim's implementation; see "
+              "docs/privacy_sharp_edges.md", file=sys.stderr)
+    return out
+
+
+def _dpfedavg(args) -> dict:
+    from ldpsim._src.privacy.accounting import dpfedavg_epsilon, dpfedavg_noise_multiplier
+
+    common = dict(clients_per_round=args.clients_per_round, population=args.population,
+                  rounds=args.rounds, delta=args.delta, sampling=args.sampling,
+                  method=args.method)
+    if args.target_epsilon is None:
+        return dpfedavg_epsilon(noise_multiplier=args.noise_multiplier, **common).as_dict()
+    z = dpfedavg_noise_multiplier(target_epsilon=args.target_epsilon, **common)
+    out = dpfedavg_epsilon(noise_multiplier=z, **common).as_dict()
+    out["target_epsilon"] = args.target_epsilon
+    return out
+
+
+def _dpsgd(args) -> dict:
+    from ldpsim._src._checks import LdpsimError, check_positive_int
+    from ldpsim._src.privacy.accounting import dpsgd_epsilon, dpsgd_noise_multiplier
+
+    if args.steps is not None:
+        steps = args.steps
+    else:
+        per_epoch = check_positive_int("num_examples", args.num_examples) // \
+            check_positive_int("batch_size", args.batch_size)
+        steps = check_positive_int("epochs", args.epochs) * per_epoch
+    if args.method == "mindarmour":
+        if args.target_epsilon is not None or args.sampling != "poisson" or args.epochs is None:
+            raise LdpsimError("--method mindarmour needs --noise-multiplier, --epochs and "
+                              "poisson sampling")
+        from ldpsim._src.privacy.monitors import NEIGHBOURING, RDPMonitor
+
+        per_epoch = args.num_examples // args.batch_size
+        monitor = RDPMonitor(args.num_examples, args.batch_size, args.noise_multiplier,
+                             target_delta=args.delta, noise_decay_mode=None,
+                             per_print_times=per_epoch)
+        eps, delta = monitor.run_epochs(args.epochs)[-1]
+        return {"epsilon": eps, "delta": delta, "method": "mindarmour",
+                "neighbouring": NEIGHBOURING, "count": monitor.steps_composed,
+                "noise_multiplier": args.noise_multiplier, "batch_size": args.batch_size,
+                "num_examples": args.num_examples, "epochs": args.epochs,
+                "note": "MindArmour window quirk: P+1 steps composed per epoch of P steps"}
+    common = dict(batch_size=args.batch_size, num_examples=args.num_examples, steps=steps,
+                  delta=args.delta, sampling=args.sampling, method=args.method)
+    if args.target_epsilon is None:
+        return dpsgd_epsilon(noise_multiplier=args.noise_multiplier, **common).as_dict()
+    z = dpsgd_noise_multiplier(target_epsilon=args.target_epsilon, **common)
+    out = dpsgd_epsilon(noise_multiplier=z, **common).as_dict()
+    out["target_epsilon"] = args.target_epsilon
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    from ldpsim._src._checks import LdpsimError
+
+    if args.kind == "ldp":  # the noise scale of the other mechanism does not apply
+        other = "scale" if args.mechanism == "gaussian" else "sigma"
+        if getattr(args, other) is not None:
+            mine = "sigma" if other == "scale" else "scale"
+            raise LdpsimError(f"--{other} does not apply to --mechanism {args.mechanism} "
+                              f"(its noise is --{mine}); remove it")
+    try:
+        out = {"ldp": _ldp, "dpfedavg": _dpfedavg, "dpsgd": _dpsgd}[args.kind](args)
+    except MemoryError as err:
+        count = "--rounds" if args.kind != "dpsgd" else "--steps/--epochs"
+        raise LdpsimError(f"out of memory composing {count} with --method {args.method} "
+                          f"({' '.join(str(err).split())}); use fewer {count} or --method "
+                          "rdp") from None
+    out = {"kind": args.kind, **out}
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    print(f"epsilon       {out['epsilon']:.6g}")
+    print(f"delta         {out['delta']:.6g}")
+    if "target_epsilon" in out:
+        print(f"noise_mult.   {out['noise_multiplier']:.6g}   (smallest z reaching "
+              f"epsilon {out['target_epsilon']:g})")
+    print(f"method        {out['method']}, {out['count']} composition(s)")
+    print(f"neighbouring  {out['neighbouring']}")
+    if "sampler_delta_floor" in out:
+        print(f"sampler       delta >= {out['sampler_delta_floor']:.3g} with ldpsim's float32 "
+              "sampler (bounded tails), whatever epsilon")
+    return 0

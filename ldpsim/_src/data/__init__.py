@@ -1,0 +1,1 @@
+"""Implementation of :mod:`ldpsim.data` (private; the public names are re-exported there)."""

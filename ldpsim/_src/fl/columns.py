@@ -1,0 +1,117 @@
+"""What each results column is: a setting, part of the private release, or a diagnostic.
+
+A simulation knows more than any deployed system could: the clean clipped updates, the
+noise each client drew, whether a client's training diverged. Columns computed from those
+are **diagnostics of the simulation**. They are not covered by the privacy guarantee of
+the run (a deployed server could not compute them, and publishing them from a real
+deployment would leak client data). Everything a deployed system would release is a
+function of the privatized reports (and public data), so the guarantee covers it by
+post-processing.
+
+Kinds:
+
+``setting``
+    Configuration of the run (public by assumption).
+``release``
+    A function of what the server receives through the mechanism (the privatized updates,
+    the noisy adaptive-clip count, who reported) and of public data (the test set); covered
+    by the run's guarantee. ``epsilon_spent`` is the accountant's statement about them.
+``diagnostic``
+    Needs client data or the noise itself: never released by a deployed system, not
+    covered by the guarantee, reported so that the simulation can be understood.
+
+:data:`COLUMNS` maps each column of :func:`ldpsim._src.fl.simulate.simulate`'s history rows
+(and therefore of ``ldpsim run`` / ``ldpsim sweep`` CSVs) to ``(kind, description)``.
+"""
+
+from __future__ import annotations
+
+from typing import TypedDict
+
+__all__ = ["COLUMNS", "KINDS", "HistoryRow", "column_kind", "columns_of_kind"]
+
+KINDS = ("setting", "release", "diagnostic")
+
+COLUMNS: dict[str, tuple[str, str]] = {
+    # --- settings
+    "dataset": ("setting", "dataset name"),
+    "model": ("setting", "model name"),
+    "mechanism": ("setting", "local randomizer: gaussian, laplace or none"),
+    "neighbours": ("setting", "neighbouring relation of the guarantee: replace or add-remove"),
+    "epsilon": ("setting", "per-round local epsilon the noise is calibrated for"),
+    "delta": ("setting", "delta of the guarantee"),
+    "clip": ("setting", "clip bound C"),
+    "sensitivity": ("setting", "sensitivity the noise is calibrated to (2C replace, C add/remove)"),
+    "sigma": ("setting", "noise std per coordinate (Laplace: scale b)"),
+    "clients_per_round": ("setting", "m, clients per round (expected m under Poisson sampling)"),
+    "population": ("setting", "N, clients in the population"),
+    "seed": ("setting", "seed of the run"),
+    "privacy_mode": ("setting", "where the noise goes: ldp, mindspore, central, distributed"),
+    "noise_mode": ("setting", "per-client, or aggregate (a simulation shortcut: one exact "
+                              "draw of the summed noise; no client holds its noise)"),
+    "noise_multiplier": ("setting", "central/distributed z: noise std on the sum / C"),
+    "noise_sum_std": ("setting", "std per coordinate of the noise on the weighted sum"),
+    "round": ("setting", "round number (1-based)"),
+    "sampler_delta_floor": ("setting", "no delta below this is delivered by the float noise "
+                                       "sampler's bounded tails (ldpsim._src.privacy.calibration."
+                                       "sampler_delta_floor); epsilon_spent is inf when it "
+                                       "exceeds delta"),
+    # --- released (functions of the privatized reports and public data)
+    "accuracy": ("release", "test accuracy of the released model (public test set)"),
+    "loss": ("release", "test cross-entropy of the released model"),
+    "model_change_norm": ("release", "||W_{t+1} - W_t||, a function of the released models"),
+    "clip_bound": ("release", "clip bound of the round (adaptive rules: a function of "
+                              "earlier releases)"),
+    "unclipped_fraction": ("release", "adaptive clipping: the noisy released fraction b"),
+    "survivors": ("release", "clients whose report reached the aggregate (the server "
+                             "sees who reported; dropout is data-independent)"),
+    "noise_variance_fraction": ("release", "distributed DP: realised / target noise "
+                                           "variance on the sum (survivors/m)"),
+    "clients": ("release", "participants in the round (the cohort, public to the server)"),
+    "n_eff": ("release", "(sum w)^2 / sum w^2 of the aggregation weights (weights by "
+                         "example count are reported to the server in the clear)"),
+    "theory_noise_norm": ("release", "s * sqrt(d / n_eff), the predicted aggregated noise norm"),
+    "max_participation": ("release", "most rounds any one client has taken part in"),
+    "epsilon_spent": ("release", "the accountant's epsilon so far (see the privacy docs)"),
+    "client_dp_epsilon": ("release", "DP-SGD clients: sample-level epsilon of the worst client"),
+    "wall_time": ("setting", "seconds since the start of the run (compilation included)"),
+    # --- diagnostics (need client data or the noise; never released)
+    "noise_norm": ("diagnostic", "norm of the aggregated noise (the noise is never known "
+                                 "to a deployed server)"),
+    "signal_norm": ("diagnostic", "norm of the aggregated clean clipped updates"),
+    "snr": ("diagnostic", "signal_norm / noise_norm"),
+    "cosine": ("diagnostic", "cosine between the noisy and the clean aggregate"),
+    "clip_fraction": ("diagnostic", "fraction of participants whose update was clipped "
+                                    "(computed without noise)"),
+    "nonfinite_clients": ("diagnostic", "participants whose local update was not finite; "
+                                        "they are aggregated as noise around a zero "
+                                        "substitute, so nothing about them is released"),
+    "train_loss": ("diagnostic", "mean local training loss of the participants"),
+}
+
+
+def column_kind(name: str) -> str:
+    """The kind of results column ``name`` (``"setting"``, ``"release"`` or ``"diagnostic"``).
+
+    Raises:
+        KeyError: ``name`` is not a results column.
+    """
+    return COLUMNS[name][0]
+
+
+def columns_of_kind(kind: str) -> tuple[str, ...]:
+    """Every column of one kind, in :data:`COLUMNS` order."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {', '.join(KINDS)}; got {kind!r}")
+    return tuple(name for name, (k, _) in COLUMNS.items() if k == kind)
+
+
+_INT_COLUMNS = ("clients_per_round", "population", "seed", "round", "nonfinite_clients",
+                "clients", "survivors", "max_participation")
+_STR_COLUMNS = ("dataset", "model", "mechanism", "neighbours", "privacy_mode", "noise_mode")
+
+#: The typed results row: one per evaluated round, with exactly the :data:`COLUMNS` keys
+#: (int, str, or float — NaN where a column does not apply to the run's mode).
+HistoryRow = TypedDict("HistoryRow", {
+    name: int if name in _INT_COLUMNS else str if name in _STR_COLUMNS else float
+    for name in COLUMNS})

@@ -1,0 +1,338 @@
+"""The configuration of one simulation: a frozen, keyword-only, validated dataclass.
+
+Every knob of :func:`ldpsim._src.fl.simulate.simulate` lives here.  Validation happens in
+``__post_init__`` and raises :class:`~ldpsim.LdpsimError` naming the field, the value
+and the valid range.  Derive variants with :func:`dataclasses.replace`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from ldpsim._src._checks import (
+    LdpsimError,
+    check_choice,
+    check_nonnegative,
+    check_open_unit,
+    check_positive,
+    check_positive_int,
+    check_unit_interval,
+)
+
+MECHANISMS = ("gaussian", "laplace")
+NEIGHBOURS = ("replace", "add-remove")
+CALIBRATIONS = ("analytic", "classic", "mindspore")
+CLIENT_OPTIMIZERS = ("sgd", "momentum", "adam")
+SERVER_OPTIMIZERS = ("fedavg", "fedavgm", "fedadam", "fedyogi")
+WEIGHTINGS = ("examples", "uniform")
+SAMPLINGS = ("uniform", "poisson")
+DATA_SOURCES = ("auto", "idx", "tfds")
+PARTITIONS = ("iid", "dirichlet", "shards", "natural", "sampled")  # ldpsim.data.PARTITIONS
+PRIVACY_MODES = ("ldp", "mindspore", "central", "distributed")  # ldpsim._src.fl.modes.PRIVACY_MODES
+NOISE_MODES = ("per-client", "aggregate")                       # ldpsim._src.fl.modes.NOISE_MODES
+MINDSPORE_CLIP_RULES = ("running-min", "overwrite")
+
+
+_ADAPTIVE_FIELDS = ("target_quantile", "clip_learning_rate", "clipped_count_stddev")
+
+#: Mode-specific options: ``name -> (applies(config), where it is used)``. Set away from its
+#: default where it does not apply, an option is an error (``SimulationConfig`` raises).
+_APPLICABLE = {
+    "epsilon": (lambda c: c.privacy_mode == "ldp",
+                "by privacy_mode='ldp' (mindspore: dp_eps; central/distributed: "
+                "noise_multiplier)"),
+    "neighbours": (lambda c: c.privacy_mode == "ldp",
+                   "by privacy_mode='ldp' (mindspore: mindspore_neighbours; central/"
+                   "distributed: set by sampling)"),
+    "calibration": (lambda c: c.privacy_mode == "ldp", "by privacy_mode='ldp'"),
+    "noise_multiplier": (lambda c: c.privacy_mode in ("central", "distributed"),
+                         "by privacy_mode='central' or 'distributed' (ldp: epsilon; "
+                         "mindspore: dp_eps)"),
+    "target_quantile": (lambda c: c.adaptive_clip, "with adaptive_clip=true"),
+    "clip_learning_rate": (lambda c: c.adaptive_clip, "with adaptive_clip=true"),
+    "clipped_count_stddev": (lambda c: c.adaptive_clip, "with adaptive_clip=true"),
+    "dp_eps": (lambda c: c.privacy_mode == "mindspore", "by privacy_mode='mindspore'"),
+    "dp_delta": (lambda c: c.privacy_mode == "mindspore", "by privacy_mode='mindspore'"),
+    "dp_norm_clip": (lambda c: c.privacy_mode == "mindspore", "by privacy_mode='mindspore'"),
+    "mindspore_clip_rule": (lambda c: c.privacy_mode == "mindspore",
+                            "by privacy_mode='mindspore'"),
+    "mindspore_neighbours": (lambda c: c.privacy_mode == "mindspore",
+                             "by privacy_mode='mindspore'"),
+    "client_dp_micro_batches": (lambda c: c.client_dp, "with client_dp=true"),
+    "client_dp_clip": (lambda c: c.client_dp, "with client_dp=true"),
+    "client_dp_noise_multiplier": (lambda c: c.client_dp, "with client_dp=true"),
+}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SimulationConfig:
+    """All settings of one federated simulation under local DP.
+
+    Attributes:
+        dataset: dataset name understood by :mod:`ldpsim.data` (e.g. ``"mnist"``,
+            ``"synthetic"``).
+        data_dir: folder holding the real dataset files (``None``: the loader's default).
+        data_source: how MNIST / Fashion-MNIST are read: ``"auto"`` and ``"idx"`` parse the
+            checksum-verified IDX files with NumPy (the same arrays and order whether or not
+            the ``tfds`` extra is installed); ``"tfds"`` prepares them through
+            tensorflow-datasets from ``data_dir`` offline (``manual_dir``). TFDS stores the
+            examples in its own order, so partitions differ between the two sources.
+        partition: how the training set is dealt to clients, by
+            :func:`ldpsim.data.make_population`: ``"iid"``, ``"dirichlet"`` (label skew,
+            Hsu et al. 2019), ``"shards"`` (McMahan et al. 2017), ``"natural"`` (writer /
+            device) or ``"sampled"`` (a virtual population of any size: each client draws
+            ``examples_per_client`` examples from its own Dirichlet(alpha) label mix).
+        alpha: Dirichlet concentration for ``"dirichlet"`` and ``"sampled"`` (inf = IID).
+        model: model name for :func:`ldpsim.models.get_model` (``"lenet5"``, ``"mlp"``,
+            ``"logreg"``), or ``"auto"`` (default): LeNet-5 for image datasets, the MLP for
+            feature vectors (the synthetic default); the history records the model used.
+        population: number of clients N.
+        examples_per_client: examples held by each client of a ``"sampled"`` population.
+        clients_per_round: cohort size m (expected size under Poisson sampling).
+        rounds: number of federated rounds.
+        epsilon: per-client, per-round local DP budget; ``math.inf`` disables privacy
+            (no clipping noise; updates are still clipped when ``clip`` is finite).
+        delta: δ of the Gaussian mechanism (ignored by Laplace).
+        clip: clip bound C of each client update: L2 for Gaussian, L1 for Laplace.
+            ``inf`` (no clipping) is allowed only without privacy (ε = inf).
+        mechanism: ``"gaussian"`` ((ε, δ)-LDP) or ``"laplace"`` (ε-LDP).
+        neighbours: ``"replace"`` (sensitivity 2C, the correct LDP relation, default) or
+            ``"add-remove"`` (sensitivity C, as MindSpore calibrates).
+        calibration: Gaussian calibration: ``"analytic"`` (Balle & Wang 2018), ``"classic"``
+            (Dwork & Roth Thm A.1, valid for ε < 1) or ``"mindspore"``.
+        local_steps: optimizer steps per client per round (ignored if ``local_epochs``).
+        local_epochs: if set, local epochs E over the client's data instead of steps.
+        batch_size: local batch size B.
+        client_optimizer: ``"sgd"``, ``"momentum"`` or ``"adam"``.
+        client_lr: local learning rate.
+        server_optimizer: ``"fedavg"`` (SGD, lr 1), ``"fedavgm"``, ``"fedadam"``,
+            ``"fedyogi"``.
+        server_lr: server learning rate (FedAvg uses 1.0).
+        server_momentum: momentum of FedAvgM.
+        weighting: ``"examples"`` (FedAvg weights |D_k|/Σ|D_j|) or ``"uniform"``.
+        sampling: ``"uniform"`` (m of N without replacement) or ``"poisson"`` (each
+            client independently with probability m/N).
+        eval_every: evaluate on the test set every k rounds (and after the last round).
+        chunk_size: clients trained together in one vmapped chunk; memory is
+            O(chunk_size × model size). None: the backend's measured default
+            (:func:`ldpsim._src.fl.simulate.resolve_chunk_size`: 1 on CPU, where a scan over single clients measured fastest; 1024 otherwise).
+        devices: split each round's cohort over this many devices (``jax.sharding``,
+            :mod:`ldpsim._src.fl.sharding`); None: every device JAX sees (all local devices, and
+            every process's devices after ``jax.distributed.initialize()``). Results equal
+            the one-device results up to the float rounding of the cross-device sum:
+            client keys come from client ids, not from the device layout. On CPU, None
+            uses one device for cohorts above
+            :data:`ldpsim._src.fl.simulate.CPU_MULTI_DEVICE_MAX_CLIENTS` (20,000), where XLA's CPU
+            runtime would hold ~46 KB per client in a multi-device round.
+        seed: root seed of all randomness (model init, cohorts, training, noise).
+        privacy_mode: where the noise goes (:mod:`ldpsim._src.fl.modes`): ``"ldp"`` (each
+            client clips to ``clip`` and adds noise for (``epsilon``, ``delta``), the
+            default), ``"mindspore"`` (MindSpore Federated ``DP_ENCRYPT``, ALGORITHMS §1:
+            per-client adaptive bound C_t, noise for (``dp_eps``, ``dp_delta``)),
+            ``"central"`` (DP-FedAvg, McMahan et al. 2018: clipped sum + one server draw
+            N(0, (zC)²), fixed denominator m) or ``"distributed"`` (each client adds
+            N(0, (zC)²/m), ALGORITHMS §3.4). ``epsilon`` is used by ``"ldp"`` only.
+        noise_mode: ``"per-client"`` (every client draws its own noise) or
+            ``"aggregate"`` (one exact draw of the weighted noise sum,
+            ``N(0, Σw²σ² I)``; Gaussian only). ``"central"`` always draws once.
+        noise_multiplier: central/distributed z ≥ 0: std of the noise on the sum of
+            clipped updates divided by C (0: no noise, ε = inf).
+        adaptive_clip: central only: quantile-adaptive C (Andrew et al. 2021; TFF
+            ``gaussian_adaptive``), starting from ``clip``; z is split between the value
+            and the clipped-count releases (:func:`ldpsim._src.privacy.adaptive.adaptive_noise_split`).
+        target_quantile: adaptive clipping's target quantile γ in [0, 1].
+        clip_learning_rate: adaptive clipping's geometric learning rate η ≥ 0.
+        clipped_count_stddev: σ_b > 0 of the clipped-count release; None: TFF's m/20.
+        dropout_rate: distributed only: probability in [0, 1) that a sampled client never
+            reports (the noise shortfall is reported per round).
+        dp_eps: MindSpore's per-round ε (> 0; MindSpore's default 50).
+        dp_delta: MindSpore's δ in (0, 1) (default 0.01).
+        dp_norm_clip: MindSpore's multiplier of ‖W_{t+1} − W_t‖ for C_{t+1} (> 0).
+        mindspore_clip_rule: ``"running-min"`` (current MindSpore client: overwrite after
+            iteration 1, then running minimum) or ``"overwrite"`` (older lite client).
+        mindspore_neighbours: ``"add-remove"`` (sensitivity C_t, MindSpore's convention)
+            or ``"replace"`` (2C_t, replace-one LDP).
+        client_dp: train every client with DP-SGD (:func:`ldpsim._src.fl.dp_client.dp_local_update`,
+            sample-level DP inside the client), combinable with every ``privacy_mode``.
+        client_dp_micro_batches: DP-SGD micro-batches M per local batch (must divide
+            ``batch_size``; M = batch_size is per-example clipping).
+        client_dp_clip: DP-SGD clip bound of each micro-batch gradient (> 0).
+        client_dp_noise_multiplier: DP-SGD noise multiplier z ≥ 0 (noise std z·C on the
+            sum of clipped micro-batch gradients).
+    """
+
+    dataset: str = "synthetic"
+    data_dir: str | None = None
+    data_source: str = "auto"
+    partition: str = "iid"
+    alpha: float = math.inf
+    model: str = "auto"
+    population: int = 1000
+    examples_per_client: int = 32
+    clients_per_round: int = 100
+    rounds: int = 10
+    epsilon: float = math.inf
+    delta: float = 1e-5
+    clip: float = 1.0
+    mechanism: str = "gaussian"
+    neighbours: str = "replace"
+    calibration: str = "analytic"
+    local_steps: int = 2
+    local_epochs: int | None = None
+    batch_size: int = 16
+    client_optimizer: str = "sgd"
+    client_lr: float = 0.05
+    server_optimizer: str = "fedavg"
+    server_lr: float = 1.0
+    server_momentum: float = 0.9
+    weighting: str = "examples"
+    sampling: str = "uniform"
+    eval_every: int = 1
+    chunk_size: int | None = None
+    devices: int | None = None
+    seed: int = 0
+    privacy_mode: str = "ldp"
+    noise_mode: str = "per-client"
+    noise_multiplier: float = 1.0
+    adaptive_clip: bool = False
+    target_quantile: float = 0.5
+    clip_learning_rate: float = 0.2
+    clipped_count_stddev: float | None = None
+    dropout_rate: float = 0.0
+    dp_eps: float = 50.0
+    dp_delta: float = 0.01
+    dp_norm_clip: float = 1.0
+    mindspore_clip_rule: str = "running-min"
+    mindspore_neighbours: str = "add-remove"
+    client_dp: bool = False
+    client_dp_micro_batches: int = 1
+    client_dp_clip: float = 1.0
+    client_dp_noise_multiplier: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("dataset", "model"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value:
+                raise LdpsimError(f"{name} must be a non-empty string, got {value!r}")
+        for name in ("population", "examples_per_client", "clients_per_round", "rounds",
+                     "local_steps", "batch_size", "eval_every"):
+            object.__setattr__(self, name, check_positive_int(name, getattr(self, name)))
+        if self.chunk_size is not None:
+            object.__setattr__(self, "chunk_size", check_positive_int("chunk_size",
+                                                                      self.chunk_size))
+        if self.devices is not None:
+            object.__setattr__(self, "devices", check_positive_int("devices", self.devices))
+        if self.local_epochs is not None:
+            object.__setattr__(self, "local_epochs",
+                               check_positive_int("local_epochs", self.local_epochs))
+        if self.seed is None or isinstance(self.seed, bool) or int(self.seed) != self.seed \
+                or self.seed < 0:
+            raise LdpsimError(f"seed must be an integer >= 0, got {self.seed!r}")
+        if self.clients_per_round > self.population:
+            raise LdpsimError(
+                f"clients_per_round must be <= population ({self.population}), got "
+                f"{self.clients_per_round}; lower --clients-per-round or raise --population")
+        object.__setattr__(self, "epsilon", check_positive("epsilon", self.epsilon,
+                                                           allow_inf=True))
+        check_choice("partition", self.partition, PARTITIONS)
+        check_choice("data_source", self.data_source, DATA_SOURCES)
+        object.__setattr__(self, "alpha", check_positive("alpha", self.alpha, allow_inf=True))
+        object.__setattr__(self, "clip", check_positive("clip", self.clip, allow_inf=True))
+        if self.private and math.isinf(self.clip):
+            raise LdpsimError(
+                f"clip must be finite when epsilon is finite (got clip={self.clip!r}, "
+                f"epsilon={self.epsilon!r}): the noise is calibrated to the clip bound")
+        check_choice("mechanism", self.mechanism, MECHANISMS)
+        check_choice("neighbours", self.neighbours, NEIGHBOURS)
+        check_choice("calibration", self.calibration, CALIBRATIONS)
+        check_choice("client_optimizer", self.client_optimizer, CLIENT_OPTIMIZERS)
+        check_choice("server_optimizer", self.server_optimizer, SERVER_OPTIMIZERS)
+        check_choice("weighting", self.weighting, WEIGHTINGS)
+        check_choice("sampling", self.sampling, SAMPLINGS)
+        if self.mechanism == "gaussian":
+            object.__setattr__(self, "delta", check_open_unit("delta", self.delta))
+        object.__setattr__(self, "client_lr", check_positive("client_lr", self.client_lr))
+        object.__setattr__(self, "server_lr", check_positive("server_lr", self.server_lr))
+        object.__setattr__(self, "server_momentum",
+                           check_nonnegative("server_momentum", self.server_momentum))
+        if self.server_momentum >= 1:
+            raise LdpsimError(f"server_momentum must be in [0, 1), got {self.server_momentum!r}")
+        self._check_modes()
+
+    def _check_modes(self) -> None:
+        """Validate the privacy-mode fields and their combinations."""
+        check_choice("privacy_mode", self.privacy_mode, PRIVACY_MODES)
+        check_choice("noise_mode", self.noise_mode, NOISE_MODES)
+        check_choice("mindspore_clip_rule", self.mindspore_clip_rule, MINDSPORE_CLIP_RULES)
+        check_choice("mindspore_neighbours", self.mindspore_neighbours, NEIGHBOURS)
+        for name in ("adaptive_clip", "client_dp"):
+            if not isinstance(getattr(self, name), bool):
+                raise LdpsimError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        for name in ("noise_multiplier", "clip_learning_rate", "client_dp_noise_multiplier"):
+            object.__setattr__(self, name, check_nonnegative(name, getattr(self, name)))
+        for name in ("dp_eps", "dp_norm_clip", "client_dp_clip"):
+            object.__setattr__(self, name, check_positive(name, getattr(self, name)))
+        object.__setattr__(self, "dp_delta", check_open_unit("dp_delta", self.dp_delta))
+        object.__setattr__(self, "target_quantile",
+                           check_unit_interval("target_quantile", self.target_quantile))
+        if self.clipped_count_stddev is not None:
+            object.__setattr__(self, "clipped_count_stddev",
+                               check_nonnegative("clipped_count_stddev",
+                                                 self.clipped_count_stddev))
+        rate = check_nonnegative("dropout_rate", self.dropout_rate)
+        if rate >= 1:
+            raise LdpsimError(f"dropout_rate must be in [0, 1), got {self.dropout_rate!r}")
+        object.__setattr__(self, "dropout_rate", rate)
+        micro = check_positive_int("client_dp_micro_batches", self.client_dp_micro_batches)
+        object.__setattr__(self, "client_dp_micro_batches", micro)
+        if self.batch_size % micro:
+            raise LdpsimError(
+                f"client_dp_micro_batches must divide batch_size ({self.batch_size}), got "
+                f"{micro}")
+        if self.noise_mode == "aggregate" and self.mechanism != "gaussian":
+            raise LdpsimError(
+                f"noise_mode='aggregate' is exact for Gaussian noise only, got "
+                f"mechanism={self.mechanism!r}; use noise_mode='per-client'")
+        if self.privacy_mode != "ldp" and self.mechanism != "gaussian":
+            raise LdpsimError(
+                f"privacy_mode={self.privacy_mode!r} adds Gaussian noise; mechanism must be "
+                f"'gaussian', got {self.mechanism!r}")
+        if self.adaptive_clip and self.privacy_mode != "central":
+            raise LdpsimError(f"adaptive_clip applies to privacy_mode='central' only, got "
+                              f"privacy_mode={self.privacy_mode!r}")
+        if self.dropout_rate > 0 and self.privacy_mode != "distributed":
+            raise LdpsimError(f"dropout_rate applies to privacy_mode='distributed' only, got "
+                              f"dropout_rate={self.dropout_rate!r} with "
+                              f"privacy_mode={self.privacy_mode!r}")
+        if self.privacy_mode in ("central", "distributed") and math.isinf(self.clip):
+            raise LdpsimError(f"clip must be finite for privacy_mode={self.privacy_mode!r} "
+                              f"(the noise is z·clip), got {self.clip!r}")
+        self._check_applicable()
+        if self.adaptive_clip:
+            from ldpsim._src.privacy.adaptive import adaptive_noise_split
+
+            adaptive_noise_split(self.noise_multiplier, self.clients_per_round,
+                                 self.clipped_count_stddev)
+
+    def _check_applicable(self) -> None:
+        """An option set away from its default where the chosen mode does not use it is an
+        error naming the option (never silently ignored)."""
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        for name, (applies, where) in _APPLICABLE.items():
+            value = getattr(self, name)
+            if applies(self) or value == defaults[name] or (
+                    isinstance(value, float) and math.isnan(value)):
+                continue
+            context = f"privacy_mode={self.privacy_mode!r}"
+            if name in _ADAPTIVE_FIELDS:
+                context += f", adaptive_clip={self.adaptive_clip}"
+            if name.startswith("client_dp_"):
+                context = f"client_dp={self.client_dp}"
+            raise LdpsimError(f"{name}={value!r} does not apply: it is used {where}, and this "
+                              f"run has {context}; remove it or choose the mode that uses it")
+
+    @property
+    def private(self) -> bool:
+        """Whether noise is added (finite ε)."""
+        return math.isfinite(self.epsilon)

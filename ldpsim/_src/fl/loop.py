@@ -1,0 +1,90 @@
+"""The host loop every training driver runs: steps, reports, callbacks, progress, stopping.
+
+:func:`run_loop` is used by :func:`ldpsim._src.fl.simulate.simulate` (federated rounds, one or
+several vmapped runs) and :func:`ldpsim._src.fl.central.train_dpsgd` (centralised DP-SGD
+epochs), so that progress bars, the report schedule and callbacks behave the same way in
+both: a report is made every ``report_every`` steps and after the last one; each of its
+rows is passed to ``callback`` as soon as it exists; a callback that returns ``False``
+stops the loop after that report (the rows so far are returned).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable
+
+__all__ = ["run_loop", "status"]
+
+
+def status(text: str) -> None:
+    """One status line on stderr (``ldpsim: loading data...``): what a run is doing before
+    its progress bar has anything to show."""
+    print(f"ldpsim: {text}...", file=sys.stderr, flush=True)
+
+Row = dict
+
+
+def run_loop(steps: int, step: Callable[[Any, int], Any], carry: Any, *,
+             report: Callable[[Any, int], list[Row]], report_every: int = 1,
+             callback: Callable[[Row], Any] | None = None, progress: bool = False,
+             desc: str = "rounds", unit: str = "round",
+             postfix: Callable[[Row], dict] | None = None, start: int = 0,
+             done: list[Row] | None = None,
+             checkpoint: Callable[[Any, int, list[Row], bool], None] | None = None
+             ) -> list[Row]:
+    """Run ``carry = step(carry, i)`` for ``i < steps``, reporting on schedule.
+
+    Args:
+        steps: number of steps (rounds, epochs).
+        step: ``(carry, i) -> carry``; the work of step ``i`` (0-based).
+        carry: the initial carry (whatever ``step`` and ``report`` share).
+        report: ``(carry, i) -> rows`` after step ``i`` when a report is due.
+        report_every: report after every k-th step, and after the last.
+        callback: called with each row as it is made; returning ``False`` stops the loop.
+        progress: show a tqdm bar over the steps.
+        desc, unit: the bar's label and unit.
+        postfix: ``row -> dict`` shown on the bar after a report (the last row's).
+        start, done: resume at step ``start`` with the rows ``done`` reported before it
+            (a checkpoint's); ``done`` is passed to ``callback`` first, so that the
+            callback sees the whole history.
+        checkpoint: ``(carry, next_step, rows, final)`` called after each step once its
+            report and callbacks are done (``final``: the loop ends or stops there).
+
+    Returns:
+        Every reported row, in order (``done`` first).
+    """
+    rows: list[Row] = list(done or [])
+    for row in rows:
+        if callback is not None and callback(row) is False:
+            return rows
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        # The first step compiles: say so until it is done.
+        bar = tqdm(total=steps, initial=start, unit=unit,
+                   desc=f"{desc} (compiling)" if start < steps else desc)
+    try:
+        for i in range(start, steps):
+            carry = step(carry, i)
+            if bar is not None and i == start:
+                bar.set_description(desc, refresh=False)
+            stop = False
+            if (i + 1) % report_every == 0 or i == steps - 1:
+                new = report(carry, i)
+                rows.extend(new)
+                for row in new:
+                    if callback is not None and callback(row) is False:
+                        stop = True
+                if bar is not None and new and postfix is not None:
+                    bar.set_postfix(postfix(new[-1]))
+            if bar is not None:
+                bar.update(1)
+            if checkpoint is not None:
+                checkpoint(carry, i + 1, rows, stop or i == steps - 1)
+            if stop:
+                break
+    finally:
+        if bar is not None:
+            bar.close()
+    return rows

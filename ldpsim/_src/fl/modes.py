@@ -1,0 +1,550 @@
+"""Where a round's noise goes: each privacy mode is ONE object of pure functions.
+
+A :class:`RoundMechanism` tells the round kernel (:func:`ldpsim._src.fl.round.make_round_fn`)
+everything that differs between the privacy modes, so the kernel never branches on a
+mode's name: which local randomizer each client applies and with which clip bound and
+noise scale, who is kept (dropout), what the server adds, how the sum is normalised, and
+how an adaptive clip bound moves. Its traced knobs (a mode's ``hyper``: noise multiplier,
+σ/C, dropout rate, …) are arguments of those functions, so changing them never
+recompiles; its state (MindSpore's per-client C_k,t, the quantile-adaptive C) is part of
+:class:`ldpsim._src.fl.round.ServerState`.
+
+The modes (factories below; :func:`plan` builds the one a
+:class:`~ldpsim._src.fl.config.SimulationConfig` asks for, with its host-side reporting and
+accounting):
+
+:func:`local` (``"ldp"``)
+    Local DP, the default engine: each client clips to C (L2; L1 for Laplace) and adds
+    noise from the registered local randomizer (:mod:`ldpsim._src.privacy.mechanism`).
+:func:`mindspore` (``"mindspore"``)
+    MindSpore Federated ``DP_ENCRYPT`` (ALGORITHMS §1): client k clips to its own
+    adaptive bound C_k,t (:func:`ldpsim._src.privacy.adaptive.mindspore_clip`) and adds
+    ``N(0, (a(ε,δ)·C_k,t)²)``; FedAvg mean weighted by n_k.
+:func:`central` (``"central"``)
+    DP-FedAvg (McMahan et al. 2018; TFF ``gaussian_fixed``/``gaussian_adaptive``):
+    unweighted clipped sum + ONE server draw ``N(0, (z_Δ C)²)``, fixed denominator m;
+    optionally the quantile-adaptive C (Andrew et al. 2021) with the count noise σ_b.
+:func:`distributed` (``"distributed"``)
+    Distributed DP (ALGORITHMS §3.4): each client adds ``N(0, (zC)²/m)``; clients drop
+    out independently with probability ``dropout_rate`` and the realised noise shortfall
+    is reported.
+:func:`aggregated` (``noise_mode="aggregate"``)
+    A simulation shortcut for any mode whose clients add Gaussian noise: the clients only
+    clip and the server draws the round's noise once,
+    ``Σ_k w_k ξ_k ~ N(0, Σ_k w_k² σ_k² I)`` exactly in distribution
+    (:func:`ldpsim._src.privacy.server_dp.aggregate_gaussian_noise`), O(d) instead of O(m·d).
+
+Keys: client c in round t uses ``client_key(root, t, c)``; its dropout coin is
+``fold_in`` of that key with a salt; the server's draws (central noise, aggregate noise,
+clipped-count noise) use :func:`server_key`.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import warnings
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from ldpsim._src._checks import check_open_unit, check_positive
+from ldpsim._src.fl.config import SimulationConfig
+from ldpsim._src.privacy import accounting, adaptive, calibration, sampling, server_dp
+from ldpsim._src.privacy import mechanism as mechanism_lib
+
+PyTree = Any
+
+__all__ = ["CentralHyper", "DistributedHyper", "LocalHyper", "MindSporeHyper",
+           "NOISE_MODES", "PRIVACY_MODES", "PrivacyPlan", "RoundMechanism", "aggregated",
+           "central", "central_epsilon", "distributed", "local", "mindspore",
+           "mindspore_sigma_per_clip", "noise_scale", "plan", "server_key"]
+
+PRIVACY_MODES = ("ldp", "mindspore", "central", "distributed")
+NOISE_MODES = ("per-client", "aggregate")
+_SERVER_SALT = 0x73727672   # "srvr"
+_DROPOUT_SALT = 0x64726F70  # "drop"
+
+
+def _f32(v: Any) -> jax.Array:
+    return jnp.asarray(v, jnp.float32)
+
+
+def server_key(root_key: jax.Array, round_idx: jax.typing.ArrayLike) -> jax.Array:
+    """The server's key of a round (its salt is never a round index, so no client collides)."""
+    return jax.random.fold_in(jax.random.fold_in(root_key, _SERVER_SALT), round_idx)
+
+
+# ----------------------------------------------------------------------------- traced knobs
+
+
+class LocalHyper(NamedTuple):
+    """``"ldp"``: the randomizer's noise scale (Gaussian σ, Laplace b; 0 = no noise)."""
+
+    scale: jax.Array
+
+
+class MindSporeHyper(NamedTuple):
+    """``"mindspore"``: σ_t/C_t (= a(ε, δ) add/remove, 2a replace) and MindSpore's
+    multiplier of ‖W_{t+1} − W_t‖ for the next bound."""
+
+    sigma_per_clip: jax.Array
+    dp_norm_clip: jax.Array
+
+
+class CentralHyper(NamedTuple):
+    """``"central"``: the value noise multiplier z (z_Δ with adaptive clipping), and the
+    adaptive rule's clipped-count std σ_b, target quantile γ and learning rate η."""
+
+    noise_multiplier: jax.Array
+    count_stddev: jax.Array
+    target_quantile: jax.Array
+    clip_lr: jax.Array
+
+
+class DistributedHyper(NamedTuple):
+    """``"distributed"``: z of the noise on the sum, and the dropout probability."""
+
+    noise_multiplier: jax.Array
+    dropout_rate: jax.Array
+
+
+# ----------------------------------------------------------------------------- the object
+
+
+class RoundMechanism(NamedTuple):
+    """Everything the round kernel needs to know about a privacy mode (pure functions).
+
+    Build one with a factory (:func:`local`, :func:`mindspore`, :func:`central`,
+    :func:`distributed`, :func:`aggregated`); factories are cached, so equal settings give
+    the same object (it keys the engine's compile cache). ``phyper`` below is the mode's
+    traced knobs (:class:`LocalHyper`, …), ``state`` its adaptive state.
+
+    Attributes:
+        name: the privacy mode (``"ldp"``, ``"mindspore"``, ``"central"``,
+            ``"distributed"``), with ``"+aggregate"`` for the shortcut.
+        randomizer: the local randomizer each client applies (a name in
+            :data:`ldpsim._src.privacy.mechanism.REGISTRY`; ``"none"`` clips only).
+        noise_std_factor: per-coordinate std of a client's noise per unit of its scale
+            (:func:`ldpsim._src.privacy.mechanism.noise_std_factor`); the round's noise
+            variance on the sum is ``Σ_k w_k² (factor·scale_k)²``.
+        weighted: FedAvg weights (the engine's ``weighting``) or one vote per client.
+        fixed_denominator: divide the sum by this m (DP-FedAvg's f̃_f), else by Σw.
+        per_client_clip: clients have their own bounds (the reported clip bound is
+            then the mean over the included clients).
+        init: ``(num_clients, clip) -> state`` (host side, once per run).
+        round_clip: ``(state, clip, phyper) -> C`` of the round.
+        client_scales: ``(state, ids, round_clip, phyper) -> (clip[k], scale[k])``.
+        keep: ``(client_keys[k], phyper) -> bool[k]`` (dropout), or None (keep all).
+        server_noise: ``(server_key, clean_sum, noise_var_sum, round_clip, phyper) ->
+            (noise_sum, noise_var_sum)``, or None (the clients' noise is the noise).
+        update: ``(state, server_key, params, new_params, ids, mask, unclipped_bits,
+            phyper) -> (state, next_clip, unclipped_fraction)``, or None (fixed clip).
+        noise_fraction: ``(survivors) -> realised / target noise variance on the sum``,
+            or None (always 1).
+    """
+
+    name: str
+    randomizer: str
+    noise_std_factor: float
+    weighted: bool
+    fixed_denominator: float | None
+    per_client_clip: bool
+    init: Callable[[int, float], PyTree]
+    round_clip: Callable[[PyTree, jax.Array, PyTree], jax.Array]
+    client_scales: Callable[..., tuple[jax.Array, jax.Array]]
+    keep: Callable[[jax.Array, PyTree], jax.Array] | None = None
+    server_noise: Callable[..., tuple[PyTree, jax.Array]] | None = None
+    update: Callable[..., tuple[PyTree, jax.Array, jax.Array]] | None = None
+    noise_fraction: Callable[[jax.Array], jax.Array] | None = None
+
+
+def _no_state(num_clients: int, clip: float) -> tuple:
+    return ()
+
+
+def _fixed_clip(state: PyTree, clip: jax.Array, phyper: PyTree) -> jax.Array:
+    return clip
+
+
+def _full(ids: jax.Array, value: jax.Array) -> jax.Array:
+    return jnp.full(ids.shape, value, jnp.float32)
+
+
+@functools.cache
+def local(randomizer: str = "gaussian") -> RoundMechanism:
+    """``"ldp"``: every client applies the local randomizer ``randomizer`` with the run's
+    clip bound and :class:`LocalHyper` scale."""
+    factor = mechanism_lib.noise_std_factor(randomizer)   # validates the name
+
+    def client_scales(state, ids, clip, phyper: LocalHyper):
+        return _full(ids, clip), _full(ids, phyper.scale)
+
+    return RoundMechanism(name="ldp", randomizer=randomizer, noise_std_factor=factor,
+                          weighted=True, fixed_denominator=None, per_client_clip=False,
+                          init=_no_state, round_clip=_fixed_clip, client_scales=client_scales)
+
+
+@functools.cache
+def mindspore(running_min: bool = True) -> RoundMechanism:
+    """MindSpore ``DP_ENCRYPT``: per-client adaptive bounds (state ``[N]``, 0.05 each at
+    the start), Gaussian noise ``σ_t = (σ/C)·C_k,t``; ``running_min`` selects MindSpore's
+    current rule (overwrite after the first round, then the running minimum) or the older
+    overwrite-every-round one."""
+
+    def init(num_clients: int, clip: float):
+        return adaptive.mindspore_clip(1.0, num_clients=num_clients).init()
+
+    def client_scales(state, ids, round_clip, phyper: MindSporeHyper):
+        clip = jnp.take(state.clip, ids, mode="clip")
+        return clip, phyper.sigma_per_clip * clip
+
+    def update(state, skey, params, new_params, ids, mask, bits, phyper: MindSporeHyper):
+        rule = adaptive.mindspore_clip(phyper.dp_norm_clip, running_min=running_min)
+        g = adaptive.global_change_norm(params, new_params)
+        participated = jnp.zeros(state.clip.shape, bool).at[ids].max(mask)
+        state = rule.update(state, g, participated)
+        n_part = jnp.maximum(jnp.sum(participated), 1)
+        next_clip = jnp.sum(jnp.where(participated, state.clip, 0.0)) / n_part
+        return state, next_clip, _f32(jnp.nan)
+
+    return RoundMechanism(name="mindspore", randomizer="gaussian", noise_std_factor=1.0,
+                          weighted=True, fixed_denominator=None, per_client_clip=True,
+                          init=init, round_clip=_fixed_clip, client_scales=client_scales,
+                          update=update)
+
+
+@functools.cache
+def central(clients_per_round: int, adaptive_clip: bool = False) -> RoundMechanism:
+    """DP-FedAvg: clients clip only; the server adds ``N(0, (z·C)² I)`` to the unweighted
+    sum and divides by the fixed ``clients_per_round``. ``adaptive_clip``: C follows the
+    quantile rule of Andrew et al. (2021) from the noisy count of unclipped clients."""
+    m = float(clients_per_round)
+
+    def client_scales(state, ids, round_clip, phyper):
+        return _full(ids, round_clip), jnp.zeros(ids.shape, jnp.float32)
+
+    def server_noise(skey, clean_sum, var_sum, round_clip, phyper: CentralHyper):
+        std_sum = phyper.noise_multiplier * round_clip
+        noise = server_dp.aggregate_gaussian_noise(skey, clean_sum, std_sum, 1.0)
+        return noise, std_sum * std_sum
+
+    if not adaptive_clip:
+        return RoundMechanism(name="central", randomizer="none", noise_std_factor=0.0,
+                              weighted=False, fixed_denominator=m, per_client_clip=False,
+                              init=_no_state, round_clip=_fixed_clip,
+                              client_scales=client_scales, server_noise=server_noise)
+
+    def init(num_clients: int, clip: float):
+        return adaptive.quantile_clip(clients_per_round=1.0, initial_clip=clip).init()
+
+    def update(state, skey, params, new_params, ids, mask, bits, phyper: CentralHyper):
+        rule = adaptive.quantile_clip(
+            clients_per_round=m, initial_clip=1.0, target_quantile=phyper.target_quantile,
+            learning_rate=phyper.clip_lr, clipped_count_stddev=phyper.count_stddev)
+        state, info = rule.update(state, jax.random.fold_in(skey, 1), bits)
+        return state, state.clip, info.unclipped_fraction
+
+    return RoundMechanism(name="central", randomizer="none", noise_std_factor=0.0,
+                          weighted=False, fixed_denominator=m, per_client_clip=False,
+                          init=init, round_clip=lambda state, clip, phyper: state.clip,
+                          client_scales=client_scales, server_noise=server_noise,
+                          update=update)
+
+
+@functools.cache
+def distributed(clients_per_round: int) -> RoundMechanism:
+    """Distributed DP: each client adds ``N(0, (zC)²/m)`` (m = ``clients_per_round``) and
+    is kept with probability ``1 − dropout_rate``; unweighted sum over the fixed m."""
+    m = float(clients_per_round)
+
+    def client_scales(state, ids, round_clip, phyper: DistributedHyper):
+        return (_full(ids, round_clip),
+                _full(ids, phyper.noise_multiplier * round_clip / jnp.sqrt(jnp.float32(m))))
+
+    def keep(keys, phyper: DistributedHyper):
+        coin = jax.vmap(lambda k: jax.random.uniform(jax.random.fold_in(k, _DROPOUT_SALT)))(keys)
+        return coin >= phyper.dropout_rate
+
+    return RoundMechanism(name="distributed", randomizer="gaussian", noise_std_factor=1.0,
+                          weighted=False, fixed_denominator=m, per_client_clip=False,
+                          init=_no_state, round_clip=_fixed_clip, client_scales=client_scales,
+                          keep=keep,
+                          noise_fraction=lambda survivors: survivors.astype(jnp.float32)
+                          / jnp.float32(m))
+
+
+def _aggregate_noise(skey, clean_sum, var_sum, round_clip, phyper):
+    return server_dp.aggregate_gaussian_noise(skey, clean_sum, 1.0, var_sum), var_sum
+
+
+@functools.cache
+def aggregated(mech: RoundMechanism) -> RoundMechanism:
+    """``mech`` with its clients' Gaussian noise drawn once at the server, exactly in
+    distribution (a simulation shortcut: no client holds its noise). A mode whose server
+    already draws the noise (central) is returned unchanged.
+
+    Raises:
+        ValueError: the clients' randomizer is not Gaussian (the shortcut is exact for
+            Gaussian noise only).
+    """
+    if mech.server_noise is not None or mech.randomizer == "none":
+        return mech
+    if mech.randomizer != "gaussian":
+        raise ValueError(f"noise_mode='aggregate' is exact for Gaussian noise only, got "
+                         f"{mech.randomizer!r}")
+    return mech._replace(name=mech.name + "+aggregate", randomizer="none",
+                         server_noise=_aggregate_noise)
+
+
+# ----------------------------------------------------------------------------- host side
+
+
+class PrivacyPlan(NamedTuple):
+    """A run's privacy mode resolved on the host: the kernel object, its traced knobs, and
+    what the reports need (every formula in one function, called by simulate and sweeps).
+
+    Attributes:
+        mechanism: the :class:`RoundMechanism`.
+        hyper: its traced knobs (``RoundHyper.privacy``).
+        columns: the run-level results columns of the mode: mechanism, neighbours,
+            epsilon, delta, clip, sensitivity, sigma (in this order), noise_multiplier,
+            and sampler_delta_floor.
+        row_columns: ``metrics_row -> dict``: per-round columns that depend on the mode
+            (the clip bound, and σ/sensitivity where they follow an adaptive bound).
+        epsilon_of: ``(max_participation, rounds, min_noise_fraction) -> ε`` spent so far
+            (``min_noise_fraction``: the smallest realised / target noise variance of the
+            rounds so far, 1 outside distributed DP); ``inf`` where the sampler's bounded
+            tails cannot deliver the claimed δ (with a
+            :class:`~ldpsim._src.privacy.calibration.SamplerTailWarning`).
+    """
+
+    mechanism: RoundMechanism
+    hyper: PyTree
+    columns: dict
+    row_columns: Callable[[dict], dict]
+    epsilon_of: Callable[[int, int, float], float]
+
+
+def noise_scale(config: SimulationConfig) -> tuple[float, float, str]:
+    """``(sigma, sensitivity, mechanism)`` of an ``"ldp"`` run via
+    :func:`ldpsim._src.privacy.calibration.calibrate`: ``sigma`` is the Gaussian std or the
+    Laplace scale; ε = inf gives ``(0, nan, "none")``."""
+    if not config.private:
+        return 0.0, math.nan, "none"
+    gaussian = config.mechanism == "gaussian"
+    cal = calibration.calibrate(
+        config.mechanism, epsilon=config.epsilon, delta=config.delta if gaussian else None,
+        clip=config.clip, neighbours=config.neighbours,
+        method=config.calibration if gaussian else None)
+    return float(cal.sigma if gaussian else cal.scale), float(cal.sensitivity), config.mechanism
+
+
+def mindspore_sigma_per_clip(dp_eps: float = 50.0, dp_delta: float = 0.01, *,
+                             neighbours: str = "add-remove", method: str = "analytic") -> float:
+    """σ_t / C_t of MindSpore's ``DP_ENCRYPT`` (ALGORITHMS §1.4), validated as MindSpore does.
+
+    Ranges (``yaml_config.cc``, ``InitEncryptConfig``): dp_eps > 0, 0 < dp_delta < 1.
+    ``neighbours="add-remove"`` (MindSpore: sensitivity C_t) or ``"replace"`` (2C_t, strict
+    replace-one LDP, ALGORITHMS §1.7); ``method`` ``"analytic"`` (exact Balle–Wang) or
+    ``"mindspore"`` (the Java numerics).
+    """
+    eps = check_positive("dp_eps", dp_eps)
+    delta = check_open_unit("dp_delta", dp_delta)
+    return float(calibration.calibrate("gaussian", epsilon=eps, delta=delta, clip=1.0,
+                                       neighbours=neighbours, method=method).sigma)
+
+
+def central_epsilon(*, noise_multiplier: float, clients_per_round: int, population: int,
+                    rounds: int, delta: float, sampling: str = "uniform") -> float:
+    """User-level ε of central/distributed DP-FedAvg after ``rounds`` rounds, q = m/N.
+
+    :func:`ldpsim._src.privacy.accounting.dpfedavg_epsilon` (RDP): the engine's ``"uniform"``
+    cohort (m of N without replacement) is accounted as ``"fixed"`` — replace one user,
+    under which the clipped sum moves by up to 2C, so the accounted multiplier is z/2 —
+    and ``"poisson"`` as Poisson (add/remove one user, the sum moves by at most C,
+    multiplier z). With adaptive clipping the value noise z_Δ and the clipped-count noise
+    σ_b compose to a Gaussian of multiplier z under add/remove (the count's shifted bits
+    ±½ have sensitivity ½) and z/2 under replace-one (a bit flips from −½ to ½:
+    sensitivity 1, as the value's 2C), so passing the overall z is exact in both cases.
+
+    Distributed DP: pass the smallest effective multiplier ``z·√(survivors/m)`` seen so
+    far (the dropout shortfall). Assumption: the protected client is honest, so its own
+    noise share counts towards its protection (the standard distributed-DP analysis,
+    Kairouz, Liu & Steinke 2021). If the adversary may know the target's own share (for
+    instance, the target's device is compromised), the conservative multiplier is
+    ``z·√((survivors − 1)/m)``; ldpsim does not report that variant.
+    """
+    if rounds == 0:
+        return 0.0
+    if noise_multiplier <= 0:
+        return math.inf
+    return accounting.dpfedavg_epsilon(
+        noise_multiplier=noise_multiplier, clients_per_round=clients_per_round,
+        population=population, rounds=rounds, delta=delta,
+        sampling="poisson" if sampling == "poisson" else "fixed", method="rdp").epsilon
+
+
+def _sum_sensitivity(config: SimulationConfig) -> float:
+    """Sensitivity of the clipped sum per unit of C in the central/distributed modes: 2
+    for the engine's fixed-size ("uniform") cohorts (replace one user), 1 for Poisson
+    (add or remove one user); see :func:`ldpsim._src.privacy.accounting.sensitivity_factor`."""
+    return accounting.sensitivity_factor("poisson" if config.sampling == "poisson" else "fixed")
+
+
+def _sampler_impl() -> str:
+    return sampling.resolve_impl(jax.random.key(0), None)
+
+
+def _outside_ldpsim() -> int:
+    """``stacklevel`` for ``warnings.warn`` called right here that names the first caller
+    outside the ldpsim package (the user's line, whichever entry point it called)."""
+    import os
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(root):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def _with_floor(epsilon_of: Callable, floor: float, claimed_delta: float,
+                gaussian: bool) -> Callable:
+    """``epsilon_of``, limited by the sampler's δ floor: above the claimed δ, warn; for
+    Gaussian noise ε is then infinite once anything was released (no ε holds)."""
+    if not floor > claimed_delta:
+        return epsilon_of
+    if not gaussian:
+        warnings.warn(
+            f"float32 Laplace noise is bounded (|x| <= 16.64 b): at this epsilon the release "
+            f"is not pure epsilon-DP; worst-case neighbours are told apart with probability "
+            f">= {floor:.3g} (column sampler_delta_floor)", calibration.SamplerTailWarning,
+            stacklevel=_outside_ldpsim())
+        return epsilon_of
+    warnings.warn(
+        f"the Gaussian sampler's bounded tails make delta={claimed_delta:g} impossible at "
+        f"this noise level: worst-case neighbours are told apart with probability >= "
+        f"{floor:.3g} whatever epsilon, so epsilon_spent is reported as inf; use a smaller "
+        f"epsilon per round or a larger delta (see docs/privacy_sharp_edges.md)",
+        calibration.SamplerTailWarning, stacklevel=_outside_ldpsim())
+    return lambda k, t, frac: math.inf if max(k, t) > 0 else 0.0
+
+
+def _ldp_accountant(mechanism: str, sigma: float, sensitivity: float, delta: float):
+    """LDP accountant of one client: exact Gaussian composition, basic for Laplace."""
+    if mechanism == "none":
+        return None
+    if mechanism == "gaussian":
+        return accounting.LdpAccountant(sigma, sensitivity, delta, mechanism="gaussian",
+                                        method="analytic")
+    return accounting.LdpAccountant(sigma, sensitivity, None, mechanism="laplace",
+                                    method="basic")
+
+
+def _plan_ldp(config: SimulationConfig, population: int) -> PrivacyPlan:
+    sigma, sens, randomizer = noise_scale(config)
+    mech = local(randomizer)
+    if config.noise_mode == "aggregate":
+        mech = aggregated(mech)
+    gaussian = randomizer == "gaussian"
+    if randomizer == "none":
+        floor, claimed = math.nan, math.nan
+    elif gaussian:
+        floor = calibration.sampler_delta_floor(sigma, sens, impl=_sampler_impl())
+        claimed = config.delta
+    else:   # claimed pure DP: any positive floor breaks it; warn from 1e-6 (ε ≳ 3.6)
+        floor, claimed = calibration.sampler_delta_floor(sigma, sens, mechanism="laplace"), 1e-6
+    columns = {"mechanism": randomizer, "neighbours": config.neighbours,
+               "epsilon": config.epsilon, "delta": config.delta if gaussian else math.nan,
+               "clip": config.clip, "sensitivity": sens, "sigma": sigma,
+               "noise_multiplier": math.nan, "sampler_delta_floor": floor}
+    acc = _ldp_accountant(randomizer, sigma, sens, config.delta)
+    epsilon_of = _with_floor(lambda k, t, frac: acc.epsilon(k) if acc else math.nan,
+                             floor, claimed, gaussian)
+    return PrivacyPlan(mech, LocalHyper(_f32(sigma)), columns,
+                       lambda row: {"clip_bound": config.clip}, epsilon_of)
+
+
+def _plan_mindspore(config: SimulationConfig, population: int) -> PrivacyPlan:
+    mech = mindspore(config.mindspore_clip_rule == "running-min")
+    if config.noise_mode == "aggregate":
+        mech = aggregated(mech)
+    a = mindspore_sigma_per_clip(config.dp_eps, config.dp_delta,
+                                 neighbours=config.mindspore_neighbours)
+    unit = 2.0 if config.mindspore_neighbours == "replace" else 1.0
+    floor = calibration.sampler_delta_floor(a, unit, impl=_sampler_impl())
+    columns = {"mechanism": "gaussian", "neighbours": config.mindspore_neighbours,
+               "epsilon": config.dp_eps, "delta": config.dp_delta, "clip": math.nan,
+               "sensitivity": math.nan, "sigma": math.nan, "noise_multiplier": math.nan,
+               "sampler_delta_floor": floor}
+    # Every round is exactly (dp_eps, dp_delta)-DP whatever C_t: the accountant of N(0, a²)
+    # with sensitivity `unit` per unit of C.
+    acc = _ldp_accountant("gaussian", a, unit, config.dp_delta)
+    epsilon_of = _with_floor(lambda k, t, frac: acc.epsilon(k), floor, config.dp_delta, True)
+
+    def row_columns(row: dict) -> dict:
+        c = row["clip_bound"]
+        return {"sigma": a * c, "sensitivity": unit * c}
+
+    return PrivacyPlan(mech, MindSporeHyper(_f32(a), _f32(config.dp_norm_clip)), columns,
+                       row_columns, epsilon_of)
+
+
+def _plan_sum(config: SimulationConfig, population: int) -> PrivacyPlan:
+    """central and distributed: user-level DP of the (noisy) sum, accounted by RDP."""
+    distributed_mode = config.privacy_mode == "distributed"
+    m = config.clients_per_round
+    z_value, count_std = config.noise_multiplier, 0.0
+    if config.adaptive_clip:
+        z_value, count_std = adaptive.adaptive_noise_split(
+            config.noise_multiplier, m, config.clipped_count_stddev)
+    sens = _sum_sensitivity(config)
+    if distributed_mode:
+        mech = distributed(m)
+        hyper = DistributedHyper(_f32(z_value), _f32(config.dropout_rate))
+        floor = math.nan   # the summed noise is not one draw of the sampler
+    else:
+        mech = central(m, config.adaptive_clip)
+        hyper = CentralHyper(_f32(z_value), _f32(count_std), _f32(config.target_quantile),
+                             _f32(config.clip_learning_rate))
+        floor = (calibration.sampler_delta_floor(z_value, sens, impl=_sampler_impl())
+                 if z_value > 0 else math.nan)
+    if config.noise_mode == "aggregate":
+        mech = aggregated(mech)
+    columns = {"mechanism": "gaussian",
+               "neighbours": "add-remove" if config.sampling == "poisson" else "replace",
+               "epsilon": math.nan, "delta": config.delta, "clip": config.clip,
+               "sensitivity": math.nan, "sigma": math.nan,
+               "noise_multiplier": config.noise_multiplier, "sampler_delta_floor": floor}
+    cache: dict = {}
+
+    def ideal(k: int, t: int, frac: float) -> float:
+        z = config.noise_multiplier * (math.sqrt(frac) if distributed_mode else 1.0)
+        if (z, t) not in cache:
+            cache[(z, t)] = central_epsilon(
+                noise_multiplier=z, clients_per_round=m, population=population, rounds=t,
+                delta=config.delta, sampling=config.sampling)
+        return cache[(z, t)]
+
+    per_client = 1.0 / math.sqrt(m) if distributed_mode else 1.0
+
+    def row_columns(row: dict) -> dict:
+        c = row["clip_bound"]
+        return {"sigma": z_value * c * per_client, "sensitivity": sens * c}
+
+    return PrivacyPlan(mech, hyper, columns, row_columns,
+                       _with_floor(ideal, floor, config.delta, True))
+
+
+_PLANS: dict[str, Callable[[SimulationConfig, int], PrivacyPlan]] = {
+    "ldp": _plan_ldp, "mindspore": _plan_mindspore, "central": _plan_sum,
+    "distributed": _plan_sum,
+}
+
+
+def plan(config: SimulationConfig, population: int) -> PrivacyPlan:
+    """The :class:`PrivacyPlan` of ``config`` for a population of ``population`` clients
+    (calibration, the mode's kernel object and knobs, its columns and its accountant)."""
+    return _PLANS[config.privacy_mode](config, population)

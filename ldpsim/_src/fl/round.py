@@ -1,0 +1,324 @@
+"""A federated round in ONE jitted kernel, for every privacy mode.
+
+A round (:func:`make_round_fn`)::
+
+    cohort ids (host-sampled, padded to a multiple of the chunk, with a mask)
+      -> ldpsim._src.fl.sharding.map_cohort: on each of D devices (D = 1: no sharding),
+         lax.scan over chunks of that device's contiguous 1/D of the cohort:
+           gather the chunk's data from the population
+           vmap over the chunk: local training + the mode's local randomizer
+           accumulate Σw·clipped, Σw·noise, Σw, Σw², Σw²s², counts   (memory O(chunk × model))
+         then psum of the per-device sums over the mesh
+      -> the mode's server noise, Δ̄ = (Σw·clipped + Σw·noise) / (Σw or fixed m),
+         server optimizer step, the mode's state update (adaptive clip), metrics
+
+Everything that differs between privacy modes comes from a
+:class:`~ldpsim._src.fl.modes.RoundMechanism`; this module never looks at a mode's name.
+
+Randomness by position: client ``c`` in round ``t`` uses
+``k = fold_in(fold_in(root_key, t), c)`` (``root_key = ServerState.key``), split into a
+training and a noise key, so the noise does not depend on the chunk size, the cohort
+order, the padding or the device count. The server's draws use
+:func:`ldpsim._src.fl.modes.server_key`. Every number that may change between runs of one
+setting (σ, C, learning rates, the mode's knobs) is traced (:class:`RoundHyper`): sweeping
+ε never recompiles and a sweep may ``vmap`` the round over an ε axis.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+from jax import lax
+
+from ldpsim._src.fl import client as client_lib
+from ldpsim._src.fl import metrics as metrics_lib
+from ldpsim._src.fl import modes as modes_lib
+from ldpsim._src.fl import server as server_lib
+from ldpsim._src.fl import sharding
+from ldpsim._src.fl.dp_client import dp_local_update
+from ldpsim._src.privacy import adaptive
+from ldpsim._src.privacy import mechanism as mechanism_lib
+
+PyTree = Any
+
+__all__ = ["ClientDpHyper", "RoundHyper", "ServerState", "chunk_sums", "client_key",
+           "init_state", "make_eval_fn", "make_round_fn"]
+
+
+class ClientDpHyper(NamedTuple):
+    """DP-SGD clients' traced knobs: micro-batch clip bound and noise multiplier."""
+
+    clip: jax.Array
+    noise_multiplier: jax.Array
+
+
+class RoundHyper(NamedTuple):
+    """The traced hyperparameters of a round (float32 scalars; vmappable over a sweep axis).
+
+    Attributes:
+        clip: the run's clip bound C (L2; L1 for Laplace); an adaptive mode's state may
+            override it round by round.
+        client_lr: local learning rate.
+        server_lr: server learning rate.
+        privacy: the mode's knobs (:class:`ldpsim._src.fl.modes.LocalHyper` for local DP: the
+            noise scale σ or b; see :mod:`ldpsim._src.fl.modes` for the others).
+        client_dp: :class:`ClientDpHyper` of DP-SGD clients (unused otherwise).
+    """
+
+    clip: jax.Array
+    client_lr: jax.Array
+    server_lr: jax.Array
+    privacy: PyTree
+    client_dp: ClientDpHyper
+
+    @classmethod
+    def create(cls, *, clip: float, client_lr: float, server_lr: float,
+               sigma: float | None = None, privacy: PyTree = None,
+               client_dp_clip: float = 1.0, client_dp_noise: float = 0.0) -> "RoundHyper":
+        """Float32 knobs; ``sigma`` is shorthand for ``privacy=LocalHyper(sigma)``."""
+        f = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
+        if privacy is None:
+            privacy = modes_lib.LocalHyper(f(0.0 if sigma is None else sigma))
+        elif sigma is not None:
+            raise ValueError("give sigma (local DP) or privacy, not both")
+        return cls(f(clip), f(client_lr), f(server_lr), privacy,
+                   ClientDpHyper(f(client_dp_clip), f(client_dp_noise)))
+
+
+class ServerState(NamedTuple):
+    """What persists across rounds: global params, server optimizer state, root key and
+    the privacy mode's state (``()`` unless its clip bound adapts)."""
+
+    params: PyTree
+    opt_state: Any
+    key: jax.Array
+    privacy: PyTree = ()
+
+
+def init_state(params: PyTree, key: jax.Array, *, server_optimizer: str = "fedavg",
+               server_momentum: float = 0.9, privacy: PyTree = ()) -> ServerState:
+    """Initial :class:`ServerState` (the optimizer state does not depend on the lr);
+    ``privacy``: the mode's initial state (``RoundMechanism.init``)."""
+    opt = server_lib.server_optimizer(server_optimizer, 1.0, momentum=server_momentum)
+    return ServerState(params, opt.init(params), key, privacy)
+
+
+def client_key(root_key: jax.Array, round_idx: jax.typing.ArrayLike,
+               client_id: jax.typing.ArrayLike) -> jax.Array:
+    """``fold_in(fold_in(root_key, round), client_id)``: the key of one client in one round."""
+    return jax.random.fold_in(jax.random.fold_in(root_key, round_idx), client_id)
+
+
+def chunk_sums(w: jax.Array, include: jax.Array, mask: jax.Array, priv: Any,
+               loss: jax.Array, counts: jax.Array) -> metrics_lib.CohortSums:
+    """One chunk's contribution to the round's :class:`~ldpsim._src.fl.metrics.CohortSums`.
+
+    Args:
+        w: float32[k] aggregation weights (0 for excluded clients).
+        include: bool[k], in the aggregate (real slot, not dropped out; a non-finite
+            update is included as its privatized zero substitute).
+        mask: bool[k], real (non-padding) slot.
+        priv: the chunk's :class:`~ldpsim._src.privacy.mechanism.Privatized` releases (vmapped).
+        loss: float32[k] mean local training losses. counts: int32[k] examples.
+    """
+    return metrics_lib.CohortSums(
+        clean=server_lib.weighted_sum(w, priv.clipped),
+        noise=server_lib.weighted_sum(w, priv.noise),
+        weight=jnp.sum(w),
+        weight_sq=jnp.sum(w * w),
+        clients=jnp.sum(mask, dtype=jnp.int32),
+        clipped=jnp.sum(include & priv.was_clipped, dtype=jnp.int32),
+        nonfinite=jnp.sum(mask & ~priv.finite, dtype=jnp.int32),
+        loss=jnp.sum(jnp.where(include & priv.finite, loss, 0.0)),
+        examples=jnp.sum(jnp.where(include, counts, 0)).astype(jnp.float32),
+    )
+
+
+class _ModeSums(NamedTuple):
+    """Per-chunk sums the mode needs beyond :class:`~ldpsim._src.fl.metrics.CohortSums`."""
+
+    noise_var: jax.Array    # Σ w² s² (s: each client's per-coordinate noise std)
+    bits: jax.Array         # Σ quantile bits (unclipped clients, ±½ encoding)
+    survivors: jax.Array    # clients in the aggregate
+    clip: jax.Array         # Σ of their clip bounds
+
+    @classmethod
+    def zeros(cls) -> "_ModeSums":
+        z = jnp.zeros((), jnp.float32)
+        return cls(z, z, jnp.zeros((), jnp.int32), z)
+
+
+def make_round_fn(*, apply_fn: Callable,
+                  mechanism: "modes_lib.RoundMechanism | str" = "gaussian",
+                  client_optimizer: str = "sgd", server_optimizer: str = "fedavg",
+                  server_momentum: float = 0.9, local_steps: int | None = 1,
+                  local_epochs: int | None = None, batch_size: int = 16,
+                  weighting: str = "examples", chunk_size: int | None = None,
+                  client_update: Callable | None = None,
+                  client_dp_micro_batches: int | None = None, devices: int | None = 1,
+                  chunks_in_flight: int | None = None) -> Callable:
+    """Build the pure round function ``round_fn(state, population, round_idx, ids, mask, hyper)``.
+
+    Args:
+        apply_fn: the model's ``(params, x) -> logits``.
+        mechanism: the privacy mode, a :class:`~ldpsim._src.fl.modes.RoundMechanism`; a
+            randomizer name (``"gaussian"``, ``"laplace"``, ``"none"``) is short for
+            ``modes.local(name)``, local DP.
+        client_optimizer: ``"sgd"``, ``"momentum"`` or ``"adam"``.
+        server_optimizer: ``"fedavg"``, ``"fedavgm"``, ``"fedadam"``, ``"fedyogi"``.
+        server_momentum: FedAvgM momentum.
+        local_steps, local_epochs: local work per client (exactly one is not None).
+        batch_size: local batch size.
+        weighting: ``"examples"`` (|D_k|) or ``"uniform"``, for modes that weight
+            (``mechanism.weighted``); the others give every client one vote.
+        chunk_size: at most this many clients per vmapped chunk (memory O(chunk × model));
+            None picks the backend's default (:mod:`ldpsim._src.fl._policy`).
+        client_update: the one-client trainer, default :func:`ldpsim._src.fl.client.local_update`
+            (same signature; research code may substitute its own).
+        client_dp_micro_batches: None for ordinary clients; M for DP-SGD clients
+            (:func:`ldpsim._src.fl.dp_client.dp_local_update`, clip and multiplier from
+            ``hyper.client_dp``).
+        devices: split the cohort over this many devices (None: all JAX sees), see
+            :func:`ldpsim._src.fl.sharding.map_cohort`; the result equals the one-device
+            result up to the float rounding of the cross-device sum. 1 (default): the
+            single-device program.
+        chunks_in_flight: chunks computed per iteration of the cohort scan, added in
+            cohort order (None: :func:`ldpsim._src.fl._policy.resolve_chunks_in_flight`).
+
+    Returns:
+        ``round_fn(state, population, round_idx, cohort_ids, cohort_mask, hyper) ->
+        (state, RoundMetrics)``, pure and jittable: ``state`` a :class:`ServerState`
+        whose ``privacy`` is ``mechanism.init(...)``, ``cohort_ids`` int32[m],
+        ``cohort_mask`` bool[m] (False = padding slot, contributes nothing), ``hyper`` a
+        :class:`RoundHyper` whose ``privacy`` holds the mode's knobs. ``m`` need not be a
+        multiple of ``chunk_size`` or of ``devices``.
+
+    Raises:
+        LdpsimError: ``devices`` is more than JAX sees (:func:`~ldpsim._src.fl.sharding.resolve_devices`).
+    """
+    mech = modes_lib.local(mechanism) if isinstance(mechanism, str) else mechanism
+    if client_update is None:
+        client_update = client_lib.local_update
+    if client_dp_micro_batches is not None:
+        micro = int(client_dp_micro_batches)
+
+        def client_update(params, x, y, count, hyper=None, **kw):  # noqa: F811
+            return dp_local_update(params, x, y, count, micro_batches=micro,
+                                   clip_norm=hyper.client_dp.clip,
+                                   noise_multiplier=hyper.client_dp.noise_multiplier, **kw)
+        takes_hyper = True
+    else:
+        takes_hyper = False
+    privatize = mechanism_lib.privatize_fn(mech.randomizer)
+    n_devices = sharding.resolve_devices(devices)
+    client_weighting = weighting if mech.weighted else "uniform"
+
+    def one_client(params, x, y, count, key, clip, scale, hyper):
+        train_key, noise_key = jax.random.split(key)
+        opt = client_lib.client_optimizer(client_optimizer, hyper.client_lr)
+        kw = dict(apply_fn=apply_fn, optimizer=opt, batch_size=batch_size, key=train_key,
+                  local_steps=local_steps, local_epochs=local_epochs)
+        if takes_hyper:
+            kw["hyper"] = hyper
+        delta, cm = client_update(params, x, y, count, **kw)
+        release = privatize(noise_key, delta, mechanism_lib.MechanismParams(clip, scale))
+        return release, cm.loss
+
+    def chunk_fn(operands, c_ids, c_mask):
+        params, key, round_idx, population, pstate, round_clip, hyper = operands
+        x, y, counts = population.gather(c_ids)
+        keys = jax.vmap(lambda c: client_key(key, round_idx, c))(c_ids)
+        clip, scale = mech.client_scales(pstate, c_ids, round_clip, hyper.privacy)
+        priv, loss = jax.vmap(one_client, in_axes=(None, 0, 0, 0, 0, 0, 0, None))(
+            params, x, y, counts, keys, clip, scale, hyper)
+        include = c_mask   # a non-finite update enters as its privatized zero substitute
+        if mech.keep is not None:
+            include = include & mech.keep(keys, hyper.privacy)
+        w = server_lib.aggregation_weights(counts, include, client_weighting)
+        std = mech.noise_std_factor * scale
+        extra = _ModeSums(
+            noise_var=jnp.sum(w * w * std * std),
+            bits=jnp.sum(adaptive.quantile_bits(priv.release_norm, clip, include)),
+            survivors=jnp.sum(include, dtype=jnp.int32),
+            clip=jnp.sum(include.astype(jnp.float32) * clip))
+        return chunk_sums(w, include, c_mask, priv, loss, counts), extra
+
+    def round_fn(state: ServerState, population, round_idx, cohort_ids, cohort_mask,
+                 hyper: RoundHyper):
+        params = state.params
+        ids = jnp.asarray(cohort_ids, jnp.int32)
+        mask = jnp.asarray(cohort_mask, bool)
+        skey = modes_lib.server_key(state.key, round_idx)
+        round_clip = mech.round_clip(state.privacy, hyper.clip, hyper.privacy)
+        zeros = (metrics_lib.CohortSums.zeros(params), _ModeSums.zeros())
+        operands = (params, state.key, round_idx, population, state.privacy, round_clip,
+                    hyper)
+        sums, extra = sharding.map_cohort(
+            chunk_fn, zeros, operands, ids, mask, chunk_size=chunk_size, devices=n_devices,
+            chunks_in_flight=chunks_in_flight)
+        var_sum = extra.noise_var
+        if mech.server_noise is not None:
+            noise, var_sum = mech.server_noise(skey, sums.clean, var_sum, round_clip,
+                                               hyper.privacy)
+            sums = sums._replace(noise=noise)
+        if mech.fixed_denominator is not None:  # DP-FedAvg's f̃_f: divide by m
+            sums = sums._replace(weight=jnp.float32(mech.fixed_denominator))
+        noise_std = jnp.sqrt(var_sum / jnp.maximum(sums.weight_sq, 1e-30))
+        clean, noise, rm = metrics_lib.finalize_metrics(sums, noise_std)
+        aggregate = jax.tree_util.tree_map(jnp.add, clean, noise)
+        opt = server_lib.server_optimizer(server_optimizer, hyper.server_lr,
+                                          momentum=server_momentum)
+        new_params, opt_state = server_lib.server_update(params, state.opt_state, aggregate, opt)
+
+        survivors = extra.survivors
+        if mech.per_client_clip:
+            clip_bound = jnp.where(survivors > 0, extra.clip / jnp.maximum(survivors, 1),
+                                   round_clip)
+        else:
+            clip_bound = jnp.asarray(round_clip, jnp.float32)
+        pstate, next_clip, unclipped = state.privacy, clip_bound, jnp.float32(jnp.nan)
+        if mech.update is not None:
+            pstate, next_clip, unclipped = mech.update(
+                state.privacy, skey, params, new_params, ids, mask, extra.bits, hyper.privacy)
+        fraction = (jnp.float32(1.0) if mech.noise_fraction is None
+                    else mech.noise_fraction(survivors))
+        metrics = rm._replace(clip_bound=clip_bound, noise_sum_std=jnp.sqrt(var_sum),
+                              survivors=survivors, noise_variance_fraction=fraction,
+                              unclipped_fraction=unclipped, next_clip=next_clip)
+        return ServerState(new_params, opt_state, state.key, pstate), metrics
+
+    return round_fn
+
+
+def make_eval_fn(apply_fn: Callable, batch_size: int = 500) -> Callable:
+    """``evaluate(params, x, y) -> (accuracy, mean cross-entropy)`` over a whole test set.
+
+    Batched with ``lax.map`` (memory O(batch)); the last batch is padded and masked, so
+    the result is exact for any test-set size.
+    """
+
+    def evaluate(params, x, y):
+        n = x.shape[0]
+        b = min(batch_size, n)
+        nb = -(-n // b)
+        pad = nb * b - n
+        valid = jnp.arange(nb * b) < n
+        xp = jnp.concatenate([x, jnp.zeros((pad,) + x.shape[1:], x.dtype)]) if pad else x
+        yp = jnp.concatenate([y, jnp.zeros((pad,), y.dtype)]) if pad else y
+
+        def one(batch):
+            xb, yb, vb = batch
+            logits = apply_fn(params, xb)
+            ce = optax.softmax_cross_entropy_with_integer_labels(logits, yb)
+            correct = (jnp.argmax(logits, -1) == yb)
+            return (jnp.sum(jnp.where(vb, correct, False), dtype=jnp.float32),
+                    jnp.sum(jnp.where(vb, ce, 0.0)))
+
+        correct, ce = lax.map(one, (xp.reshape((nb, b) + x.shape[1:]), yp.reshape(nb, b),
+                                    valid.reshape(nb, b)))
+        return jnp.sum(correct) / n, jnp.sum(ce) / n
+
+    return evaluate

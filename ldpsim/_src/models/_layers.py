@@ -1,0 +1,202 @@
+"""LeNet-5's convolution and max-pooling, and the one per-backend choice between formulations.
+
+Two formulations are kept, nothing else (every one computes the same function, up to
+float rounding; the slower ones measured, and their numbers, are in
+``benchmarks/conv_variants.py``):
+
+* ``"xla"``: :func:`jax.lax.conv_general_dilated` and :func:`jax.lax.reduce_window`.
+  The fast path on accelerators, and the plain-JAX reference the tests check the CPU
+  path against.
+* ``"mixed"`` (CPU): with per-client weights, ``jax.vmap`` turns an XLA convolution
+  into a grouped convolution (one group per client), which XLA's CPU backend runs
+  poorly.  So LeNet-5's convolutions are written as matmuls over static-slice patches,
+  whose batching rule is a batched matmul: the first (1 input channel) channels-first,
+  ``kernel.T [O, kh*kw*C] @ patches [kh*kw*C, N*Ho*Wo]`` (one long product instead of a
+  concatenation of 25 one-channel windows; :func:`conv2d_cnhw`), the second
+  channels-last, ``patches [N, Ho, Wo, kh*kw*C] @ kernel [kh*kw*C, O]``
+  (:func:`im2col`).  Both patch functions have a hand-written VJP (col2im: ``kh*kw``
+  in-place ``.at[].add`` into a zero input): autodiff's transpose of the slices
+  (``kh*kw`` pads + adds, fused into one fusion) cost about twice as much on XLA CPU.
+  Max-pooling is a reshape + max.
+
+The choice per backend is :data:`_AUTO_CONV` / :data:`_AUTO_POOL` below, the only
+place that tests the backend.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from ldpsim._src._checks import check_choice
+
+#: ``conv_impl`` of :func:`ldpsim.models.lenet5`: how its two convolutions are formulated.
+_CONV_IMPLS = ("auto", "mixed", "xla")
+#: ``pool_impl`` of :func:`ldpsim.models.lenet5`.
+_POOL_IMPLS = ("auto", "reshape", "window")
+
+# The per-backend policy ("auto"); any backend not listed gets "xla" / "window".
+# Measured with benchmarks/client_formulations.py (2-core CPU, one client per scan step,
+# LeNet-5 training only, m = 128, median of 7, client-updates/s): mixed 441, im2col 356,
+# cnhw 269, xla ~40 (23 CPU-ms per update against 3.8 for im2col); pooling "reshape"
+# 435 against "slices" 377 and "window" 358 (with mixed).  benchmarks/conv_variants.py
+# keeps the slower formulations and compares them layer by layer.
+_AUTO_CONV = {"cpu": "mixed"}
+_AUTO_POOL = {"cpu": "reshape"}
+
+#: (conv1, conv2) formulation of :func:`conv2d` for each LeNet-5 ``conv_impl``.
+_LENET_CONVS = {"mixed": ("cnhw", "im2col"), "xla": ("xla", "xla")}
+
+
+def resolve_conv_impl(conv_impl: str, backend: str | None = None) -> str:
+    """``conv_impl``, or for ``"auto"`` the formulation measured fastest on ``backend``."""
+    check_choice("conv_impl", conv_impl, _CONV_IMPLS)
+    if conv_impl != "auto":
+        return conv_impl
+    return _AUTO_CONV.get(backend or jax.default_backend(), "xla")
+
+
+def resolve_pool_impl(pool_impl: str, backend: str | None = None) -> str:
+    """``pool_impl``, or for ``"auto"`` the pooling measured fastest on ``backend``."""
+    check_choice("pool_impl", pool_impl, _POOL_IMPLS)
+    if pool_impl != "auto":
+        return pool_impl
+    return _AUTO_POOL.get(backend or jax.default_backend(), "window")
+
+
+def _pad_same(x: jax.Array, kh: int, kw: int, h_axis: int = 1) -> jax.Array:
+    """Zero-pad the two axes from ``h_axis`` as XLA's 'SAME' does for stride 1."""
+    ph, pw = kh - 1, kw - 1
+    pads = [(0, 0)] * x.ndim
+    pads[h_axis], pads[h_axis + 1] = (ph // 2, ph - ph // 2), (pw // 2, pw - pw // 2)
+    return jnp.pad(x, pads)
+
+
+def _im2col(x: jax.Array, kh: int, kw: int) -> jax.Array:
+    _, h, w, _ = x.shape
+    ho, wo = h - kh + 1, w - kw + 1
+    cols = [x[:, i : i + ho, j : j + wo, :] for i in range(kh) for j in range(kw)]
+    return jnp.concatenate(cols, axis=-1)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2))
+def im2col(x: jax.Array, kh: int, kw: int) -> jax.Array:
+    """Patches ``[N, Ho, Wo, kh*kw*C]`` of a VALID stride-1 window, feature order (i, j, c).
+
+    The order matches ``kernel.reshape(kh * kw * C, O)`` for an HWIO kernel.  The VJP
+    (col2im) adds each window's cotangent in place into a zero input.
+    """
+    return _im2col(x, kh, kw)
+
+
+def _im2col_fwd(x, kh, kw):
+    return _im2col(x, kh, kw), jnp.zeros((0,) + x.shape, x.dtype)  # only the shape
+
+
+def _im2col_bwd(kh, kw, res, g):
+    n, h, w, c = res.shape[1:]
+    ho, wo = h - kh + 1, w - kw + 1
+    g = g.reshape(n, ho, wo, kh * kw, c)
+    dx = jnp.zeros((n, h, w, c), g.dtype)
+    for i in range(kh):
+        for j in range(kw):
+            dx = dx.at[:, i : i + ho, j : j + wo, :].add(g[:, :, :, i * kw + j, :])
+    return (dx,)
+
+
+im2col.defvjp(_im2col_fwd, _im2col_bwd)
+
+
+def _patches_cnhw(x: jax.Array, kh: int, kw: int) -> jax.Array:
+    c, n, h, w = x.shape
+    ho, wo = h - kh + 1, w - kw + 1
+    cols = [x[:, :, i : i + ho, j : j + wo] for i in range(kh) for j in range(kw)]
+    return jnp.stack(cols, 0).reshape(kh * kw * c, n, ho, wo)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2))
+def patches_cnhw(x: jax.Array, kh: int, kw: int) -> jax.Array:
+    """Channels-first VALID stride-1 patches: ``[C, N, H, W] -> [kh*kw*C, N, Ho, Wo]``.
+
+    Feature order (i, j, c), matching ``kernel.reshape(kh * kw * C, O)`` for an HWIO
+    kernel.  The VJP (col2im) adds each window's cotangent in place into a zero input.
+    """
+    return _patches_cnhw(x, kh, kw)
+
+
+def _patches_cnhw_fwd(x, kh, kw):
+    return _patches_cnhw(x, kh, kw), jnp.zeros((0,) + x.shape, x.dtype)
+
+
+def _patches_cnhw_bwd(kh, kw, res, g):
+    shape = res.shape[1:]
+    c, n, h, w = shape
+    ho, wo = h - kh + 1, w - kw + 1
+    g = g.reshape(kh, kw, c, n, ho, wo)
+    dx = jnp.zeros(shape, g.dtype)
+    for i in range(kh):
+        for j in range(kw):
+            dx = dx.at[:, :, i : i + ho, j : j + wo].add(g[i, j])
+    return (dx,)
+
+
+patches_cnhw.defvjp(_patches_cnhw_fwd, _patches_cnhw_bwd)
+
+
+def conv2d_cnhw(x: jax.Array, kernel: jax.Array, *, padding: str) -> jax.Array:
+    """Stride-1 cross-correlation of channels-first ``x [C, N, H, W]`` with HWIO ``kernel``.
+
+    Returns ``[O, N, Ho, Wo]``; the same function as :func:`conv2d` in another layout.
+    """
+    check_choice("padding", padding, ("SAME", "VALID"))
+    kh, kw, c, o = kernel.shape
+    if padding == "SAME":
+        x = _pad_same(x, kh, kw, h_axis=2)
+    p = patches_cnhw(x, kh, kw)
+    _, n, ho, wo = p.shape
+    y = kernel.reshape(kh * kw * c, o).T @ p.reshape(kh * kw * c, n * ho * wo)
+    return y.reshape(o, n, ho, wo)
+
+
+def conv2d(x: jax.Array, kernel: jax.Array, *, padding: str, impl: str) -> jax.Array:
+    """Stride-1 2-D cross-correlation of NHWC ``x`` with an HWIO ``kernel``.
+
+    Args:
+      x: ``[N, H, W, C]`` input.
+      kernel: ``[kh, kw, C, O]`` weights.
+      padding: ``"SAME"`` or ``"VALID"``.
+      impl: ``"xla"`` (the reference), ``"im2col"`` or ``"cnhw"`` (channels-first
+        patches, one transpose of ``x`` in and of the result out).
+
+    Returns:
+      ``[N, Ho, Wo, O]``, identical in exact arithmetic for every ``impl``.
+    """
+    check_choice("padding", padding, ("SAME", "VALID"))
+    check_choice("impl", impl, ("xla", "im2col", "cnhw"))
+    if impl == "xla":
+        return lax.conv_general_dilated(
+            x, kernel, (1, 1), padding, dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    if impl == "cnhw":
+        y = conv2d_cnhw(jnp.transpose(x, (3, 0, 1, 2)), kernel, padding=padding)
+        return jnp.transpose(y, (1, 2, 3, 0))
+    kh, kw, c, o = kernel.shape
+    if padding == "SAME":
+        x = _pad_same(x, kh, kw)
+    return jnp.dot(im2col(x, kh, kw), kernel.reshape(kh * kw * c, o))
+
+
+def max_pool2x2(x: jax.Array, *, impl: str) -> jax.Array:
+    """2x2 max-pool with stride 2 of NHWC ``x`` ('VALID': an odd last row/column is dropped).
+
+    ``impl``: ``"window"`` (:func:`jax.lax.reduce_window`, the reference) or
+    ``"reshape"`` (crop to even sizes, reshape to ``[N, H/2, 2, W/2, 2, C]``, max).
+    """
+    check_choice("impl", impl, ("window", "reshape"))
+    if impl == "window":
+        return lax.reduce_window(x, -jnp.inf, lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
+    n, h, w, c = x.shape
+    h2, w2 = h // 2, w // 2
+    return x[:, : 2 * h2, : 2 * w2, :].reshape(n, h2, 2, w2, 2, c).max(axis=(2, 4))

@@ -1,0 +1,233 @@
+"""Empirical ε lower bounds for local randomizers: what local DP protects, measured.
+
+An audit runs a local randomizer many times on two neighbouring inputs and asks how well
+any test can tell them apart. The result is a **lower bound** on the ε that the
+implementation satisfies at the claimed δ. If the lower bound is above the claim, the claim
+is refuted at the stated confidence. A lower bound below the claim proves nothing.
+
+The game
+--------
+A *mechanism* is any callable ``(key, x) -> output``; a *score* maps an output to a scalar.
+For a pair of neighbouring inputs ``(x0, x1)``, the audit draws ``n`` outputs of ``M(x0)`` and
+``n`` of ``M(x1)``. Trial ``i`` of input ``w`` uses the key ``fold_in(fold_in(key, w), i)``, so
+every output is fixed by its position. Each output is scored inside one jitted kernel,
+``vmap``-ped over the trials of a chunk. A chunk holds at most 2²² output elements (67
+trials at d = 61,706), so memory stays bounded for any ``n``, and only scalars or counts
+reach the host (:class:`Game`, :func:`play`, :func:`count_above`).
+
+:func:`worst_case_pair` gives the pairs:
+
+* Replace-one: ``x0 = −C·e₁`` and ``x1 = +C·e₁``. These are ``u`` and ``−u`` with
+  ``‖u‖ = C``, 2C apart along one coordinate. ``direction="dense"`` uses
+  ``u = C·(1, …, 1)/√d`` instead.
+* Add/remove: ``0`` and ``C·e₁``.
+* Randomized response: the values 0 and 1.
+
+The bound
+---------
+Let ``M`` be (ε, δ)-DP and let ``φ`` be any test of ``x0`` against ``x1``. Write
+``FPR = P(φ says x1 | x0)`` and ``FNR = P(φ says x0 | x1)``. Then
+
+    ``FPR + e^ε·FNR ≥ 1 − δ``  and  ``FNR + e^ε·FPR ≥ 1 − δ``
+
+(Kairouz, Oh & Viswanath, "The composition theorem for differential privacy", ICML 2015,
+arXiv:1311.0776, Thm. 2.1). Hence, for any upper bounds ``FPR⁺ ≥ FPR`` and ``FNR⁺ ≥ FNR``,
+
+    ``ε ≥ ε_lb = max(0, log((1 − δ − FNR⁺)/FPR⁺), log((1 − δ − FPR⁺)/FNR⁺))``
+
+(:func:`epsilon_lower_bound`). This is the hypothesis-testing audit of Jagielski, Ullman &
+Oprea, "Auditing differentially private machine learning: how private is private SGD?",
+NeurIPS 2020, arXiv:2006.07709, and Nasr et al., "Adversary instantiation: lower bounds for
+differentially private machine learning", IEEE S&P 2021, arXiv:2101.04535.
+
+``FPR⁺`` and ``FNR⁺`` are one-sided Clopper–Pearson upper bounds, each at ``1 − α/2``
+(:func:`clopper_pearson_upper`, ``scipy.stats.beta.ppf``). By the union bound, both hold
+together with probability at least ``1 − α``. On that event ``ε_lb`` is at most the
+mechanism's true ε at δ. So ``P(ε_lb > true ε) ≤ α``, for ``confidence = 1 − α``
+(default 95 %).
+
+**Choosing the test honestly.** The tests are thresholds on the score: guess ``x1`` iff
+``s > t`` or iff ``s ≤ t``. The first ``⌊f·n⌋`` trials of each input (``select_fraction`` f,
+default ½) choose the threshold and the orientation. Each candidate is rated by the bound
+that its rates would give at the evaluation size (:func:`select_test`). The bound is then
+computed for that one test from the remaining trials, whose key positions are disjoint from
+the selection trials. Picking the best of many thresholds on the same trials would report a
+maximum of many bounds, and the Clopper–Pearson confidence would no longer hold. A test
+fixed in advance (``test=``) needs no split, and then every trial is an evaluation trial.
+
+A threshold on the projection is the Neyman–Pearson test for Gaussian noise (the
+likelihood ratio is strictly monotone in the score) and for Laplace noise (non-strictly
+monotone). :func:`rr_score` gives the same for randomized response.
+
+The sufficient statistic
+------------------------
+Take additive noise with iid coordinates, ``M(x) = clip(x) + Z``, and let
+``v = (x1 − x0)/‖x1 − x0‖``. For Gaussian noise the part of the output orthogonal to ``v``
+has the same law under both inputs and is independent of ``⟨M(x), v⟩`` (rotation
+invariance). So ``⟨M(x), v⟩`` is sufficient for the pair, and the game on the scalar
+``⟨x, v⟩ + σz`` is exactly equivalent and d times cheaper. For Laplace noise the same holds
+when ``x1 − x0`` lies along one axis, which is the L1 worst case.
+
+:func:`scalar_gaussian` and :func:`scalar_laplace` draw one scalar from the randomizer's own
+sampler. For the Gaussian that is :func:`ldpsim._src.privacy.sampling.normal`, the engine's
+default ``"fast"`` sampler, so its bounded tails are audited too. For Laplace it is
+``jax.random.laplace``.
+
+For the axis pair, the 1-D scores equal the full randomizer's projected outputs with the
+same keys bit for bit: the first coordinate of its first leaf is the same draw. For the
+dense pair the rates agree statistically. Both are tested. The full-mechanism path is kept
+as this check: :func:`gaussian_mechanism` and :func:`laplace_mechanism` run the real
+randomizers on d-dimensional pytrees and project inside the kernel (:func:`projection_score`).
+:func:`from_local_mechanism` audits the engine's mechanism interface
+(:class:`ldpsim._src.privacy.mechanism.LocalMechanism`) the same way.
+
+Outputs a sampler cannot produce
+--------------------------------
+With ``n`` evaluation trials, a black-box audit can never show more than
+``ε_cap ≈ log(n/log(2/α))``, reached when both error counts are 0 (:func:`epsilon_cap`: 13.0
+for n = 10⁶ at 95 %). Sampling alone cannot refute a claim above that value, however wrong
+the claim is.
+
+Float samplers, however, have bounded tails: ``|z| ≤ 6.764`` for the default sampler
+(:data:`ldpsim._src.privacy.sampling.TAIL_BOUND`). Some outputs are therefore *impossible* under
+one input, not merely unobserved. ``support`` states intervals that contain every score by
+construction. When a test region lies outside one input's support, that error rate is
+exactly 0. Then ``ε_lb = inf`` as soon as the other rate's upper bound is below ``1 − δ``:
+no ε holds at this δ (see :func:`ldpsim._src.privacy.calibration.sampler_delta_floor`).
+:func:`audit_randomizer` derives the support from the sampler's tail bound, padded for
+float32 rounding. A sampled score outside the stated support raises an error.
+
+Example: at (ε = 50, δ = 1e-5) with Δ = 2C, σ = 0.30C. Under ``+C``, an output below
+``C − 6.764σ`` has probability 0; under ``−C`` it has probability 0.47. So ``ε_lb = inf``
+from 2·10⁵ trials per input. Black-box, the same trials give about 9.4. ``jax.random.normal`` (5.42σ)
+is refuted the same way at ε = 10.
+
+What a subtle bug costs
+-----------------------
+The classic ``σ = Δ√(2 ln(1.25/δ))/ε`` at ε = 10, δ = 1e-5 gives σ = 0.969 for Δ = 2. It
+delivers ε = 10.39 exactly, 4 % above its claim. Computed from the Clopper–Pearson widths
+(:func:`gaussian_trials_needed`, threshold fixed in advance from the ideal analysis):
+
+* The most promising test sits 5.96σ above ``x0``, with ``FPR = 1.2e-9`` and
+  ``FNR = 0.99995``. Its exact rates give a bound of only 10.34.
+* At 95 % confidence, refuting the claim takes **3.9·10¹⁰ trials per input** for an even
+  chance and **7.8·10¹⁰** for 90 % power. At 99 % confidence it takes 6.1·10¹⁰ and
+  1.1·10¹¹.
+* Choosing the threshold on a selection split would about double these counts.
+* On 2 CPU cores the 1-D counting kernel runs about 8·10⁷ trials/s, so the audit takes
+  0.3–0.7 h. It was not run.
+* Trial positions are 32-bit, so 10–26 root keys would each play 2³² trials and their
+  counts be pooled. :func:`audit` itself takes at most 2³² trials per input.
+* At FPR ≈ 1e-9 such an audit also measures the sampler itself: the default sampler's
+  CDF error is at most 2⁻²⁹ ≈ 1.9e-9.
+
+A gross bug is cheap by comparison. σ calibrated for sensitivity C under replace-one
+(true ε 4.39 for a claim of 2) is refuted with 2·10⁶ trials in about a second.
+
+Measured (``benchmarks/audit.py``, 2 loaded CPU cores, 95 % confidence, half the trials
+select the test):
+
+* Gaussian (analytic, replace-one, δ = 1e-5), 10⁹ trials per input, about 75 s each:
+  ε_lb = 0.993 for a claim of 1, and 3.946 for a claim of 4.
+* RR (k = 2), 10⁸ trials per input: 0.999 for 1, and 3.999 for 4.
+* Full path: 10⁶ runs of the Gaussian randomizer on a LeNet-5 pytree (d = 61,706) took
+  487 s (1.3·10⁸ noise draws/s).
+
+Scope: each audit covers one release, one pair and one relation. It does not cover
+composition over rounds, amplification by sampling, or the aggregate.
+"""
+
+from ldpsim._src.audit._audit import MECHANISMS, PILOT_TRIALS, SELECTION_GRID, AuditReport, audit, audit_randomizer
+from ldpsim._src.audit._bounds import (
+    MAX_CANDIDATES,
+    ORIENTATIONS,
+    AuditResult,
+    Test,
+    candidate_thresholds,
+    clopper_pearson_lower,
+    clopper_pearson_upper,
+    epsilon_cap,
+    epsilon_lower_bound,
+    error_rates,
+    evaluate_test,
+    select_test,
+    structural_zeros,
+    support_thresholds,
+)
+from ldpsim._src.audit._game import (
+    CHUNK_ELEMENTS,
+    DIRECT_THRESHOLDS,
+    MAX_CHUNK,
+    MAX_TRIALS,
+    Game,
+    Scores,
+    count_above,
+    default_chunk,
+    play,
+    trial_keys,
+)
+from ldpsim._src.audit._mechanisms import (
+    RR_TAG,
+    from_local_mechanism,
+    gaussian_mechanism,
+    identity_score,
+    k_randomized_response,
+    laplace_mechanism,
+    projection_score,
+    rr_mechanism,
+    rr_score,
+    scalar_gaussian,
+    scalar_laplace,
+    scalar_support,
+    worst_case_pair,
+)
+from ldpsim._src.audit._power import TrialsNeeded, bound_at_quantile, gaussian_trials_needed
+
+__all__ = [
+    "CHUNK_ELEMENTS",
+    "DIRECT_THRESHOLDS",
+    "MAX_CANDIDATES",
+    "MAX_CHUNK",
+    "MAX_TRIALS",
+    "MECHANISMS",
+    "ORIENTATIONS",
+    "PILOT_TRIALS",
+    "RR_TAG",
+    "SELECTION_GRID",
+    "AuditReport",
+    "AuditResult",
+    "Game",
+    "Scores",
+    "Test",
+    "TrialsNeeded",
+    "audit",
+    "audit_randomizer",
+    "bound_at_quantile",
+    "candidate_thresholds",
+    "clopper_pearson_lower",
+    "clopper_pearson_upper",
+    "count_above",
+    "default_chunk",
+    "epsilon_cap",
+    "epsilon_lower_bound",
+    "error_rates",
+    "evaluate_test",
+    "from_local_mechanism",
+    "gaussian_mechanism",
+    "gaussian_trials_needed",
+    "identity_score",
+    "k_randomized_response",
+    "laplace_mechanism",
+    "play",
+    "projection_score",
+    "rr_mechanism",
+    "rr_score",
+    "scalar_gaussian",
+    "scalar_laplace",
+    "scalar_support",
+    "select_test",
+    "structural_zeros",
+    "support_thresholds",
+    "trial_keys",
+    "worst_case_pair",
+]
