@@ -1,4 +1,4 @@
-"""Pure maths of privacy: clipping, local randomizers, calibration (and accounting).
+"""Pure maths of privacy: clipping, local randomizers, calibration, accounting, DP-SGD.
 
 Importable and useful on its own, without :mod:`ldpsim.fl`.
 """
@@ -26,7 +26,36 @@ from ldpsim._src.privacy.clipping import (
     global_norm,
     per_layer_bound,
 )
-from ldpsim._src.privacy.mechanism import Privatized, gaussian_randomizer, laplace_randomizer
+from ldpsim._src.privacy.accounting import (
+    LdpAccountant,
+    PrivacyReport,
+    SampledGaussianAccountant,
+    dpfedavg_epsilon,
+    dpfedavg_noise_multiplier,
+    dpsgd_epsilon,
+    dpsgd_noise_multiplier,
+    ldp_epsilon,
+    ldp_round_epsilon,
+)
+from ldpsim._src.privacy.adaptive import AdaptiveClip, mindspore_clip, quantile_clip
+from ldpsim._src.privacy.averaging import effective_num_clients, expected_noise_norm, noise_study
+from ldpsim._src.privacy.calibration import SamplerTailWarning, sampler_delta_floor
+from ldpsim._src.privacy.dpsgd import (
+    dp_adam,
+    dp_aggregate,
+    dp_momentum,
+    dp_optimizer,
+    dp_sgd,
+    microbatch_grads,
+)
+from ldpsim._src.privacy.mechanism import (
+    LocalMechanism,
+    MechanismParams,
+    Privatized,
+    gaussian_randomizer,
+    laplace_randomizer,
+)
+from ldpsim._src.privacy.monitors import RDPMonitor, ZCDPMonitor
 from ldpsim._src.privacy.mechanisms import (
     add_gaussian_noise,
     add_laplace_noise,
@@ -35,11 +64,20 @@ from ldpsim._src.privacy.mechanisms import (
 )
 
 __all__ = [
-    "SHORTFALL_RTOL",
+    "AdaptiveClip",
     "Calibration",
     "CalibrationShortfallWarning",
     "ClassicGaussianRangeWarning",
+    "LdpAccountant",
+    "LocalMechanism",
+    "MechanismParams",
+    "PrivacyReport",
     "Privatized",
+    "RDPMonitor",
+    "SHORTFALL_RTOL",
+    "SampledGaussianAccountant",
+    "SamplerTailWarning",
+    "ZCDPMonitor",
     "add_gaussian_noise",
     "add_laplace_noise",
     "analytic_gaussian_delta",
@@ -50,15 +88,33 @@ __all__ = [
     "clip_by_global_norm",
     "clip_by_l1_norm",
     "clip_per_layer",
-    "gaussian_noise",
+    "dp_adam",
+    "dp_aggregate",
+    "dp_momentum",
+    "dp_optimizer",
+    "dp_sgd",
+    "dpfedavg_epsilon",
+    "dpfedavg_noise_multiplier",
+    "dpsgd_epsilon",
+    "dpsgd_noise_multiplier",
+    "effective_num_clients",
+    "expected_noise_norm",
     "gaussian_achieved",
+    "gaussian_noise",
     "gaussian_randomizer",
     "global_norm",
-    "laplace_noise",
     "laplace_epsilon",
+    "laplace_noise",
     "laplace_randomizer",
     "laplace_scale",
+    "ldp_epsilon",
+    "ldp_round_epsilon",
+    "microbatch_grads",
+    "mindspore_clip",
     "mindspore_gaussian_sigma",
+    "noise_study",
     "per_layer_bound",
+    "quantile_clip",
+    "sampler_delta_floor",
     "sensitivity",
 ]
