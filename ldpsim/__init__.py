@@ -27,6 +27,10 @@ Layers (dependencies point downwards only):
 * :mod:`ldpsim.data`, :mod:`ldpsim.models` -- datasets, partitions, flax models.
 * :mod:`ldpsim.fl` -- the simulation engine (one client written once, vmapped).
 * :mod:`ldpsim.sweep`, :mod:`ldpsim.plots`, :mod:`ldpsim.cli` -- what users run.
+* :mod:`ldpsim.audit` -- empirical privacy lower bounds.
+
+Each public module re-exports its names explicitly (``__all__``); the implementation lives in
+the private package ``ldpsim._src`` (as optax does), whose layout may change without notice.
 """
 
 from __future__ import annotations

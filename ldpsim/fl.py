@@ -62,6 +62,8 @@ _EXPORTS = {
     "client_optimizer": "client",
     "local_update": "client",
     "tensorboard_callback": "writers",
+    "COLUMNS": "columns",
+    "HistoryRow": "columns",
 }
 
 __all__ = sorted(_EXPORTS)
