@@ -3,7 +3,8 @@
 A *mechanism* here is any callable ``(key, x) -> output`` (pure, jittable, vmappable over
 ``key``); a *score* maps one output to a scalar. The factories below wrap ldpsim's own
 randomizers in that shape (the full-mechanism path), give their one-dimensional
-sufficient-statistic counterparts, and add k-ary randomized response. The factories are
+sufficient-statistic counterparts, and wrap k-ary randomized response
+(:func:`ldpsim._src.privacy.rr.k_randomized_response`, the one implementation). The factories are
 memoised on their arguments, so repeated audits of the same mechanism share compiled kernels
 (:mod:`ldpsim._src.audit._game` caches kernels per mechanism object).
 """
@@ -21,6 +22,7 @@ import numpy as np
 
 from ldpsim._src._checks import LdpsimError, check_choice, check_positive, check_positive_int
 from ldpsim._src.privacy import mechanism as mechanism_lib
+from ldpsim._src.privacy import rr as rr_lib
 from ldpsim._src.privacy import sampling
 from ldpsim._src.privacy.calibration import NEIGHBOURS
 
@@ -28,76 +30,9 @@ PyTree = Any
 Mechanism = Callable[[jax.Array, PyTree], PyTree]
 Score = Callable[[PyTree], jax.Array]
 
-#: The largest uint32 that float32 represents below 2**32 (keeps the RR cut-off in range).
-_U32_MAX_F32 = 4294967040.0
-
-
-def _two_words(key: jax.Array, shape: tuple[int, ...]) -> tuple[jax.Array, jax.Array]:
-    """Two independent uint32 words per entry of ``shape``: ldpsim's unrolled Threefry for
-    threefry keys (counters ``(RR_TAG, j)``, as :func:`ldpsim._src.privacy.sampling.normal` uses
-    ``(TAG, j)``), ``jax.random.bits`` for other key types."""
-    size = math.prod(shape)
-    if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
-        threefry = "threefry" in str(jax.random.key_impl(key)) and key.shape == ()
-        words = jax.random.key_data(key) if threefry else None
-    else:
-        threefry = key.shape == (2,) and key.dtype == jnp.uint32
-        words = key if threefry else None
-    if not threefry:
-        bits = jax.random.bits(key, (2, *shape), jnp.uint32)
-        return bits[0], bits[1]
-    counter = jnp.arange(2 * size, dtype=jnp.uint32)
-    b0, _ = sampling.threefry2x32(words[0], words[1], jnp.full_like(counter, RR_TAG), counter)
-    return b0[:size].reshape(shape), b0[size:].reshape(shape)
-
-
-#: High counter word of randomized response's bits (domain separation from the Gaussian sampler).
-RR_TAG = 0x6C647272
-
-
-def k_randomized_response(
-    key: jax.Array, value: jax.typing.ArrayLike, *, k: int, epsilon: jax.typing.ArrayLike
-) -> jax.Array:
-    """k-ary randomized response: keep ``value`` w.p. ``e^ε/(e^ε + k − 1)``, else a uniform other value.
-
-    ``P(y = x | x) = e^ε/(e^ε + k − 1)`` and ``P(y = w | x) = 1/(e^ε + k − 1)`` for each of
-    the ``k − 1`` values ``w ≠ x``, so every likelihood ratio is at most ``e^ε``: exactly
-    ε-LDP for any two inputs (Warner 1965; Kairouz, Oh & Viswanath, "Discrete distribution
-    estimation under local privacy", ICML 2016, arXiv:1602.07387, "k-RR"). Pure, jittable
-    and vmappable (``epsilon`` may be traced; ``k`` is static).
-
-    Implementation (two 32-bit words per entry, from ldpsim's Threefry for threefry keys):
-    the value is replaced iff ``word₀ < ⌈q·2³²⌉`` with ``q = (k − 1)e^{−ε}/(1 + (k − 1)e^{−ε})``
-    in float32 (no overflow for large ε), and the replacement is alternative
-    ``word₁ mod (k − 1)``. Hence the realised law is ε-LDP up to the float32 rounding of
-    ``q`` (about 1e-7 relative) and the modulo bias (at most ``(k − 1)/2³²`` relative), as
-    long as ``q ≫ 2⁻³²`` (ε ≲ 20 for small ``k``; beyond it the output is ``value``
-    with probability 1 on this 32-bit grid).
-
-    Args:
-        key: a PRNG key (typed or raw).
-        value: an integer in ``[0, k)`` (not checked when traced).
-        k: the number of categories, an int ≥ 2.
-        epsilon: ε > 0.
-
-    Returns:
-        An int32 scalar (or array like ``value``) in ``[0, k)``.
-    """
-    k = check_positive_int("k", k)
-    if k < 2:
-        raise LdpsimError(f"k must be an integer >= 2 (categories), got {k!r}")
-    if not isinstance(epsilon, jax.core.Tracer):
-        eps = np.asarray(epsilon, np.float64)
-        if not np.all((eps > 0) & np.isfinite(eps)):
-            raise LdpsimError(f"epsilon must be > 0 and finite, got {epsilon!r}")
-    value = jnp.asarray(value, jnp.int32)
-    r = np.float32(k - 1) * jnp.exp(-jnp.asarray(epsilon, jnp.float32))
-    q = r / (1.0 + r)
-    cut = jnp.minimum(jnp.ceil(q * np.float32(2.0**32)), _U32_MAX_F32).astype(jnp.uint32)
-    w0, w1 = _two_words(key, jnp.shape(value))
-    other = (w1 % np.uint32(k - 1)).astype(jnp.int32)
-    other = other + (other >= value).astype(jnp.int32)
-    return jnp.where(w0 < cut, other, value)
+# k-ary randomized response is the privacy package's canonical one (one implementation).
+k_randomized_response = rr_lib.k_randomized_response
+RR_TAG = rr_lib.RR_TAG
 
 
 @functools.lru_cache(maxsize=64)

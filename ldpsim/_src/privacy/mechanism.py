@@ -32,13 +32,21 @@ reaches it through the registry.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, NamedTuple
+import dataclasses
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
 
 from ldpsim._src._checks import LdpsimError, check_choice
 from ldpsim._src.privacy import calibration, clipping, mechanisms
+from ldpsim._src.privacy.randomizer import (
+    LocalMechanism,
+    MechanismParams,
+    Privatized,
+    Report,
+    total_variance,
+)
 
 PyTree = Any
 
@@ -47,69 +55,8 @@ __all__ = ["REGISTRY", "LocalMechanism", "MechanismParams", "Privatized", "clip_
            "mean_noise_variance", "noise_std_factor", "privatize_fn"]
 
 
-class MechanismParams(NamedTuple):
-    """The calibrated numbers of a local randomizer (float32 scalars; may be traced).
-
-    Attributes:
-        clip: the clip bound C (L2, or L1 for Laplace).
-        scale: the noise scale per coordinate (Gaussian σ, Laplace b; 0 = no noise).
-    """
-
-    clip: jax.Array
-    scale: jax.Array
-
-    @classmethod
-    def create(cls, *, clip: float, scale: float) -> "MechanismParams":
-        return cls(jnp.asarray(clip, jnp.float32), jnp.asarray(scale, jnp.float32))
-
-
-class Privatized(NamedTuple):
-    """What one client's randomizer produced (the one release type of ldpsim).
-
-    Attributes:
-        noisy: what the client sends (its release): ``clipped + noise``.
-        clipped: the clean clipped update (the zero substitute for a non-finite update).
-            Simulation only: never released.
-        noise: the noise that was added (drawn for every client). Simulation only.
-        norm: pre-clip norm of the update (L2; L1 for Laplace); NaN/inf if not finite,
-            +inf for a finite update whose norm exceeds float32's range. Diagnostic.
-        release_norm: the norm of what was clipped: ``norm``, or 0 for the zero substitute
-            (what a mechanism releasing a function of the norm must use).
-        was_clipped: the clip bound was active (``release_norm > clip``).
-        finite: every entry of the update was finite. Diagnostic only.
-    """
-
-    noisy: PyTree
-    clipped: PyTree
-    noise: PyTree
-    norm: jax.Array
-    release_norm: jax.Array
-    was_clipped: jax.Array
-    finite: jax.Array
-
-
-class LocalMechanism(NamedTuple):
-    """A local randomizer: pure functions plus its calibrated parameters.
-
-    Attributes:
-        name: registry name (``"gaussian"``, ``"laplace"``, ``"none"``).
-        params: the calibrated :class:`MechanismParams`.
-        neighbours: ``"replace"`` (sensitivity 2C) or ``"add-remove"`` (C).
-        epsilon, delta: the per-release guarantee it was calibrated for (δ = 0 for pure
-            DP, ε = inf without noise).
-        privatize: ``(key, update, params) -> Privatized`` for one client.
-        noise_std: ``params -> per-coordinate std`` of one client's noise.
-        dp_event: ``params -> dp_accounting.DpEvent`` of one release (host side).
-    """
-
-    name: str
-    params: MechanismParams
-    neighbours: str
-    epsilon: float
-    delta: float
-    privatize: Callable[[jax.Array, PyTree, MechanismParams], Privatized]
-    noise_std: Callable[[MechanismParams], jax.Array]
-    dp_event: Callable[[MechanismParams], Any]
+# The interface's types live in :mod:`ldpsim._src.privacy.randomizer` (so that randomizer
+# modules need not import this registry); they are re-exported here under their old names.
 
 
 def _finite(tree: PyTree) -> jax.Array:
@@ -141,6 +88,28 @@ def _gaussian_noise(key, tree, scale):
 
 def _laplace_noise(key, tree, scale):
     return mechanisms.laplace_noise(key, tree, scale)
+
+
+def _decode_release(report: PyTree, params: MechanismParams, like: PyTree | None = None) -> PyTree:
+    """An additive release is its own unbiased estimate of the clipped update."""
+    return report
+
+
+def _clipped_mean(clip_fn: Callable) -> Callable:
+    def mean(params: MechanismParams, update: PyTree) -> PyTree:
+        return clip_fn(update, params.clip)[0]   # a non-finite update: the zero substitute
+
+    return mean
+
+
+def _iid_variance(factor: float) -> Callable:
+    """Per-coordinate variance ``(factor·scale)²`` of iid noise, like ``update``."""
+
+    def variance(params: MechanismParams, update: PyTree) -> PyTree:
+        v = jnp.square(jnp.float32(factor) * jnp.asarray(params.scale, jnp.float32))
+        return jax.tree_util.tree_map(lambda x: jnp.full(jnp.shape(x), v, jnp.float32), update)
+
+    return variance
 
 
 def _sensitivity(params: MechanismParams, neighbours: str) -> float:
@@ -180,8 +149,7 @@ def gaussian(*, epsilon: float, delta: float, clip: float, neighbours: str = "re
     return LocalMechanism(
         name="gaussian", params=MechanismParams.create(clip=cal.clip, scale=cal.sigma),
         neighbours=neighbours, epsilon=cal.epsilon, delta=cal.delta,
-        privatize=_additive(clipping.clip_by_global_norm, _gaussian_noise),
-        noise_std=lambda params: params.scale, dp_event=dp_event)
+        **_entry_functions("gaussian"), dp_event=dp_event)
 
 
 def laplace(*, epsilon: float, clip: float, neighbours: str = "replace") -> LocalMechanism:
@@ -204,8 +172,7 @@ def laplace(*, epsilon: float, clip: float, neighbours: str = "replace") -> Loca
     return LocalMechanism(
         name="laplace", params=MechanismParams.create(clip=cal.clip, scale=cal.scale),
         neighbours=neighbours, epsilon=cal.epsilon, delta=0.0,
-        privatize=_additive(clipping.clip_by_l1_norm, _laplace_noise),
-        noise_std=lambda params: math.sqrt(2.0) * params.scale, dp_event=dp_event)
+        **_entry_functions("laplace"), dp_event=dp_event)
 
 
 def clip_only(*, clip: float, neighbours: str = "replace", norm: str = "l2") -> LocalMechanism:
@@ -222,15 +189,107 @@ def clip_only(*, clip: float, neighbours: str = "replace", norm: str = "l2") -> 
         name="none", params=MechanismParams.create(clip=clip, scale=0.0),
         neighbours=neighbours, epsilon=math.inf, delta=0.0,
         privatize=_additive(clip_fn, None),
-        noise_std=lambda params: jnp.zeros_like(jnp.asarray(params.scale)), dp_event=dp_event)
+        noise_std=lambda params: jnp.zeros_like(jnp.asarray(params.scale)), dp_event=dp_event,
+        decode=_decode_release, mean=_clipped_mean(clip_fn), variance=_iid_variance(0.0))
 
 
-#: name -> factory. The engine reaches a mechanism's functions through this table only.
-REGISTRY: dict[str, Callable[..., LocalMechanism]] = {
-    "gaussian": gaussian,
-    "laplace": laplace,
-    "none": clip_only,
+@dataclasses.dataclass(frozen=True)
+class RegistryEntry:
+    """One registered local randomizer: its factory and its calibration-independent functions.
+
+    Calling the entry calls the factory (``REGISTRY[name](**kwargs)`` is :func:`make`).
+
+    Attributes:
+        name: the registry name.
+        factory: ``(**kwargs) -> LocalMechanism`` (calibrates on the host).
+        privatize: ``(key, update, params) -> Privatized | Report`` for one client.
+        decode: ``(report, params, like=None) -> estimate`` of the clipped input.
+        mean: ``(params, update) -> exact E[decoded]``.
+        variance: ``(params, update) -> exact per-coordinate Var[decoded]``.
+        noise_std_factor: additive randomizers: per-coordinate noise std per unit of
+            ``params.scale`` (1 Gaussian, √2 Laplace, 0 none); None for a report randomizer.
+        guarantee: ``"pure"`` (ε-LDP) or ``"approximate"`` ((ε, δ)-LDP).
+        unbiased: ``mean`` is the clipped input.
+        input: ``"vector"`` (a pytree update) or ``"category"`` (an integer in [0, k)).
+    """
+
+    name: str
+    factory: Callable[..., LocalMechanism]
+    privatize: Callable[..., Any]
+    decode: Callable[..., PyTree]
+    mean: Callable[..., PyTree]
+    variance: Callable[..., PyTree]
+    noise_std_factor: float | None
+    guarantee: str
+    unbiased: bool = True
+    input: str = "vector"
+
+    @property
+    def additive(self) -> bool:
+        """The release is ``clipped + independent noise`` (what the engine's round runs)."""
+        return self.noise_std_factor is not None
+
+    def __call__(self, **kwargs: Any) -> LocalMechanism:
+        return self.factory(**kwargs)
+
+
+def _additive_entry(name, factory, clip_fn, noise_fn, factor, guarantee) -> RegistryEntry:
+    return RegistryEntry(name=name, factory=factory, privatize=_additive(clip_fn, noise_fn),
+                         decode=_decode_release, mean=_clipped_mean(clip_fn),
+                         variance=_iid_variance(factor), noise_std_factor=factor,
+                         guarantee=guarantee)
+
+
+def _report_entry(module: Any, *, guarantee: str = "pure", unbiased: bool = True,
+                  input: str = "vector") -> RegistryEntry:
+    return RegistryEntry(name=module.NAME, factory=module.make, privatize=module.privatize,
+                         decode=module.decode, mean=module.mean, variance=module.variance,
+                         noise_std_factor=None, guarantee=guarantee, unbiased=unbiased,
+                         input=input)
+
+
+def _entry_functions(name: str) -> dict[str, Any]:
+    """The registry entry's functions as :class:`LocalMechanism` fields (additive ones)."""
+    e = REGISTRY[name]
+    factor = e.noise_std_factor
+    return dict(privatize=e.privatize, decode=e.decode, mean=e.mean, variance=e.variance,
+                noise_std=lambda params: jnp.float32(factor) * params.scale)
+
+
+from ldpsim._src.privacy import duchi as _duchi  # noqa: E402  (randomizer modules)
+from ldpsim._src.privacy import privunit2 as _privunit2  # noqa: E402
+from ldpsim._src.privacy import privunitg as _privunitg  # noqa: E402
+from ldpsim._src.privacy import rr as _rr  # noqa: E402
+from ldpsim._src.privacy import signds as _signds  # noqa: E402
+
+#: name -> :class:`RegistryEntry`, ONE entry per randomizer. The engine reaches a mechanism's
+#: functions through this table only (``privatize_fn``, ``noise_std_factor``).
+REGISTRY: dict[str, RegistryEntry] = {
+    "gaussian": _additive_entry("gaussian", gaussian, clipping.clip_by_global_norm,
+                                _gaussian_noise, 1.0, "approximate"),
+    "laplace": _additive_entry("laplace", laplace, clipping.clip_by_l1_norm, _laplace_noise,
+                               math.sqrt(2.0), "pure"),
+    "none": _additive_entry("none", clip_only, clipping.clip_by_global_norm, None, 0.0, "pure"),
+    "privunit2": _report_entry(_privunit2),
+    "privunitg": _report_entry(_privunitg),
+    "duchi": _report_entry(_duchi),
+    "signds": _report_entry(_signds, unbiased=False),
+    "rr": _report_entry(_rr, input="category"),
 }
+
+#: The registered randomizers that the engine's round runs today (additive noise).
+ADDITIVE = tuple(n for n, e in REGISTRY.items() if e.additive)
+
+
+def entry(name: str) -> RegistryEntry:
+    """The registry entry ``name``.
+
+    Raises:
+        LdpsimError: unknown name (the message lists the registered ones).
+    """
+    if name not in REGISTRY:
+        raise LdpsimError(f"mechanism must be one of {', '.join(REGISTRY)}; got {name!r}")
+    return REGISTRY[name]
 
 
 def make(name: str, **kwargs: Any) -> LocalMechanism:
@@ -239,33 +298,34 @@ def make(name: str, **kwargs: Any) -> LocalMechanism:
     Raises:
         LdpsimError: unknown name (the message lists the registered ones).
     """
+    return entry(name)(**kwargs)
+
+
+def _additive_only(name: str, what: str) -> RegistryEntry:
+    if name in REGISTRY and not REGISTRY[name].additive:
+        raise LdpsimError(
+            f"{what} serves the engine's additive-noise mechanisms ({', '.join(ADDITIVE)}); got "
+            f"{name!r}, a report randomizer (use make({name!r}, ...).privatize and .decode)")
     if name not in REGISTRY:
-        raise LdpsimError(f"mechanism must be one of {', '.join(REGISTRY)}; got {name!r}")
-    return REGISTRY[name](**kwargs)
+        raise LdpsimError(f"mechanism must be one of {', '.join(ADDITIVE)}; got {name!r}")
+    return REGISTRY[name]
 
 
 def privatize_fn(name: str) -> Callable[[jax.Array, PyTree, MechanismParams], Privatized]:
-    """The ``privatize`` of the registered mechanism ``name``, independent of calibration
-    (its ``params`` are an argument), for kernels compiled once per mechanism."""
-    if name not in _PRIVATIZE:
-        raise LdpsimError(f"mechanism must be one of {', '.join(_PRIVATIZE)}; got {name!r}")
-    return _PRIVATIZE[name]
+    """The ``privatize`` of the registered additive mechanism ``name``, independent of
+    calibration (its ``params`` are an argument), for kernels compiled once per mechanism.
+
+    Raises:
+        LdpsimError: an unknown name, or a report randomizer (the engine's round needs
+            ``clipped + noise``; see the registry's ``decode`` for those).
+    """
+    return _additive_only(name, "privatize_fn").privatize
 
 
 def noise_std_factor(name: str) -> float:
     """Per-coordinate noise std per unit of ``params.scale``: 1 (Gaussian), √2 (Laplace),
-    0 (none)."""
-    if name not in _STD_FACTOR:
-        raise LdpsimError(f"mechanism must be one of {', '.join(_STD_FACTOR)}; got {name!r}")
-    return _STD_FACTOR[name]
-
-
-_PRIVATIZE = {
-    "gaussian": _additive(clipping.clip_by_global_norm, _gaussian_noise),
-    "laplace": _additive(clipping.clip_by_l1_norm, _laplace_noise),
-    "none": _additive(clipping.clip_by_global_norm, None),
-}
-_STD_FACTOR = {"gaussian": 1.0, "laplace": math.sqrt(2.0), "none": 0.0}
+    0 (none). Additive mechanisms only (same errors as :func:`privatize_fn`)."""
+    return float(_additive_only(name, "noise_std_factor").noise_std_factor)
 
 
 def mean_noise_variance(noise_std: jax.typing.ArrayLike, weight_sum: jax.typing.ArrayLike,
@@ -292,7 +352,7 @@ def gaussian_randomizer(key: jax.Array, tree: PyTree, *, clip: jax.typing.ArrayL
     """
     mechanisms._check_clip(clip)
     mechanisms._check_scale("stddev", stddev)
-    return _PRIVATIZE["gaussian"](key, tree, MechanismParams(clip, stddev))
+    return REGISTRY["gaussian"].privatize(key, tree, MechanismParams(clip, stddev))
 
 
 def laplace_randomizer(key: jax.Array, tree: PyTree, *, clip: jax.typing.ArrayLike,
@@ -308,4 +368,4 @@ def laplace_randomizer(key: jax.Array, tree: PyTree, *, clip: jax.typing.ArrayLi
     """
     mechanisms._check_clip(clip)
     mechanisms._check_scale("scale", scale)
-    return _PRIVATIZE["laplace"](key, tree, MechanismParams(clip, scale))
+    return REGISTRY["laplace"].privatize(key, tree, MechanismParams(clip, scale))

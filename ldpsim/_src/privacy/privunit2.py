@@ -1,0 +1,312 @@
+"""PrivUnit2: a pure ε-LDP randomizer for vectors in an L2 ball (direction + norm).
+
+Privatize one client's update ``x`` (clipped to ``‖x‖ ≤ C``, flattened to dimension d):
+
+1. Direction ``u = x/‖x‖`` (``e₁`` for ``x = 0``). With probability ``p`` draw ``V`` uniformly
+   on the spherical cap ``{v ∈ S^{d−1}: ⟨v, u⟩ ≥ γ}``, otherwise uniformly on its complement
+   (Bhowmick, Duchi, Freudiger, Kapoor & Rogers 2018, Alg. 1). ``V = t·u + √(1−t²)·w`` with
+   ``w`` uniform on the unit sphere orthogonal to ``u`` (a normalised projected Gaussian)
+   and ``t = ⟨V, u⟩`` drawn exactly from its conditional law ``∝ (1−t²)^{(d−3)/2}`` on
+   ``[γ, 1]`` or ``[−1, γ)`` by rejection from a truncated normal with variance
+   ``1/(d−3)`` (``(1−t²)^a ≤ e^{−a t²}``; acceptance → 1 as d grows).
+2. Norm ``r = ‖x‖ ∈ [0, C]``: the private scalar randomizer
+   (:func:`ldpsim._src.privacy.randomizer.signed_scalar`), ``±B`` with ``B = C·coth(ε_r/2)``.
+
+Report ``{"direction": V, "norm": r̂}``. Decode: ``x̂ = r̂·V/m`` with
+``m = E⟨V, u⟩ = E[t; t ≥ γ]·(p/q − (1 − p)/(1 − q))``, ``q = P(t ≥ γ)`` for uniform ``V``
+and ``E[t; t ≥ γ] = (1 − γ²)^{(d−1)/2}/((d − 1)·B(½, (d−1)/2))``: ``E[x̂] = x`` exactly (r̂ and
+V independent, ``E r̂ = r``, ``E V = m·u``). Per-coordinate variance
+``B²·(E[t²]u_i² + (1 − E[t²])(1 − u_i²)/(d − 1))/m² − x_i²`` (:func:`variance`), total
+``B²/m² − ‖x‖²``.
+
+Guarantee: the output density of ``V`` is ``p/q`` (cap) or ``(1−p)/(1−q)`` (complement)
+times the uniform density, so for any two inputs the ratio is at most
+``e^{ε_d}`` with ``ε_d = logit(p) + logit(1 − q)``; the norm release is ``ε_r``-LDP; the
+two are independent, so the report is **pure (ε_d + ε_r)-LDP for any two inputs in the C
+ball** (neighbouring relation ``"replace"``; an input above C is clipped and counted).
+
+Parameters (host, float64, :func:`constants`): ``q = 1/(1 + e^{ε₁})`` and
+``γ² = betainccinv(½, (d−1)/2, 2q)`` (the incomplete beta inverted in its upper tail, so
+small caps stay accurate at d = 61,706), ``p = e^{ε₀}/(1 + e^{ε₀})``, ``ε_d = ε₀ + ε₁``; ``m``
+in log space (``betaln``, ``log1p``). **ε split**: ε₀ maximises ``m`` for the direction's
+budget ε_d (as Bhowmick et al. and Asi et al. optimise), and ε_r minimises the worst-case
+total variance ``B(ε_r)²/m(ε − ε_r)² − C²`` at ``‖x‖ = C``; both 1-D searches on the host
+(``norm_epsilon`` fixes ε_r instead). The norm needs little budget: its variance is a
+factor ``coth²(ε_r/2)`` while the direction's is ``∝ d/ε_d``, so for large d most of ε
+goes to the direction.
+
+Float32 realisation: ``p`` and the coins are on a 32-bit grid and the proposal uses the
+float32 inverse normal CDF, so the realised law is the ideal one up to rounding (relative
+1e-6); ε₀ ≤ 15 and ε₁ ≤ 80 keep every probability representable (ε up to about 111 with
+the norm's 16).
+
+References:
+    Bhowmick, Duchi, Freudiger, Kapoor & Rogers, "Protection against reconstruction and its
+    applications in private federated learning", 2018 (arXiv:1812.00984), Alg. 1 and §4;
+    Asi, Feldman & Talwar, "Optimal algorithms for mean estimation under local differential
+    privacy", ICML 2022 (arXiv:2205.02466); Duchi, Jordan & Wainwright 2018 (scalar).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from scipy import optimize, special
+
+from ldpsim._src._checks import LdpsimError
+from ldpsim._src.privacy import randomizer as rz
+from ldpsim._src.privacy import sampling
+from ldpsim._src.privacy.randomizer import LocalMechanism, Report
+
+NAME = "privunit2"
+MIN_DIM = 4
+
+#: Largest ε₀ (cap probability) and ε₁ (cap size) a float32 realisation represents.
+MAX_EPS_P, MAX_EPS_CAP, MAX_EPS_NORM = 15.0, 80.0, 16.0
+#: Rejection steps before giving up (the host refuses parameters with acceptance < 1e-3).
+MAX_TRIES = 100_000
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class PrivUnit2Params:
+    """PrivUnit2's calibrated numbers (float32 scalars; may be traced) and its dimension."""
+
+    clip: jax.Array
+    p: jax.Array          # probability of the cap
+    gamma: jax.Array      # cap threshold on ⟨V, u⟩
+    prop_q: jax.Array     # upper-tail mass of the proposal N(0, 1/(d−3)) beyond γ
+    m: jax.Array          # E⟨V, u⟩
+    et2: jax.Array        # E⟨V, u⟩²
+    norm_bound: jax.Array  # B of the norm's scalar randomizer
+    dim: int = dataclasses.field(metadata=dict(static=True))
+
+
+# ---------------------------------------------------------------------------- host maths
+
+
+def log_cap_mean(gamma: float, d: int) -> float:
+    """``log E[t; t ≥ γ]`` for ``t = ⟨V, u⟩``, V uniform on S^{d−1} (γ ≥ 0)."""
+    b = (d - 1) / 2.0
+    return b * math.log1p(-gamma * gamma) - math.log(d - 1) - special.betaln(0.5, b)
+
+
+def gamma_for_cap(q: float, d: int) -> float:
+    """γ ≥ 0 with ``P(t ≥ γ) = q`` (q ≤ ½): ``γ² = betainccinv(½, (d−1)/2, 2q)``."""
+    return math.sqrt(float(special.betainccinv(0.5, (d - 1) / 2.0, 2.0 * q)))
+
+
+def cap_probability(gamma: float, d: int) -> float:
+    """``P(t ≥ γ) = ½·I_{1−γ²}((d−1)/2, ½)`` for γ ≥ 0."""
+    return 0.5 * float(special.betaincc(0.5, (d - 1) / 2.0, gamma * gamma))
+
+
+def _sigmoid(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x))
+
+
+def direction_constants(eps_p: float, eps_cap: float, d: int) -> dict:
+    """p, q, γ, m, E[t²] for the split (ε₀ = ``eps_p``, ε₁ = ``eps_cap``)."""
+    p = _sigmoid(eps_p)
+    q = _sigmoid(-eps_cap)
+    gamma = gamma_for_cap(q, d)
+    log_mean = log_cap_mean(gamma, d)
+    m = math.exp(log_mean) * (p / q - (1 - p) / (1 - q))
+    e_hi = float(special.betaincc(1.5, (d - 1) / 2.0, gamma * gamma)) / (2.0 * d * q)
+    e_lo = (1.0 / d - q * e_hi) / (1 - q)
+    return dict(p=p, q=q, gamma=gamma, m=m, et2=p * e_hi + (1 - p) * e_lo)
+
+
+def best_split(eps_dir: float, objective) -> tuple[float, float]:
+    """``(ε₀, ε₁)`` with ε₀ + ε₁ = ε_dir minimising ``objective(ε₀, ε₁)`` (bounded search),
+    ε₀ ≤ 15 and ε₁ ≤ 80."""
+    lo = max(1e-9, eps_dir - MAX_EPS_CAP)
+    hi = min(eps_dir - 1e-9, MAX_EPS_P)
+    if lo >= hi:
+        raise LdpsimError(f"epsilon {eps_dir!r} for the direction is above what float32 realises "
+                          f"({MAX_EPS_P + MAX_EPS_CAP:g})")
+    res = optimize.minimize_scalar(lambda e0: objective(e0, eps_dir - e0), bounds=(lo, hi),
+                                   method="bounded", options=dict(xatol=1e-6 * eps_dir))
+    e0 = float(res.x)
+    return e0, eps_dir - e0
+
+
+def split_epsilon(epsilon: float, norm_epsilon, worst_variance) -> float:
+    """ε_r: ``norm_epsilon`` if given, else the minimiser of ``worst_variance(ε_r)``."""
+    if norm_epsilon is not None:
+        er = rz.check_epsilon(norm_epsilon, "norm_epsilon")
+        if not er < epsilon:
+            raise LdpsimError(f"norm_epsilon must be < epsilon ({epsilon!r}); got {norm_epsilon!r}")
+        if er > MAX_EPS_NORM:
+            raise LdpsimError(f"norm_epsilon must be <= {MAX_EPS_NORM:g} (float32 coins); got {norm_epsilon!r}")
+        return er
+    hi = min(MAX_EPS_NORM, 0.5 * epsilon)
+    res = optimize.minimize_scalar(worst_variance, bounds=(1e-3 * epsilon, hi), method="bounded",
+                                   options=dict(xatol=1e-6 * epsilon))
+    return float(res.x)
+
+
+def constants(*, epsilon: float, dim: int, clip: float = 1.0, norm_epsilon=None) -> dict:
+    """Host calibration of PrivUnit2 (float64): the ε split and every constant."""
+    eps = rz.check_epsilon(epsilon)
+    d = rz.check_dim(dim, MIN_DIM, NAME)
+    c = rz.check_clip(clip)
+
+    def dir_for(eps_dir):
+        e0, e1 = best_split(eps_dir, lambda a, b: -math.log(direction_constants(a, b, d)["m"]))
+        return e0, e1, direction_constants(e0, e1, d)
+
+    def worst(er):
+        return 2 * math.log(rz.signed_scalar_bound(c, er)) - 2 * math.log(dir_for(eps - er)[2]["m"])
+
+    er = split_epsilon(eps, norm_epsilon, worst)
+    e0, e1, k = dir_for(eps - er)
+    a = (d - 3) / 2.0
+    s = 1.0 / math.sqrt(2 * a)
+    prop_q = float(special.ndtr(-k["gamma"] / s))
+    # acceptance of the rejection step in each region (target mass / proposal mass)
+    log_target_hi = math.log(k["q"]) + special.betaln(0.5, (d - 1) / 2.0)
+    log_prop = math.log(s) + 0.5 * math.log(2 * math.pi)
+    acc_hi = math.exp(log_target_hi - log_prop - math.log(prop_q)) if prop_q > 0 else 0.0
+    acc_lo = math.exp(math.log1p(-k["q"]) + special.betaln(0.5, (d - 1) / 2.0) - log_prop
+                      - math.log1p(-prop_q))
+    if min(acc_hi, acc_lo) < 1e-3:
+        raise LdpsimError(f"privunit2 at epsilon {epsilon!r}, dim {dim!r}: the cap sampler's "
+                          f"acceptance {min(acc_hi, acc_lo):.2g} is below 1e-3; use privunitg")
+    bound = rz.signed_scalar_bound(c, er)
+    return dict(k, clip=c, dim=d, epsilon=eps, eps_p=e0, eps_cap=e1, eps_norm=er,
+                prop_q=prop_q, norm_bound=bound, acceptance=(acc_hi, acc_lo),
+                worst_total_variance=bound ** 2 / k["m"] ** 2 - c * c)
+
+
+# ---------------------------------------------------------------------------- device side
+
+
+def _direction(flat: jax.Array) -> tuple[jax.Array, jax.Array]:
+    r = jnp.sqrt(jnp.sum(jnp.square(flat)))
+    e1 = jnp.zeros_like(flat).at[0].set(1.0)
+    u = jnp.where(r > 0, flat / jnp.where(r > 0, r, 1.0), e1)
+    return u, r
+
+
+def orthogonal_unit(key: jax.Array, u: jax.Array) -> jax.Array:
+    """A uniform unit vector orthogonal to the unit vector ``u`` (a normalised projection of
+    ldpsim's fast Gaussian draw)."""
+    g = sampling.normal_like(key, u)
+    g = g - jnp.vdot(g, u) * u
+    return g / jnp.sqrt(jnp.sum(jnp.square(g)))
+
+
+def _uniform01(key: jax.Array, shape=()) -> jax.Array:
+    """Uniform on (0, 1] (never 0, so inverse CDFs stay finite)."""
+    return 1.0 - jax.random.uniform(key, shape, jnp.float32)
+
+
+def sample_t(key: jax.Array, in_cap: jax.Array, params: PrivUnit2Params) -> jax.Array:
+    """``t = ⟨V, u⟩`` from ``∝ (1−t²)^a`` (a = (d−3)/2) on ``[γ, 1]`` (``in_cap``) or ``[−1, γ)``:
+    rejection from ``N(0, 1/(2a))`` truncated to the region (accept w.p.
+    ``exp(a·(log(1−t²) + t²)) ≤ 1``); a ``while_loop`` (exact; vmaps as the longest lane)."""
+    a = np.float32((params.dim - 3) / 2.0)
+    s = np.float32(1.0 / math.sqrt(2 * ((params.dim - 3) / 2.0)))
+    qp = jnp.asarray(params.prop_q, jnp.float32)
+    gamma = jnp.asarray(params.gamma, jnp.float32)
+
+    def draw(i):
+        k = jax.random.fold_in(key, i)
+        u1, u2 = _uniform01(k, (2,))
+        t_hi = jnp.maximum(-s * jax.scipy.special.ndtri(u1 * qp), gamma)
+        t_lo = s * jax.scipy.special.ndtri(u1 * (1.0 - qp))
+        t = jnp.where(in_cap, t_hi, jnp.where(t_lo < gamma, t_lo, -2.0))
+        t2 = jnp.square(t)
+        ok = (t2 < 1.0) & (jnp.log(u2) <= a * (jnp.log1p(-jnp.minimum(t2, 0.999999)) + t2))
+        return t, ok
+
+    def cond(state):
+        i, _, ok = state
+        return (~ok) & (i < MAX_TRIES)
+
+    def body(state):
+        i, _, _ = state
+        t, ok = draw(i)
+        return i + 1, t, ok
+
+    t0, ok0 = draw(0)
+    _, t, _ = jax.lax.while_loop(cond, body, (jnp.int32(1), t0, ok0))
+    return t
+
+
+def privatize(key: jax.Array, update, params: PrivUnit2Params) -> Report:
+    """One client's PrivUnit2 report ``{"direction": V (unit, float32[d]), "norm": r̂}``."""
+    flat, clipped, norm, release_norm, was_clipped, finite, _ = rz.clip_flat(update, params.clip)
+    if flat.shape[0] != params.dim:
+        raise LdpsimError(f"update has {flat.shape[0]} coordinates; these privunit params are "
+                          f"for dim {params.dim}")
+    u, r = _direction(flat)
+    r_hat = rz.signed_scalar(rz.subkey(key, rz.TAG_NORM), r, params.clip, params.norm_bound)
+    in_cap = rz.bernoulli(rz.subkey(key, rz.TAG_CAP), params.p)
+    t = sample_t(rz.subkey(key, rz.TAG_ACCEPT), in_cap, params)
+    w = orthogonal_unit(rz.subkey(key, rz.TAG_DIRECTION), u)
+    v = t * u + jnp.sqrt(jnp.maximum(1.0 - t * t, 0.0)) * w
+    return Report(report={"direction": v, "norm": r_hat}, clipped=clipped, norm=norm,
+                  release_norm=release_norm, was_clipped=was_clipped, finite=finite)
+
+
+def decode(report, params, like=None):
+    """Unbiased estimate ``r̂·V/m`` of the clipped update (a pytree like ``like``)."""
+    flat = report["norm"] * report["direction"] / params.m
+    return rz.unravel_like(flat, like)
+
+
+def mean(params, update):
+    """``E[decode] =`` the clipped update (unbiased)."""
+    return rz.clip_flat(update, params.clip)[1]
+
+
+def _second_moment_dir(params, u):
+    """Per-coordinate ``E[V_i²]`` for V uniform-cap-mixed around u (sphere)."""
+    return params.et2 * u * u + (1.0 - params.et2) * (1.0 - u * u) / (params.dim - 1)
+
+
+def variance(params, update):
+    """Exact per-coordinate variance of :func:`decode` for this update (pytree like it)."""
+    flat, *_, unravel = rz.clip_flat(update, params.clip)
+    u, _ = _direction(flat)
+    var = jnp.square(params.norm_bound / params.m) * _second_moment_dir(params, u) - flat * flat
+    return unravel(var)
+
+
+def make(*, epsilon: float, dim: int, clip: float = 1.0, norm_epsilon=None) -> LocalMechanism:
+    """PrivUnit2 + a private scalar norm, calibrated for pure ε-LDP (see the module docstring).
+
+    Args:
+        epsilon: total ε > 0 (direction + norm).
+        dim: the update's number of coordinates d ≥ 4.
+        clip: the L2 bound C of the inputs (above it: clipped, counted in ``was_clipped``).
+        norm_epsilon: ε of the norm (default: chosen to minimise the worst-case variance).
+
+    Raises:
+        LdpsimError: ε ≤ 0 or non-finite or beyond the float32 range, ``dim`` < 4, clip ≤ 0.
+    """
+    k = constants(epsilon=epsilon, dim=dim, clip=clip, norm_epsilon=norm_epsilon)
+    f = lambda x: jnp.asarray(x, jnp.float32)  # noqa: E731
+    params = PrivUnit2Params(clip=f(k["clip"]), p=f(k["p"]), gamma=f(k["gamma"]),
+                             prop_q=f(k["prop_q"]), m=f(k["m"]), et2=f(k["et2"]),
+                             norm_bound=f(k["norm_bound"]), dim=k["dim"])
+    return _mechanism(NAME, params, k, privatize, decode, mean, variance)
+
+
+def _mechanism(name, params, k, privatize, decode, mean, variance) -> LocalMechanism:
+    eps = k["epsilon"]
+    std = math.sqrt(k["worst_total_variance"] / k["dim"])
+
+    def dp_event(params):
+        return rz.pure_dp_event(eps)
+
+    return LocalMechanism(name=name, params=params, neighbours="replace", epsilon=eps, delta=0.0,
+                          privatize=privatize, noise_std=lambda params: jnp.float32(std),
+                          dp_event=dp_event, decode=decode, mean=mean, variance=variance,
+                          additive=False, unbiased=True)

@@ -1,0 +1,293 @@
+"""The types of the local-randomizer interface and the pieces every randomizer shares.
+
+:class:`LocalMechanism` (re-exported by :mod:`ldpsim._src.privacy.mechanism`, which holds the
+registry) is one object of pure functions per calibrated randomizer:
+
+* ``privatize(key, update, params)`` -- what ONE client releases. Additive-noise randomizers
+  (Gaussian, Laplace, clip-only) return a :class:`Privatized` whose ``noisy`` is the release;
+  report randomizers (PrivUnit, Duchi et al., SignDS, randomized response) return a
+  :class:`Report` whose ``report`` is the message (a unit vector and a sign, an index set, a
+  category). Both carry the clipped input and the clipping diagnostics, and both expose
+  the message as ``.report`` and ``.noisy``.
+* ``decode(report, params, like=None)`` -- the server's estimate of the client's (clipped)
+  input from one message: unbiased for every randomizer except SignDS, whose decoder is
+  MindSpore's fixed-step reconstruction (``mean`` gives its exact expectation).
+* ``mean(params, update)`` / ``variance(params, update)`` -- the exact expectation and the
+  exact per-coordinate variance of ``decode(privatize(key, update))`` over the key, for a
+  given input (the variance of PrivUnit and Duchi depends on the input's direction and
+  norm). :func:`total_variance` sums it.
+* ``dp_event(params)`` and ``neighbours``, ``epsilon``, ``delta`` -- the guarantee of one
+  release. Pure ε-LDP randomizers without a ``dp_accounting`` event of their own
+  (PrivUnit, Duchi et al., SignDS) use :func:`pure_dp_event`: binary randomized response
+  at the same ε, which dominates every ε-DP pair (Kairouz, Oh & Viswanath 2015, Thm. 2.1 /
+  Murtagh & Vadhan 2016), so accountants compose them tightly for worst-case pairs.
+
+Shared pieces: :func:`clip_flat` (clip one pytree to an L2 ball and flatten it; a
+non-finite update becomes the zero substitute), :func:`signed_scalar` (the private scalar
+randomizer that PrivUnit uses for the norm), :func:`bernoulli` (a 32-bit exact-threshold
+coin), and key derivation by :func:`subkey` (``fold_in`` with a distinct constant per use,
+so no two draws of one client share a key).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.flatten_util import ravel_pytree
+
+from ldpsim._src._checks import LdpsimError
+from ldpsim._src.privacy import clipping
+
+PyTree = Any
+
+__all__ = ["LocalMechanism", "MechanismParams", "Privatized", "Report", "bernoulli",
+           "check_dim", "check_epsilon", "clip_flat", "pure_dp_event", "signed_scalar",
+           "signed_scalar_bound", "subkey", "total_variance"]
+
+
+class MechanismParams(NamedTuple):
+    """The calibrated numbers of an additive-noise randomizer (float32 scalars; may be traced).
+
+    Attributes:
+        clip: the clip bound C (L2, or L1 for Laplace).
+        scale: the noise scale per coordinate (Gaussian σ, Laplace b; 0 = no noise).
+    """
+
+    clip: jax.Array
+    scale: jax.Array
+
+    @classmethod
+    def create(cls, *, clip: float, scale: float) -> "MechanismParams":
+        return cls(jnp.asarray(clip, jnp.float32), jnp.asarray(scale, jnp.float32))
+
+
+class Privatized(NamedTuple):
+    """What one client's additive-noise randomizer produced (the engine's release type).
+
+    Attributes:
+        noisy: what the client sends (its release): ``clipped + noise``.
+        clipped: the clean clipped update (the zero substitute for a non-finite update).
+            Simulation only: never released.
+        noise: the noise that was added (drawn for every client). Simulation only.
+        norm: pre-clip norm of the update (L2; L1 for Laplace); NaN/inf if not finite,
+            +inf for a finite update whose norm exceeds float32's range. Diagnostic.
+        release_norm: the norm of what was clipped: ``norm``, or 0 for the zero substitute
+            (what a mechanism releasing a function of the norm must use).
+        was_clipped: the clip bound was active (``release_norm > clip``).
+        finite: every entry of the update was finite. Diagnostic only.
+    """
+
+    noisy: PyTree
+    clipped: PyTree
+    noise: PyTree
+    norm: jax.Array
+    release_norm: jax.Array
+    was_clipped: jax.Array
+    finite: jax.Array
+
+    @property
+    def report(self) -> PyTree:
+        """The release (same as ``noisy``): the message of the interface."""
+        return self.noisy
+
+
+class Report(NamedTuple):
+    """What one client's report randomizer produced (a message that is not input + noise).
+
+    Attributes:
+        report: the message the client sends (a pytree of arrays; see each randomizer).
+        clipped: the clipped input (zero substitute for a non-finite update). Simulation only.
+        norm, release_norm, was_clipped, finite: as in :class:`Privatized` (diagnostics;
+            ``was_clipped`` counts the inputs that the clip bound changed).
+    """
+
+    report: PyTree
+    clipped: PyTree
+    norm: jax.Array
+    release_norm: jax.Array
+    was_clipped: jax.Array
+    finite: jax.Array
+
+    @property
+    def noisy(self) -> PyTree:
+        """The message (same as ``report``), so audits and callers written for
+        :class:`Privatized` read every randomizer the same way."""
+        return self.report
+
+
+class LocalMechanism(NamedTuple):
+    """A local randomizer: pure functions plus its calibrated parameters.
+
+    Attributes:
+        name: registry name (``"gaussian"``, ``"laplace"``, ``"none"``, ``"privunit2"``,
+            ``"privunitg"``, ``"duchi"``, ``"signds"``, ``"rr"``).
+        params: the calibrated parameters (a pytree of float32 scalars; may be traced).
+        neighbours: ``"replace"`` (any two clipped inputs) or ``"add-remove"``.
+        epsilon, delta: the per-release guarantee (δ = 0 for pure DP, ε = inf without noise).
+        privatize: ``(key, update, params) -> Privatized | Report`` for one client.
+        noise_std: ``params -> per-coordinate std`` of one client's noise (additive
+            randomizers); for a report randomizer, the root mean per-coordinate variance
+            of its decoded estimate at the worst-case input (‖x‖ = C), for the theory of
+            an aggregate's error.
+        dp_event: ``params -> dp_accounting.DpEvent`` of one release (host side).
+        decode: ``(report, params, like=None) -> estimate`` of the input (a pytree like
+            ``like``; a flat vector without it). Identity for additive randomizers.
+        mean: ``(params, update) -> E[decode(privatize(·, update))]`` exactly (the clipped
+            update for an unbiased randomizer).
+        variance: ``(params, update) -> per-coordinate Var[decode(privatize(·, update))]``
+            exactly (a pytree like ``update``).
+        additive: the release is ``clipped + independent noise`` (the engine's metrics
+            assume this).
+        unbiased: ``mean`` is the clipped update.
+    """
+
+    name: str
+    params: PyTree
+    neighbours: str
+    epsilon: float
+    delta: float
+    privatize: Callable[[jax.Array, PyTree, PyTree], Any]
+    noise_std: Callable[[PyTree], jax.Array]
+    dp_event: Callable[[PyTree], Any]
+    decode: Callable[..., PyTree] | None = None
+    mean: Callable[[PyTree, PyTree], PyTree] | None = None
+    variance: Callable[[PyTree, PyTree], PyTree] | None = None
+    additive: bool = True
+    unbiased: bool = True
+
+
+def total_variance(mech: LocalMechanism, update: PyTree) -> jax.Array:
+    """``E‖decode(privatize(key, update)) − E[·]‖²`` exactly: the sum of ``mech.variance``."""
+    var = mech.variance(mech.params, update)
+    return sum(jnp.sum(v) for v in jax.tree_util.tree_leaves(var))
+
+
+# ----------------------------------------------------------------------------------- checks
+
+
+def check_epsilon(epsilon: Any, name: str = "epsilon") -> float:
+    """ε as a float if it is > 0 and finite (a clear error naming the value otherwise)."""
+    try:
+        eps = float(epsilon)
+    except (TypeError, ValueError):
+        raise LdpsimError(f"{name} must be a number > 0, got {epsilon!r}") from None
+    if not (eps > 0 and math.isfinite(eps)):
+        raise LdpsimError(f"{name} must be > 0 and finite, valid range (0, inf); got {epsilon!r}")
+    return eps
+
+
+def check_dim(dim: Any, minimum: int, mechanism: str) -> int:
+    """The dimension as an int if it is at least ``minimum`` for ``mechanism``."""
+    try:
+        d = int(dim)
+    except (TypeError, ValueError):
+        raise LdpsimError(f"dim must be an integer, got {dim!r}") from None
+    if d != dim or d < minimum:
+        raise LdpsimError(f"dim must be an integer >= {minimum} for {mechanism}; got {dim!r}")
+    return d
+
+
+def check_clip(clip: Any) -> float:
+    """The clip bound as a float if it is > 0 and finite."""
+    try:
+        c = float(clip)
+    except (TypeError, ValueError):
+        raise LdpsimError(f"clip must be a number > 0, got {clip!r}") from None
+    if not (c > 0 and math.isfinite(c)):
+        raise LdpsimError(f"clip must be > 0 and finite, valid range (0, inf); got {clip!r}")
+    return c
+
+
+# ------------------------------------------------------------------------------------- keys
+
+#: ``fold_in`` constants of a client's draws (one per use inside a randomizer).
+TAG_DIRECTION, TAG_NORM, TAG_CAP, TAG_ACCEPT, TAG_SIGN, TAG_SELECT = 11, 12, 13, 14, 15, 16
+
+
+def subkey(key: jax.Array, tag: int) -> jax.Array:
+    """The key of one use inside a randomizer: ``fold_in(key, tag)`` (distinct tags, so no
+    two draws of one client share a key)."""
+    return jax.random.fold_in(key, tag)
+
+
+# -------------------------------------------------------------------------------- pieces
+
+
+def _finite(tree: PyTree) -> jax.Array:
+    leaves = jax.tree_util.tree_leaves(tree)
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves] or [jnp.bool_(True)]))
+
+
+def clip_flat(update: PyTree, clip: jax.typing.ArrayLike):
+    """Clip ``update`` to L2 norm ``clip`` and flatten it (float32).
+
+    Returns:
+        ``(flat, clipped, norm, release_norm, was_clipped, finite, unravel)``: the clipped
+        update as one float32 vector and as a pytree, the pre-clip norm, the norm of what was
+        clipped (0 for the zero substitute of a non-finite update), whether the bound was
+        active, whether every entry was finite, and the inverse of the flattening.
+    """
+    clipped, norm = clipping.clip_by_global_norm(update, clip)
+    finite = _finite(update)
+    release_norm = jnp.where(finite, norm, jnp.zeros_like(norm))
+    flat, unravel = ravel_pytree(clipped)
+    flat = flat.astype(jnp.float32)
+    was_clipped = release_norm > jnp.asarray(clip, norm.dtype)
+    return flat, clipped, norm, release_norm, was_clipped, finite, unravel
+
+
+def unravel_like(flat: jax.Array, like: PyTree | None) -> PyTree:
+    """``flat`` in the structure of ``like`` (leaf shapes and dtypes), or ``flat`` itself."""
+    if like is None:
+        return flat
+    _, unravel = ravel_pytree(like)
+    return unravel(flat)
+
+
+#: Largest float32 below 2**32 (keeps a 32-bit cut-off in range).
+_U32_MAX_F32 = 4294967040.0
+
+
+def bernoulli(key: jax.Array, prob: jax.typing.ArrayLike) -> jax.Array:
+    """True with probability ``prob`` on a 32-bit grid: ``bits < ⌈prob·2³²⌉``.
+
+    The realised probability is ``⌈prob·2³²⌉/2³²`` with ``prob·2³²`` rounded to float32:
+    within a relative ``2⁻²³`` of ``prob`` for ``prob ≥ 2⁻³²``.
+    """
+    p = jnp.clip(jnp.asarray(prob, jnp.float32), 0.0, 1.0)
+    cut = jnp.minimum(jnp.ceil(p * np.float32(2.0**32)), _U32_MAX_F32).astype(jnp.uint32)
+    bits = jax.random.bits(key, jnp.shape(p), jnp.uint32)
+    return (bits < cut) | (p >= 1.0)
+
+
+def signed_scalar_bound(clip: float, epsilon: float) -> float:
+    """``B = C·(e^ε + 1)/(e^ε − 1)``: the magnitude of :func:`signed_scalar`'s output."""
+    return float(clip) / math.tanh(float(epsilon) / 2.0)
+
+
+def signed_scalar(key: jax.Array, r: jax.Array, clip: jax.Array, bound: jax.Array) -> jax.Array:
+    """Private unbiased scalar in ``[0, C]`` (Duchi, Jordan & Wainwright 2018, §4.2.1).
+
+    Releases ``+B`` with probability ``½ + r/(2B)`` and ``−B`` otherwise, ``B = C(e^ε+1)/(e^ε−1)``
+    (:func:`signed_scalar_bound`): ``E = r``, ``Var = B² − r²``. For ``r, r' ∈ [0, C]`` each
+    output's probability ratio is at most ``(½ + C/2B)/(½ − C/2B) = e^ε``: ε-LDP for any two
+    values (replace-one). ``r`` is clamped to ``[0, C]``.
+    """
+    r = jnp.clip(r, 0.0, clip)
+    plus = bernoulli(key, 0.5 + r / (2.0 * bound))
+    return jnp.where(plus, bound, -bound).astype(jnp.float32)
+
+
+def pure_dp_event(epsilon: float):
+    """A ``dp_accounting`` event for one pure ε-DP release: binary randomized response at ε
+    (``RandomizedResponseDpEvent(2/(e^ε+1), 2)``), whose privacy profile dominates that of
+    every ε-DP mechanism on every pair (Kairouz, Oh & Viswanath, "The composition theorem for
+    differential privacy", ICML 2015, arXiv:1311.0776), so accountants compose it tightly."""
+    import dp_accounting
+
+    return dp_accounting.RandomizedResponseDpEvent(
+        noise_parameter=2.0 / (math.exp(float(epsilon)) + 1.0), num_buckets=2)

@@ -1,0 +1,255 @@
+"""SignDS as MindSpore Federated implements it (ALGORITHMS.md §1.8): pure ε-LDP index release.
+
+Client (``SecureProtocol.signDSModel``), on the flattened update Δ of dimension d:
+
+1. A sign ``b = ±1`` with probability ½ each. The top-k set ``T_b`` is the ``k = ⌊sign_k·d⌋``
+   largest coordinates of Δ for ``b = +1`` and the k smallest for ``b = −1`` (ties by index,
+   as MindSpore's stable sort and ``lax.top_k`` both break them).
+2. The output size ``h = sign_dim_out``; if 0, the largest h whose expected top-k share
+   ``E[ν]/h`` is at least ``sign_thr_ratio`` (MindSpore's ``findOptOutputDim``).
+3. The threshold ``ν_th ∈ [1, h]``: MindSpore's ``calcOptThr`` (increase t from 1 while the
+   expected count rises).
+4. ``ν ~ P(ν) ∝ C(k, ν)·C(d − k, h − ν)·exp(ε·1[ν ≥ ν_th])`` (exponential mechanism, inverse
+   CDF), then ν indices uniformly from ``T_b`` and ``h − ν`` from the rest.
+5. Report ``{"indices": sorted int32[h], "sign": b}`` (no weights).
+
+Server (``ParseSignDSFeatureMap``): the reconstructed update is ``b·sign_global_lr`` on the
+reported indices and 0 elsewhere (:func:`decode`). This decoder is **not unbiased**: it
+is MindSpore's fixed-step reconstruction. :func:`mean` and :func:`variance` give its exact
+expectation and per-coordinate variance for a given update (coordinate i is reported with
+probability ``E[ν]/k`` if ``i ∈ T_b`` and ``(h − E[ν])/(d − k)`` otherwise).
+
+Guarantee: for a given b, every index set S of size h has probability
+``exp(ε·1[|S ∩ T_b(Δ)| ≥ ν_th])/Z`` with ``Z = Σ_ν C(k,ν)C(d−k,h−ν)e^{ε1[ν≥ν_th]}`` independent
+of Δ; b is independent of Δ. So the ratio for any two updates is at most ``e^ε``: **pure
+ε-LDP for any two updates** (relation ``"replace"``; no clipping is needed, the release
+depends on the order of the coordinates only; a non-finite update is replaced by 0).
+The realised sampler draws ν by an inverse CDF in float32 (MindSpore: float64), so values
+of ν whose probability is below the CDF's resolution (2⁻²⁴; MindSpore 2⁻⁵³) are never
+drawn: as in MindSpore, exact ε-LDP holds for the ideal sampler, and the realised one gives
+the sets with those counts probability 0.
+
+MindSpore defaults and valid ranges (``fl_context.h``): sign_k = 0.01 in (0, 0.25],
+sign_eps = 100 in (0, 100], sign_thr_ratio = 0.6 in [0.5, 1], sign_global_lr = 0.1 > 0,
+sign_dim_out = 0 in [0, 50] (integer).
+
+Reference:
+    MindSpore Federated (2022-10), ``SecureProtocol.java`` (``signDSModel``) and
+    ``update_model_kernel.cc``; Jiang et al., "SignDS-FL: local differentially private
+    federated learning with sign-based dimension selection", ACM TIST 2022.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.flatten_util import ravel_pytree
+from scipy import special
+
+from ldpsim._src._checks import LdpsimError
+from ldpsim._src.privacy import randomizer as rz
+from ldpsim._src.privacy.randomizer import LocalMechanism, Report
+
+NAME = "signds"
+DEFAULTS = dict(sign_k=0.01, sign_eps=100.0, sign_thr_ratio=0.6, sign_global_lr=0.1,
+                sign_dim_out=0)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class SignDSParams:
+    """SignDS's numbers: the CDF of ν (float32[h+1]), E[ν] and the step (may be traced);
+    d, k, h and ν_th (static)."""
+
+    cdf: jax.Array
+    expected: jax.Array
+    lr: jax.Array
+    dim: int = dataclasses.field(metadata=dict(static=True))
+    k: int = dataclasses.field(metadata=dict(static=True))
+    h: int = dataclasses.field(metadata=dict(static=True))
+    threshold: int = dataclasses.field(metadata=dict(static=True))
+
+
+# ------------------------------------------------------------------------------ host side
+
+
+def _log_comb(n: int, r: np.ndarray) -> np.ndarray:
+    r = np.asarray(r, np.float64)
+    ok = (r >= 0) & (r <= n)
+    rr = np.where(ok, r, 0.0)
+    out = special.gammaln(n + 1) - special.gammaln(rr + 1) - special.gammaln(n - rr + 1)
+    return np.where(ok, out, -np.inf)
+
+
+def pmf(threshold: int, k: int, d: int, h: int, eps: float) -> np.ndarray:
+    """``P(ν)`` for ν = 0..h (float64, log space; MindSpore's ``calcPmf``)."""
+    nu = np.arange(h + 1)
+    logw = _log_comb(k, nu) + _log_comb(d - k, h - nu) + np.where(nu >= threshold, eps, 0.0)
+    return np.exp(logw - special.logsumexp(logw))
+
+
+def _expect(p: np.ndarray) -> float:
+    return float(np.dot(np.arange(p.size), p))
+
+
+def opt_threshold(k: int, d: int, h: int, eps: float) -> int:
+    """MindSpore's ``calcOptThr``: raise t from 1 while the expected count rises."""
+    best, best_t = 0.0, 0
+    for t in range(1, h + 1):
+        e = _expect(pmf(t, k, d, h, eps))
+        if e > best:
+            best, best_t = e, t
+        else:
+            break
+    return max(best_t, 1)
+
+
+def opt_output_dim(thr_ratio: float, k: int, d: int, eps: float) -> int:
+    """MindSpore's ``findOptOutputDim``: the largest h with ``E[ν]/h ≥ thr_ratio``."""
+    h = 1
+    while h <= d:
+        t = opt_threshold(k, d, h, eps)
+        ratio = _expect(pmf(t, k, d, h, eps)) / h
+        if not ratio >= thr_ratio:
+            break
+        h += 1
+    return max(1, h - 1)
+
+
+def _check_range(name, value, lo, hi, lo_open, hi_open=False):
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise LdpsimError(f"{name} must be a number, got {value!r}") from None
+    bad = (not math.isfinite(v) or (v <= lo if lo_open else v < lo)
+           or (v >= hi if hi_open else v > hi))
+    if bad:
+        interval = f"{'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
+        raise LdpsimError(f"{name} must be in {interval} (MindSpore's range); got {value!r}")
+    return v
+
+
+def constants(*, dim: int, sign_k: float = 0.01, sign_eps: float = 100.0,
+              sign_thr_ratio: float = 0.6, sign_global_lr: float = 0.1,
+              sign_dim_out: int = 0) -> dict:
+    """Host calibration (k, h, ν_th, the pmf of ν) with MindSpore's argument checks."""
+    d = rz.check_dim(dim, 2, NAME)
+    sk = _check_range("sign_k", sign_k, 0.0, 0.25, True)
+    eps = rz.check_epsilon(sign_eps, "sign_eps")
+    _check_range("sign_eps", eps, 0.0, 100.0, True)
+    ratio = _check_range("sign_thr_ratio", sign_thr_ratio, 0.5, 1.0, False)
+    lr = rz.check_epsilon(sign_global_lr, "sign_global_lr")
+    if isinstance(sign_dim_out, bool) or int(sign_dim_out) != sign_dim_out or not 0 <= int(sign_dim_out) <= 50:
+        raise LdpsimError(f"sign_dim_out must be an integer in [0, 50] (0: computed); got {sign_dim_out!r}")
+    k = int(sk * d)
+    if k < 1:
+        raise LdpsimError(f"dim {dim!r} is too small for sign_k {sign_k!r}: the top-k set "
+                          f"k = floor(sign_k*dim) is empty")
+    h = int(sign_dim_out) or opt_output_dim(ratio, k, d, eps)
+    if h > d - k:
+        raise LdpsimError(f"sign_dim_out {sign_dim_out!r} needs dim {dim!r} - k >= {h}")
+    thr = opt_threshold(k, d, h, eps)
+    p = pmf(thr, k, d, h, eps)
+    return dict(dim=d, k=k, h=h, threshold=thr, pmf=p, expected=_expect(p), epsilon=eps, lr=lr)
+
+
+# ---------------------------------------------------------------------------- device side
+
+
+def _flat(update):
+    flat, unravel = ravel_pytree(update)
+    flat = flat.astype(jnp.float32)
+    finite = jnp.all(jnp.isfinite(flat))
+    return jnp.where(finite, flat, 0.0), finite, unravel
+
+
+def _top_mask(score: jax.Array, k: int) -> jax.Array:
+    _, idx = jax.lax.top_k(score, k)
+    return jnp.zeros(score.shape, bool).at[idx].set(True)
+
+
+def privatize(key: jax.Array, update, params: SignDSParams) -> Report:
+    """One client's report ``{"indices": int32[h] (sorted), "sign": ±1 (float32)}``."""
+    flat, finite, _ = _flat(update)
+    if flat.shape[0] != params.dim:
+        raise LdpsimError(f"update has {flat.shape[0]} coordinates; these signds params are for "
+                          f"dim {params.dim}")
+    b = jnp.where(rz.bernoulli(rz.subkey(key, rz.TAG_SIGN), 0.5), 1.0, -1.0)
+    in_top = _top_mask(b * flat, params.k)
+    u = jax.random.uniform(rz.subkey(key, rz.TAG_CAP), (), jnp.float32)
+    nu = jnp.sum(u >= params.cdf[:-1]).astype(jnp.int32)       # inverse CDF on ν = 0..h
+    nu = jnp.minimum(nu, min(params.h, params.k))
+    e = jax.random.uniform(rz.subkey(key, rz.TAG_SELECT), flat.shape, jnp.float32)
+    from_top = jax.lax.top_k(jnp.where(in_top, e, -1.0), params.h)[1]   # uniform order in T
+    from_rest = jax.lax.top_k(jnp.where(in_top, -1.0, e), params.h)[1]  # uniform order off T
+    j = jnp.arange(params.h)
+    idx = jnp.where(j < nu, from_top[j], from_rest[jnp.maximum(j - nu, 0)])
+    norm = jnp.sqrt(jnp.sum(jnp.square(flat)))
+    return Report(report={"indices": jnp.sort(idx).astype(jnp.int32), "sign": b},
+                  clipped=update, norm=norm, release_norm=jnp.where(finite, norm, 0.0),
+                  was_clipped=jnp.bool_(False), finite=finite)
+
+
+def decode(report, params, like=None):
+    """MindSpore's reconstruction: ``b·sign_global_lr`` on the reported indices, 0 elsewhere
+    (biased; see :func:`mean`)."""
+    flat = jnp.zeros((params.dim,), jnp.float32).at[report["indices"]].set(
+        report["sign"] * params.lr)
+    return rz.unravel_like(flat, like)
+
+
+def _selection_probabilities(params, update):
+    flat, _, unravel = _flat(update)
+    p_top = params.expected / params.k
+    p_rest = (params.h - params.expected) / (params.dim - params.k)
+    plus = jnp.where(_top_mask(flat, params.k), p_top, p_rest)
+    minus = jnp.where(_top_mask(-flat, params.k), p_top, p_rest)
+    return plus, minus, unravel
+
+
+def mean(params, update):
+    """Exact ``E[decode]``: ``lr·(P(i reported | b=+1) − P(i reported | b=−1))/2``."""
+    plus, minus, unravel = _selection_probabilities(params, update)
+    return unravel(params.lr * 0.5 * (plus - minus))
+
+
+def variance(params, update):
+    """Exact per-coordinate variance of :func:`decode` for this update."""
+    plus, minus, unravel = _selection_probabilities(params, update)
+    m = params.lr * 0.5 * (plus - minus)
+    return unravel(jnp.square(params.lr) * 0.5 * (plus + minus) - m * m)
+
+
+def make(*, dim: int, sign_k: float = 0.01, sign_eps: float = 100.0, sign_thr_ratio: float = 0.6,
+         sign_global_lr: float = 0.1, sign_dim_out: int = 0, epsilon: float | None = None,
+         clip: float | None = None) -> LocalMechanism:
+    """SignDS with MindSpore's defaults (``epsilon`` is an alias of ``sign_eps``; ``clip`` is
+    accepted and ignored: SignDS releases an order, not values).
+
+    Raises:
+        LdpsimError: an argument outside MindSpore's range (named), or a dimension for
+            which the top-k set is empty.
+    """
+    if epsilon is not None:
+        sign_eps = epsilon
+    c = constants(dim=dim, sign_k=sign_k, sign_eps=sign_eps, sign_thr_ratio=sign_thr_ratio,
+                  sign_global_lr=sign_global_lr, sign_dim_out=sign_dim_out)
+    cdf = np.cumsum(c["pmf"])
+    params = SignDSParams(cdf=jnp.asarray(cdf, jnp.float32), expected=jnp.float32(c["expected"]),
+                          lr=jnp.float32(c["lr"]), dim=c["dim"], k=c["k"], h=c["h"],
+                          threshold=c["threshold"])
+    eps = c["epsilon"]
+    h, lr, d = c["h"], c["lr"], c["dim"]
+    std = math.sqrt(h / d) * lr   # E‖decoded‖² = h·lr² spread over d coordinates (upper bound)
+
+    def dp_event(params):
+        return rz.pure_dp_event(eps)
+
+    return LocalMechanism(name=NAME, params=params, neighbours="replace", epsilon=eps, delta=0.0,
+                          privatize=privatize, noise_std=lambda params: jnp.float32(std),
+                          dp_event=dp_event, decode=decode, mean=mean, variance=variance,
+                          additive=False, unbiased=False)
