@@ -6,20 +6,24 @@ that each hold their own params.  Build one by name with :func:`get_model`.
 """
 
 from ldpsim._src.models import (
+    FEMNIST_CLASSES,
     MODEL_NAMES,
     Model,
     Params,
     char_lstm,
+    femnist_cnn,
     get_model,
     lenet5,
     logreg,
     lstm_fedavg,
     mlp,
+    mlp128,
     num_params,
     resolve_model_name,
 )
 
 __all__ = [
-    "MODEL_NAMES", "Model", "Params", "char_lstm", "get_model", "lenet5", "logreg",
-    "lstm_fedavg", "mlp", "num_params", "resolve_model_name",
+    "FEMNIST_CLASSES", "MODEL_NAMES", "Model", "Params", "char_lstm", "femnist_cnn",
+    "get_model", "lenet5", "logreg", "lstm_fedavg", "mlp", "mlp128", "num_params",
+    "resolve_model_name",
 ]
