@@ -1,4 +1,5 @@
-"""``ldpsim account``: ε of LDP, DP-FedAvg or DP-SGD training, or the z for a target ε."""
+"""``ldpsim account``: ε of LDP, DP-FedAvg or DP-SGD training, or the z for a target ε; and
+what a local ε means centrally (shuffled reports, securely summed Gaussian noise)."""
 
 from __future__ import annotations
 
@@ -19,12 +20,17 @@ examples:
       --epochs 60 --delta 1e-5 --method pld
   ldpsim account dpsgd --noise-multiplier 1.1 --batch-size 256 --num-examples 60000 \\
       --epochs 10 --delta 1e-5 --method mindarmour
+  ldpsim account shuffle --epsilon0 4 --clients 100000 --delta 1e-6
+  ldpsim account secagg --sigma 1 --clip 1 --clients 100 --delta 1e-5 --rounds 10 --dropout 0.1
 
 neighbouring relations (named in every output):
   ldp       local: any two inputs of one client at distance <= --sensitivity
             (2C for replace-one, C for add/remove; see `ldpsim calibrate`)
   dpfedavg  add-or-remove one user (poisson), replace one user (fixed)
   dpsgd     add-or-remove one example (poisson), replace one example (fixed)
+  shuffle   central: replace one client's data among n shuffled eps0-LDP reports
+  secagg    central: replace one client (2C, default) or add/remove one (C); only the sum of
+            the surviving reports is seen
 """
 
 
@@ -74,7 +80,44 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="steps = epochs * floor(num_examples / batch_size)")
     _sampled_common(sgd, extra_methods=("mindarmour",))
 
-    for sub in (ldp, fed, sgd):
+    shuf = kinds.add_parser(
+        "shuffle", help="central (epsilon, delta) of n shuffled eps0-LDP reports",
+        formatter_class=HelpFormatter,
+        description="Privacy amplification by shuffling (Feldman, McMillan & Talwar 2021 and "
+                    "2023): the central (epsilon, delta) of n reports of an eps0-LDP "
+                    "randomizer whose order a trusted shuffler hides.")
+    shuf.add_argument("--epsilon0", type=float, required=True,
+                      help="local epsilon of each report (pure eps0-LDP)")
+    shuf.add_argument("--clients", type=int, required=True, help="n, reports shuffled together")
+    shuf.add_argument("--delta", type=float, required=True, help="central delta")
+    shuf.add_argument("--analysis", choices=("clones", "stronger"), default="clones",
+                      help="clones: numerical bound of 'Hiding among the clones' (any eps0-LDP "
+                           "randomizer); stronger: 2023 stronger clone (only randomizers that "
+                           "admit its decomposition, e.g. randomized response)")
+
+    sec = kinds.add_parser(
+        "secagg", help="central (epsilon, delta) of securely summed local Gaussian noise",
+        formatter_class=HelpFormatter,
+        description="Each client clips to C and adds N(0, sigma^2); secure aggregation reveals "
+                    "only the sum of the survivors' reports, whose noise sigma*sqrt(survivors) "
+                    "protects each client centrally.")
+    sec.add_argument("--sigma", type=float, required=True, help="per-client noise std")
+    sec.add_argument("--clip", type=float, default=1.0, help="L2 clip bound C")
+    sec.add_argument("--clients", type=int, required=True, help="n, clients per round")
+    sec.add_argument("--delta", type=float, required=True, help="total delta")
+    sec.add_argument("--rounds", type=int, default=1, help="rounds the client took part in")
+    sec.add_argument("--dropout", type=float, default=0.0,
+                     help="worst-case dropout rate: survivors = n - floor(rate*n)")
+    sec.add_argument("--survivors", type=int, default=None,
+                     help="realised survivors per round (instead of --dropout)")
+    sec.add_argument("--known-shares", type=int, default=0,
+                     help="noise shares the adversary may know (1: the target's own too)")
+    sec.add_argument("--neighbours", choices=("replace", "add-remove"), default="replace",
+                     help="replace one client (sensitivity 2C) or add/remove one (C)")
+    sec.add_argument("--method", choices=("pld", "rdp", "analytic"), default="pld",
+                     help="composition over rounds")
+
+    for sub in (ldp, fed, sgd, shuf, sec):
         sub.add_argument("--json", action="store_true", help="print one JSON object")
         sub.set_defaults(handler=run)
 
@@ -169,6 +212,62 @@ def _dpsgd(args) -> dict:
     return out
 
 
+def _shuffle(args) -> dict:
+    from ldpsim._src._checks import LdpsimError
+    from ldpsim._src.privacy import shuffling
+
+    out = shuffling.shuffle_report(args.epsilon0, args.clients, args.delta,
+                                   analysis=args.analysis).as_dict()
+    try:
+        out["closed_form_epsilon"] = float(shuffling.closed_form_epsilon(
+            args.epsilon0, args.clients, args.delta))
+    except LdpsimError:
+        out["closed_form_epsilon"] = None
+    out["closed_form_max_epsilon0"] = float(shuffling.closed_form_max_epsilon0(args.clients,
+                                                                              args.delta))
+    return out
+
+
+def _secagg(args) -> dict:
+    from ldpsim._src.privacy.accounting import ldp_epsilon
+    from ldpsim._src.privacy.secagg import secagg_epsilon
+
+    central = secagg_epsilon(sigma=args.sigma, clip=args.clip, clients=args.clients,
+                             rounds=args.rounds, delta=args.delta, dropout=args.dropout,
+                             survivors=args.survivors, known_shares=args.known_shares,
+                             neighbours=args.neighbours, method=args.method).as_dict()
+    sensitivity = central["sensitivity"]
+    local = ldp_epsilon("gaussian", sensitivity=sensitivity, rounds=args.rounds,
+                        delta=args.delta, sigma=args.sigma, method=args.method)
+    return {**central, "local_epsilon": local.epsilon, "local_method": local.method}
+
+
+def _print_central(out: dict) -> None:
+    if out["kind"] == "shuffle":
+        print(f"local epsilon0   {out['epsilon0']:.6g}   (each report alone, pure eps0-LDP)")
+        print(f"central epsilon  {out['epsilon']:.6g}   at delta {out['delta']:.3g}, "
+              f"{out['clients']} shuffled reports ({out['analysis']})")
+        if out["closed_form_epsilon"] is None:
+            print(f"closed form      n/a (Thm. 3.1 needs epsilon0 <= "
+                  f"{out['closed_form_max_epsilon0']:.4g})")
+        else:
+            print(f"closed form      {out['closed_form_epsilon']:.6g}   (Thm. 3.1, a looser "
+                  "cross-check)")
+        print(f"reference        {out['reference']}")
+        if out["analysis"] == "stronger":
+            print("caveat           valid only for randomizers admitting the stronger-clone "
+                  "decomposition (e.g. randomized response; the authors' erratum)")
+    else:
+        print(f"local epsilon    {out['local_epsilon']:.6g}   (each report alone, "
+              f"sigma/sensitivity = {out['sigma'] / out['sensitivity']:.4g})")
+        print(f"central epsilon  {out['epsilon']:.6g}   at delta {out['delta']:.3g} "
+              f"(noise multiplier {out['noise_multiplier']:.4g}, survivors "
+              f"{out['survivors']})")
+        print(f"method           {out['method']}, {out['count']} round(s)")
+        print(f"assumes          {out['assumptions']}")
+    print(f"neighbouring     {out['neighbouring']}")
+
+
 def run(args: argparse.Namespace) -> int:
     from ldpsim._src._checks import LdpsimError
 
@@ -179,7 +278,8 @@ def run(args: argparse.Namespace) -> int:
             raise LdpsimError(f"--{other} does not apply to --mechanism {args.mechanism} "
                               f"(its noise is --{mine}); remove it")
     try:
-        out = {"ldp": _ldp, "dpfedavg": _dpfedavg, "dpsgd": _dpsgd}[args.kind](args)
+        out = {"ldp": _ldp, "dpfedavg": _dpfedavg, "dpsgd": _dpsgd, "shuffle": _shuffle,
+               "secagg": _secagg}[args.kind](args)
     except MemoryError as err:
         count = "--rounds" if args.kind != "dpsgd" else "--steps/--epochs"
         raise LdpsimError(f"out of memory composing {count} with --method {args.method} "
@@ -188,6 +288,9 @@ def run(args: argparse.Namespace) -> int:
     out = {"kind": args.kind, **out}
     if args.json:
         print(json.dumps(out))
+        return 0
+    if args.kind in ("shuffle", "secagg"):
+        _print_central(out)
         return 0
     print(f"epsilon       {out['epsilon']:.6g}")
     print(f"delta         {out['delta']:.6g}")
