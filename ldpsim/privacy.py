@@ -56,6 +56,16 @@ from ldpsim._src.privacy.mechanism import (
     laplace_randomizer,
 )
 from ldpsim._src.privacy.monitors import RDPMonitor, ZCDPMonitor
+from ldpsim._src.privacy.ledger import PrivacyLedger
+from ldpsim._src.privacy.secagg import secagg_epsilon, secagg_noise_multiplier, secagg_survivors
+from ldpsim._src.privacy.shuffling import (
+    ShuffleReport,
+    shuffle_delta,
+    shuffle_epsilon,
+    shuffle_report,
+    stronger_clone_applies,
+)
+from ldpsim._src.privacy.shuffling import closed_form_epsilon as shuffle_closed_form_epsilon
 from ldpsim._src.privacy.mechanisms import (
     add_gaussian_noise,
     add_laplace_noise,
@@ -71,12 +81,14 @@ __all__ = [
     "LdpAccountant",
     "LocalMechanism",
     "MechanismParams",
+    "PrivacyLedger",
     "PrivacyReport",
     "Privatized",
     "RDPMonitor",
     "SHORTFALL_RTOL",
     "SampledGaussianAccountant",
     "SamplerTailWarning",
+    "ShuffleReport",
     "ZCDPMonitor",
     "add_gaussian_noise",
     "add_laplace_noise",
@@ -116,5 +128,13 @@ __all__ = [
     "per_layer_bound",
     "quantile_clip",
     "sampler_delta_floor",
+    "secagg_epsilon",
+    "secagg_noise_multiplier",
+    "secagg_survivors",
     "sensitivity",
+    "shuffle_closed_form_epsilon",
+    "shuffle_delta",
+    "shuffle_epsilon",
+    "shuffle_report",
+    "stronger_clone_applies",
 ]
