@@ -78,6 +78,18 @@ def test_delta_equals_bruteforce_divergence(analysis, n, eps0):
     np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-14)   # ... and exact
 
 
+@pytest.mark.parametrize("delta", [1e-10, 1e-14])
+def test_tiny_delta_still_exact(delta):
+    """The telescoped difference A F(t) - B F(t-1) cancels; with its rounding margin it
+    stays an upper bound and agrees with the sum of positive terms at tiny delta."""
+    n, eps0 = 400, 1.0
+    eps = float(sh.shuffle_epsilon(delta, eps0, n))
+    got = float(sh.shuffle_delta(eps, eps0, n))
+    want = _pair_delta_bruteforce(eps, eps0, n, math.exp(-eps0))
+    assert want <= got <= delta
+    assert got == pytest.approx(want, rel=1e-9)
+
+
 def _binary_rr_shuffled_delta(eps, eps0, n):
     """Exact delta of n shuffled binary randomized responses (the analyst sees the count of
     ones), worst case over the others' inputs, by direct convolution."""
