@@ -52,6 +52,7 @@ class DuchiParams:
 
     clip: jax.Array
     pi: jax.Array      # e^ε/(e^ε + 1)
+    pi_out: jax.Array  # 1 − π = 1/(e^ε + 1) (the coin's small side, exact in float32)
     bound: jax.Array   # B, the radius of the output sphere
     dim: int = dataclasses.field(metadata=dict(static=True))
 
@@ -72,7 +73,7 @@ def privatize(key: jax.Array, update, params: DuchiParams) -> Report:
                           f"dim {params.dim}")
     u, r = _direction(flat)
     plus = rz.bernoulli(rz.subkey(key, rz.TAG_NORM), 0.5 + jnp.minimum(r, params.clip) / (2 * params.clip))
-    toward = rz.bernoulli(rz.subkey(key, rz.TAG_CAP), params.pi)
+    toward = ~rz.bernoulli(rz.subkey(key, rz.TAG_CAP), params.pi_out)
     g = sampling.normal_like(rz.subkey(key, rz.TAG_DIRECTION), flat)
     w = g / jnp.sqrt(jnp.sum(jnp.square(g)))
     side = jnp.where(jnp.vdot(w, u) >= 0, 1.0, -1.0)           # w's side of ⊥u
@@ -111,7 +112,8 @@ def make(*, epsilon: float, dim: int, clip: float = 1.0) -> LocalMechanism:
     c = rz.check_clip(clip)
     b = radius(epsilon=eps, dim=d, clip=c)
     pi = 1.0 / (1.0 + math.exp(-eps))
-    params = DuchiParams(clip=jnp.float32(c), pi=jnp.float32(pi), bound=jnp.float32(b), dim=d)
+    params = DuchiParams(clip=jnp.float32(c), pi=jnp.float32(pi),
+                         pi_out=jnp.float32(1.0 / (1.0 + math.exp(eps))), bound=jnp.float32(b), dim=d)
     std = math.sqrt((b * b - c * c) / d)
 
     def dp_event(params):

@@ -7,13 +7,13 @@ Privatize one client's update ``x`` (clipped to ``‖x‖ ≤ C``, flattened to 
    ``α < γ`` otherwise (Asi, Feldman & Talwar 2022, "PrivUnitG"; σ = 1 here: the scale
    cancels in the decoder). ``α`` is drawn exactly by the inverse normal CDF of its
    truncated law.
-2. Norm ``r = ‖x‖``: the private scalar randomizer (``±B``, ``B = C·coth(ε_r/2)``), as in
-   :mod:`ldpsim._src.privacy.privunit2`.
+2. Norm ``r = ‖x‖``: the private scalar randomizer (``r̂ = (C ± B)/2``, ``B = C·coth(ε_r/2)``),
+   as in :mod:`ldpsim._src.privacy.privunit2`.
 
 Report ``{"direction": V, "norm": r̂}``; decode ``x̂ = r̂·V/m`` with
 ``m = E[α] = φ(γ)·(p/q − (1 − p)/(1 − q))``, ``q = Φ̄(γ)``: unbiased. Per-coordinate variance
-``B²·(E[α²]u_i² + 1 − u_i²)/m² − x_i²`` with ``E[α² | α ≥ γ] = 1 + γφ(γ)/q``; total
-``B²(E[α²] + d − 1)/m² − ‖x‖²``.
+``E[r̂²]·(E[α²]u_i² + 1 − u_i²)/m² − x_i²`` with ``E[α² | α ≥ γ] = 1 + γφ(γ)/q``; total
+``E[r̂²](E[α²] + d − 1)/m² − ‖x‖²``.
 
 Guarantee: the density of ``V`` is the ``N(0, I)`` density times ``p/q`` on the half-space
 ``⟨v, u⟩ ≥ γ`` and ``(1 − p)/(1 − q)`` off it, so for any two inputs the ratio is at most
@@ -63,11 +63,13 @@ class PrivUnitGParams:
 
     clip: jax.Array
     p: jax.Array          # probability of the half-space α ≥ γ
+    p_out: jax.Array      # 1 − p = 1/(1 + e^{ε₀})
     gamma: jax.Array      # threshold on α (in units of σ = 1)
     q: jax.Array          # Φ̄(γ)
     m: jax.Array          # E[α]
     ea2: jax.Array        # E[α²]
     norm_bound: jax.Array
+    norm_excess: jax.Array
     dim: int = dataclasses.field(metadata=dict(static=True))
 
 
@@ -97,15 +99,17 @@ def constants(*, epsilon: float, dim: int, clip: float = 1.0, norm_epsilon=None)
         e0, e1 = best_split(eps_dir, obj)
         return e0, e1, direction_constants(e0, e1)
 
-    def worst(er):
+    def worst(er):   # log of E[r̂²](r = C)·E‖V‖²/m²
         k = dir_for(eps - er)[2]
-        return 2 * math.log(rz.signed_scalar_bound(c, er)) + math.log(k["ea2"] + d - 1) - 2 * math.log(k["m"])
+        b = rz.signed_scalar_bound(c, er)
+        return math.log((b * b + 3 * c * c) / 4) + math.log(k["ea2"] + d - 1) - 2 * math.log(k["m"])
 
     er = split_epsilon(eps, norm_epsilon, worst)
     e0, e1, k = dir_for(eps - er)
     bound = rz.signed_scalar_bound(c, er)
     return dict(k, clip=c, dim=d, epsilon=eps, eps_p=e0, eps_cap=e1, eps_norm=er, norm_bound=bound,
-                worst_total_variance=bound ** 2 * (k["ea2"] + d - 1) / k["m"] ** 2 - c * c)
+                worst_total_variance=(bound ** 2 + 3 * c * c) / 4 * (k["ea2"] + d - 1) / k["m"] ** 2
+                - c * c)
 
 
 def sample_alpha(key: jax.Array, upper: jax.Array, params: PrivUnitGParams) -> jax.Array:
@@ -124,8 +128,9 @@ def privatize(key: jax.Array, update, params: PrivUnitGParams) -> Report:
         raise rz.LdpsimError(f"update has {flat.shape[0]} coordinates; these privunitg params "
                              f"are for dim {params.dim}")
     u, r = _direction(flat)
-    r_hat = rz.signed_scalar(rz.subkey(key, rz.TAG_NORM), r, params.clip, params.norm_bound)
-    upper = rz.bernoulli(rz.subkey(key, rz.TAG_CAP), params.p)
+    r_hat = rz.signed_scalar(rz.subkey(key, rz.TAG_NORM), r, params.clip, params.norm_bound,
+                              params.norm_excess)
+    upper = ~rz.bernoulli(rz.subkey(key, rz.TAG_CAP), params.p_out)
     alpha = sample_alpha(rz.subkey(key, rz.TAG_ACCEPT), upper, params)
     g = sampling.normal_like(rz.subkey(key, rz.TAG_DIRECTION), flat)
     v = g + (alpha - jnp.vdot(g, u)) * u
@@ -144,11 +149,13 @@ def mean(params, update):
 
 
 def variance(params, update):
-    """Exact per-coordinate variance of :func:`decode` for this update (pytree like it)."""
+    """Exact per-coordinate variance of :func:`decode` for this update (pytree like it):
+    ``E[r̂²]·(E[α²]u_i² + 1 − u_i²)/m² − x_i²``."""
     flat, *_, unravel = rz.clip_flat(update, params.clip)
-    u, _ = _direction(flat)
+    u, r = _direction(flat)
+    er2 = rz.signed_scalar_second_moment(r, params.clip, params.norm_bound)
     second = params.ea2 * u * u + (1.0 - u * u)
-    return unravel(jnp.square(params.norm_bound / params.m) * second - flat * flat)
+    return unravel(er2 / jnp.square(params.m) * second - flat * flat)
 
 
 def make(*, epsilon: float, dim: int, clip: float = 1.0, norm_epsilon=None) -> LocalMechanism:
@@ -159,7 +166,9 @@ def make(*, epsilon: float, dim: int, clip: float = 1.0, norm_epsilon=None) -> L
     """
     k = constants(epsilon=epsilon, dim=dim, clip=clip, norm_epsilon=norm_epsilon)
     f = lambda x: jnp.asarray(x, jnp.float32)  # noqa: E731
-    params = PrivUnitGParams(clip=f(k["clip"]), p=f(k["p"]), gamma=f(k["gamma"]), q=f(k["q"]),
+    params = PrivUnitGParams(clip=f(k["clip"]), p=f(k["p"]), p_out=f(_sigmoid(-k["eps_p"])),
+                             gamma=f(k["gamma"]), q=f(k["q"]),
                              m=f(k["m"]), ea2=f(k["ea2"]), norm_bound=f(k["norm_bound"]),
+                             norm_excess=f(rz.signed_scalar_excess(k["clip"], k["eps_norm"])),
                              dim=k["dim"])
     return _mechanism(NAME, params, k, privatize, decode, mean, variance)

@@ -46,7 +46,8 @@ PyTree = Any
 
 __all__ = ["LocalMechanism", "MechanismParams", "Privatized", "Report", "bernoulli",
            "check_dim", "check_epsilon", "clip_flat", "pure_dp_event", "signed_scalar",
-           "signed_scalar_bound", "subkey", "total_variance"]
+           "signed_scalar_bound", "signed_scalar_excess",
+           "signed_scalar_second_moment", "subkey", "total_variance"]
 
 
 class MechanismParams(NamedTuple):
@@ -269,17 +270,34 @@ def signed_scalar_bound(clip: float, epsilon: float) -> float:
     return float(clip) / math.tanh(float(epsilon) / 2.0)
 
 
-def signed_scalar(key: jax.Array, r: jax.Array, clip: jax.Array, bound: jax.Array) -> jax.Array:
-    """Private unbiased scalar in ``[0, C]`` (Duchi, Jordan & Wainwright 2018, §4.2.1).
+def signed_scalar_excess(clip: float, epsilon: float) -> float:
+    """``B − C = 2C/(e^ε − 1)``, computed without cancellation (``expm1``)."""
+    return 2.0 * float(clip) / math.expm1(float(epsilon))
 
-    Releases ``+B`` with probability ``½ + r/(2B)`` and ``−B`` otherwise, ``B = C(e^ε+1)/(e^ε−1)``
-    (:func:`signed_scalar_bound`): ``E = r``, ``Var = B² − r²``. For ``r, r' ∈ [0, C]`` each
-    output's probability ratio is at most ``(½ + C/2B)/(½ − C/2B) = e^ε``: ε-LDP for any two
-    values (replace-one). ``r`` is clamped to ``[0, C]``.
+
+def signed_scalar(key: jax.Array, r: jax.Array, clip: jax.Array, bound: jax.Array,
+                  excess: jax.Array) -> jax.Array:
+    """Private unbiased estimate of a scalar ``r ∈ [0, C]`` (Duchi, Jordan & Wainwright 2018,
+    §4.2.1, applied to ``2r − C ∈ [−C, C]``).
+
+    Draws ``s = −B`` with probability ``½ − (2r − C)/(2B) = ((B − C) + 2(C − r))/(2B)`` and
+    ``s = +B`` otherwise, ``B = C(e^ε+1)/(e^ε−1)`` (:func:`signed_scalar_bound`; ``excess = B − C``
+    from :func:`signed_scalar_excess`, so the small probability keeps its float32 precision
+    at large ε), and releases ``r̂ = (s + C)/2``: ``E r̂ = r``,
+    ``Var r̂ = (B² − (2r − C)²)/4`` (:func:`signed_scalar_second_moment`). The probability of
+    each output lies in ``[1/(e^ε+1), e^ε/(e^ε+1)]`` for every ``r ∈ [0, C]``, so the ratio
+    for any two values is at most ``e^ε``: ε-LDP (replace-one), and exactly ``e^ε`` between
+    ``r = 0`` and ``r = C``. ``r`` is clamped to ``[0, C]``.
     """
     r = jnp.clip(r, 0.0, clip)
-    plus = bernoulli(key, 0.5 + r / (2.0 * bound))
-    return jnp.where(plus, bound, -bound).astype(jnp.float32)
+    minus = bernoulli(key, (excess + 2.0 * (clip - r)) / (2.0 * bound))
+    return (0.5 * (jnp.where(minus, -bound, bound) + clip)).astype(jnp.float32)
+
+
+def signed_scalar_second_moment(r: jax.Array, clip: jax.Array, bound: jax.Array) -> jax.Array:
+    """``E r̂² = (B² − (2r − C)²)/4 + r²`` of :func:`signed_scalar` (r clamped to [0, C])."""
+    r = jnp.clip(r, 0.0, clip)
+    return 0.25 * (jnp.square(bound) - jnp.square(2.0 * r - clip)) + jnp.square(r)
 
 
 def pure_dp_event(epsilon: float):
