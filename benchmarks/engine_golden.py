@@ -3,8 +3,11 @@
 Used to show that a refactor of the engine preserves behaviour: run it with ``--save``
 on the old commit, then with ``--compare`` on the new one. Every privacy mode, noise
 mode, mechanism, sampling, DP-SGD clients, several devices and the vmapped ε axis are
-covered on the FedProx synthetic data (no download). Exact equality is reported per
-column; where a value differs, the largest relative difference is printed.
+covered on the FedProx synthetic data (no download), and centralised DP-SGD
+(``train_dpsgd``: both samplings, fixed and adaptive clipping, noise decay, no DP) on the
+first rows of MNIST (``LDPSIM_DATA_DIR``, e.g. ../shared/data; skipped when MNIST is not
+found). Exact equality is reported per column; where a value differs, the largest
+relative difference is printed.
 
     python benchmarks/engine_golden.py --save /tmp/golden.json        # old commit
     python benchmarks/engine_golden.py --compare /tmp/golden.json     # new commit
@@ -54,7 +57,21 @@ CASES = {
     "central_two_devices": dict(privacy_mode="central", noise_multiplier=0.8, devices=2),
 }
 EPSILON_AXIS = (2.0, 8.0, 50.0)
-SKIP_COLUMNS = {"wall_time"}
+DPSGD_BASE = dict(dataset="mnist", num_train=512, num_test=200, model="mlp", epochs=2,
+                  batch_size=32, micro_batches=8, noise_multiplier=0.7, learning_rate=0.05,
+                  delta=1e-3, seed=5)
+DPSGD_CASES = {
+    "dpsgd_poisson_linear": dict(),
+    "dpsgd_poisson_per_example_fixed": dict(micro_batches=32, clip_mechanism=None),
+    "dpsgd_poisson_geometric_adam": dict(clip_mechanism="Geometric", optimizer="adam",
+                                         learning_rate=0.01),
+    "dpsgd_shuffle_linear": dict(sampling="shuffle"),
+    "dpsgd_shuffle_adagaussian": dict(sampling="shuffle", clip_mechanism=None,
+                                      noise_mechanism="AdaGaussian", noise_decay="Exp",
+                                      noise_decay_rate=0.01, pld="every_epoch"),
+    "dpsgd_nodp_sgd": dict(dp=False, optimizer="sgd"),
+}
+SKIP_COLUMNS = {"wall_time", "epoch_time", "compile_time"}
 
 
 def _clean(v):
@@ -84,8 +101,35 @@ def run_all() -> dict[str, list[dict]]:
     configs = [SimulationConfig(**{**BASE, "epsilon": e}) for e in EPSILON_AXIS]
     for e, hist in zip(EPSILON_AXIS, engine.simulate_epsilon_axis(configs)):
         out[f"vmap_eps_{e:g}"] = hist
+    out.update(run_dpsgd())
     return {k: [{c: _clean(v) for c, v in row.items() if c not in SKIP_COLUMNS}
                 for row in rows] for k, rows in out.items()}
+
+
+def run_dpsgd() -> dict[str, list[dict]]:
+    """Centralised DP-SGD histories (per-epoch rows, and the per-step trace as rows)."""
+    import warnings
+
+    try:
+        from ldpsim.fl import DpsgdConfig, train_dpsgd
+    except ImportError:   # before the split of fl/central.py (commit 87db25b and older)
+        from ldpsim._src.fl.central import DpsgdConfig, train_dpsgd
+
+    try:
+        from ldpsim._src.data.registry import load_dataset
+        load_dataset("mnist")
+    except Exception as exc:  # noqa: BLE001 - report and go on without the DP-SGD cases
+        print(f"  skip DP-SGD cases: {exc}", file=sys.stderr)
+        return {}
+    out: dict[str, list[dict]] = {}
+    for name, over in DPSGD_CASES.items():
+        steps: list[dict] = []
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out[name] = train_dpsgd(DpsgdConfig(**{**DPSGD_BASE, **over}), trace=steps.extend)
+        if steps:
+            out[name + "_trace"] = steps
+    return out
 
 
 def compare(old: dict, new: dict) -> int:

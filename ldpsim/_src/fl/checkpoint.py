@@ -131,7 +131,7 @@ class RunCheckpoint:
         self._saved: int | None = None
 
     def _manager(self):
-        import orbax.checkpoint as ocp
+        import orbax.checkpoint as ocp  # deferred: heavy, only checkpointed runs need it
 
         options = ocp.CheckpointManagerOptions(
             max_to_keep=1, create=True, enable_async_checkpointing=False,
@@ -147,7 +147,7 @@ class RunCheckpoint:
         Raises:
             LdpsimError: the checkpoint belongs to another configuration.
         """
-        import orbax.checkpoint as ocp
+        import orbax.checkpoint as ocp  # deferred: heavy, only checkpointed runs need it
 
         with self._manager() as manager:
             step = manager.latest_step()
@@ -188,7 +188,7 @@ class RunCheckpoint:
         round, or ``final``) and not saved already."""
         if not (final or next_round % self.every == 0) or next_round == self._saved:
             return
-        import orbax.checkpoint as ocp
+        import orbax.checkpoint as ocp  # deferred: heavy, only checkpointed runs need it
 
         leaves = jax.tree_util.tree_leaves((state, min_fraction))
         arrays = [_data(x) for x in leaves]

@@ -52,8 +52,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
+import dp_accounting
 import jax
 import jax.numpy as jnp
 import optax
@@ -66,12 +67,14 @@ from ldpsim._src._checks import (
     check_positive,
     check_positive_int,
 )
-from ldpsim._src.fl.client import ClientMetrics, num_local_steps, train_local_steps
+from ldpsim._src.fl.client import ClientMetrics, local_update, num_local_steps, train_local_steps
+from ldpsim._src.privacy import accounting
 from ldpsim._src.privacy.dpsgd import dp_aggregate
 
 Params = Any
 
-__all__ = ["DP_CLIENT_METHODS", "dp_client_epsilon", "dp_local_update", "make_dp_client_update"]
+__all__ = ["DP_CLIENT_METHODS", "PLAIN", "ClientDpHyper", "ClientTraining", "dp_client_epsilon",
+           "dp_local_update", "dpsgd", "event_epsilon", "make_dp_client_update", "plain"]
 
 DP_CLIENT_METHODS = ("rdp", "pld", "shuffle")
 _NOISE_SALT = 0x64707367  # "dpsg": the noise key is fold_in(key, salt) of the training key
@@ -167,6 +170,132 @@ def make_dp_client_update(*, micro_batches: int, clip_norm: float, noise_multipl
                              noise_multiplier=z)
 
 
+# ----------------------------------------------------------------------------- the object
+
+
+class ClientDpHyper(NamedTuple):
+    """DP-SGD clients' traced knobs: micro-batch clip bound C and noise multiplier z."""
+
+    clip: jax.Array
+    noise_multiplier: jax.Array
+
+
+class ClientTraining(NamedTuple):
+    """How each client trains before its update is privatized, as one object of pure
+    functions (the client-side counterpart of :class:`ldpsim._src.fl.modes.RoundMechanism`;
+    a mode composes with one through :func:`ldpsim._src.fl.modes.with_client_training`).
+
+    Build one with :func:`plain` or :func:`dpsgd`; both are cached, so equal settings give
+    the same object (it is part of the engine's compile-cache key).
+
+    Attributes:
+        name: ``"plain"`` or ``"dpsgd"`` (for reading; nothing branches on it).
+        update: ``(params, x, y, count, knobs, **kw) -> (delta, ClientMetrics)``: one
+            client's local training, ``kw`` those of
+            :func:`ldpsim._src.fl.client.local_update` (``apply_fn``, ``optimizer``,
+            ``batch_size``, ``key``, ``local_steps``, ``local_epochs``); ``knobs`` are
+            its traced settings (``RoundHyper.client``).
+        knobs: ``(clip, noise_multiplier) -> knobs`` (host side, float32 arrays, or
+            ``()`` where there are none).
+        dp_event: ``(noise_multiplier, *, num_examples, batch_size, local_steps) ->
+            dp_accounting.DpEvent`` of ONE round of one client holding ``num_examples``
+            rows, relative to :attr:`sensitivity` under :attr:`neighbours`; None where
+            local training releases nothing private (no sample-level guarantee).
+        neighbours: the neighbouring relation of :attr:`dp_event`, in words.
+        sensitivity: the L2 sensitivity of one noised step, in units of the clip bound.
+    """
+
+    name: str
+    update: Callable[..., tuple[Params, ClientMetrics]]
+    knobs: Callable[[float, float], Any]
+    dp_event: Callable[..., Any] | None = None
+    neighbours: str = ""
+    sensitivity: str = ""
+
+
+def _plain_update(params, x, y, count, knobs, **kw):
+    return local_update(params, x, y, count, **kw)
+
+
+@functools.cache
+def plain() -> ClientTraining:
+    """Ordinary local training (:func:`ldpsim._src.fl.client.local_update`); no knobs, no
+    sample-level guarantee."""
+    return ClientTraining(name="plain", update=_plain_update, knobs=lambda clip, z: ())
+
+
+@functools.cache
+def dpsgd(micro_batches: int) -> ClientTraining:
+    """DP-SGD clients (:func:`dp_local_update` with ``micro_batches`` M, clip bound and
+    multiplier traced in :class:`ClientDpHyper`).
+
+    Accounting event of one round (module docstring; the ``"shuffle"`` method of
+    :func:`dp_client_epsilon`, which gives the same ε): a round of ``K`` steps makes
+    ``p = ceil(K / ceil(n/B))`` passes over the client's ``n`` rows, each pass one
+    Gaussian of multiplier ``z/2`` (replace one example, sensitivity 2C, no sampling
+    amplification): ``SelfComposedDpEvent(GaussianDpEvent(z/2), p)``.
+    """
+    micro = check_positive_int("micro_batches", micro_batches)
+
+    def update(params, x, y, count, knobs: ClientDpHyper, **kw):
+        return dp_local_update(params, x, y, count, micro_batches=micro, clip_norm=knobs.clip,
+                               noise_multiplier=knobs.noise_multiplier, **kw)
+
+    def knobs(clip: float, noise_multiplier: float) -> ClientDpHyper:
+        return ClientDpHyper(jnp.float32(clip), jnp.float32(noise_multiplier))
+
+    def dp_event(noise_multiplier: float, *, num_examples: int, batch_size: int,
+                 local_steps: int):
+        passes = -(-int(local_steps) // -(-int(num_examples) // int(batch_size)))
+        return dp_accounting.SelfComposedDpEvent(
+            dp_accounting.GaussianDpEvent(noise_multiplier / 2), passes)
+
+    return ClientTraining(name="dpsgd", update=update, knobs=knobs, dp_event=dp_event,
+                          neighbours="replace one example of the client (no sampling "
+                                     "amplification)", sensitivity="2C")
+
+
+#: Ordinary clients (the default of every mode).
+PLAIN = plain()
+
+
+def event_epsilon(event: Any, count: int, delta: float) -> float:
+    """ε at ``delta`` of ``count`` independent releases of a ``dp_accounting`` event.
+
+    Exact where a closed form exists, through :func:`ldpsim._src.privacy.accounting.ldp_epsilon`:
+    Gaussians compose exactly (``k`` of multiplier ``z`` are one of ``z/√k``, Balle & Wang
+    2018, Thm. 8; ``z = 0``: inf); Laplace (pure DP) by basic composition ``k/b``
+    (``delta`` unused); a self-composed event multiplies the count; no privacy is inf. Any
+    other event is composed by dp_accounting's PLD accountant, or its RDP accountant where
+    PLD does not support the event (add/remove composition of independent releases).
+
+    Raises:
+        LdpsimError: neither accountant supports the event.
+    """
+    count = int(count)
+    while isinstance(event, dp_accounting.SelfComposedDpEvent):
+        count *= int(event.count)
+        event = event.event
+    if count == 0:
+        return 0.0
+    if isinstance(event, dp_accounting.NonPrivateDpEvent):
+        return math.inf
+    if isinstance(event, dp_accounting.GaussianDpEvent):
+        z = event.noise_multiplier
+        if z == 0:
+            return math.inf
+        return accounting.ldp_epsilon("gaussian", sensitivity=1.0, sigma=z, rounds=count,
+                                      delta=delta, method="analytic").epsilon
+    if isinstance(event, dp_accounting.LaplaceDpEvent):
+        return accounting.ldp_epsilon("laplace", sensitivity=1.0, scale=event.noise_multiplier,
+                                      rounds=count, method="basic").epsilon
+    for accountant in (dp_accounting.pld.PLDAccountant(), dp_accounting.rdp.RdpAccountant()):
+        if accountant.supports(event):
+            accountant.compose(event, count)
+            return float(accountant.get_epsilon(delta))
+    raise LdpsimError(f"dp_accounting cannot account {type(event).__name__}")
+
+
 def dp_client_epsilon(*, noise_multiplier: float, batch_size: int, num_examples: int,
                       local_steps: int, rounds: int = 1, delta: float, method: str = "shuffle",
                       micro_batches: int | None = None):
@@ -201,8 +330,6 @@ def dp_client_epsilon(*, noise_multiplier: float, batch_size: int, num_examples:
       A :class:`ldpsim._src.privacy.accounting.PrivacyReport`; ``details`` has ``sensitivity``
       (``"C"`` or ``"2C"``) and ``accounted_noise_multiplier`` (``z`` over it).
     """
-    from ldpsim._src.privacy import accounting
-
     check_choice("method", method, DP_CLIENT_METHODS)
     z = check_nonnegative("noise_multiplier", noise_multiplier)
     b = check_positive_int("batch_size", batch_size)

@@ -28,6 +28,10 @@ accounting):
     Distributed DP (ALGORITHMS §3.4): each client adds ``N(0, (zC)²/m)``; clients drop
     out independently with probability ``dropout_rate`` and the realised noise shortfall
     is reported.
+:func:`with_client_training` (``client_dp=True``)
+    Any mode with DP-SGD clients (:func:`ldpsim._src.fl.dp_client.dpsgd`): the clients'
+    local trainer, its traced knobs and its sample-level accounting event come from a
+    :class:`~ldpsim._src.fl.dp_client.ClientTraining` object; the mode is unchanged.
 :func:`aggregated` (``noise_mode="aggregate"``)
     A simulation shortcut for any mode whose clients add Gaussian noise: the clients only
     clip and the server draws the round's noise once,
@@ -43,13 +47,17 @@ from __future__ import annotations
 
 import functools
 import math
+import os
+import sys
 import warnings
 from typing import Any, Callable, NamedTuple
 
+import dp_accounting
 import jax
 import jax.numpy as jnp
 
 from ldpsim._src._checks import check_open_unit, check_positive
+from ldpsim._src.fl import dp_client
 from ldpsim._src.fl.config import SimulationConfig
 from ldpsim._src.privacy import accounting, adaptive, calibration, sampling, server_dp
 from ldpsim._src.privacy import mechanism as mechanism_lib
@@ -59,7 +67,8 @@ PyTree = Any
 __all__ = ["CentralHyper", "DistributedHyper", "LocalHyper", "MindSporeHyper",
            "NOISE_MODES", "PRIVACY_MODES", "PrivacyPlan", "RoundMechanism", "aggregated",
            "central", "central_epsilon", "distributed", "local", "mindspore",
-           "mindspore_sigma_per_clip", "noise_scale", "plan", "server_key"]
+           "mindspore_sigma_per_clip", "noise_scale", "plan", "server_key",
+           "with_client_training"]
 
 PRIVACY_MODES = ("ldp", "mindspore", "central", "distributed")
 NOISE_MODES = ("per-client", "aggregate")
@@ -143,6 +152,10 @@ class RoundMechanism(NamedTuple):
             phyper) -> (state, next_clip, unclipped_fraction)``, or None (fixed clip).
         noise_fraction: ``(survivors) -> realised / target noise variance on the sum``,
             or None (always 1).
+        client: the clients' local training before the randomizer, a
+            :class:`~ldpsim._src.fl.dp_client.ClientTraining` (ordinary training unless
+            composed with DP-SGD clients by :func:`with_client_training`); its traced
+            knobs are ``RoundHyper.client``.
     """
 
     name: str
@@ -158,6 +171,7 @@ class RoundMechanism(NamedTuple):
     server_noise: Callable[..., tuple[PyTree, jax.Array]] | None = None
     update: Callable[..., tuple[PyTree, jax.Array, jax.Array]] | None = None
     noise_fraction: Callable[[jax.Array], jax.Array] | None = None
+    client: dp_client.ClientTraining = dp_client.PLAIN
 
 
 def _no_state(num_clients: int, clip: float) -> tuple:
@@ -289,13 +303,23 @@ def aggregated(mech: RoundMechanism) -> RoundMechanism:
         ValueError: the clients' randomizer is not Gaussian (the shortcut is exact for
             Gaussian noise only).
     """
-    if mech.server_noise is not None or mech.randomizer == "none":
+    if mech.server_noise is not None or mech.noise_std_factor == 0.0:   # nothing to move
         return mech
     if mech.randomizer != "gaussian":
         raise ValueError(f"noise_mode='aggregate' is exact for Gaussian noise only, got "
                          f"{mech.randomizer!r}")
     return mech._replace(name=mech.name + "+aggregate", randomizer="none",
                          server_noise=_aggregate_noise)
+
+
+@functools.cache
+def with_client_training(mech: RoundMechanism,
+                         training: dp_client.ClientTraining) -> RoundMechanism:
+    """``mech`` whose clients train with ``training`` (e.g. DP-SGD clients,
+    :func:`ldpsim._src.fl.dp_client.dpsgd`) before the mode's randomizer. The two
+    guarantees hold side by side, each for its own relation: the mode's for the client's
+    update (or user), the trainer's for one example of a client's data."""
+    return mech._replace(client=training)
 
 
 # ----------------------------------------------------------------------------- host side
@@ -318,6 +342,10 @@ class PrivacyPlan(NamedTuple):
             rounds so far, 1 outside distributed DP); ``inf`` where the sampler's bounded
             tails cannot deliver the claimed δ (with a
             :class:`~ldpsim._src.privacy.calibration.SamplerTailWarning`).
+        client_hyper: the clients' trainer's traced knobs (``RoundHyper.client``).
+        client_epsilon_of: ``max_participation -> ε``: sample-level ε of the worst-case
+            client's local training (from the trainer's ``dp_event``); NaN where local
+            training releases nothing private.
     """
 
     mechanism: RoundMechanism
@@ -325,6 +353,8 @@ class PrivacyPlan(NamedTuple):
     columns: dict
     row_columns: Callable[[dict], dict]
     epsilon_of: Callable[[int, int, float], float]
+    client_hyper: PyTree = ()
+    client_epsilon_of: Callable[[int], float] = lambda k: math.nan
 
 
 def noise_scale(config: SimulationConfig) -> tuple[float, float, str]:
@@ -333,12 +363,10 @@ def noise_scale(config: SimulationConfig) -> tuple[float, float, str]:
     Laplace scale; ε = inf gives ``(0, nan, "none")``."""
     if not config.private:
         return 0.0, math.nan, "none"
-    gaussian = config.mechanism == "gaussian"
-    cal = calibration.calibrate(
-        config.mechanism, epsilon=config.epsilon, delta=config.delta if gaussian else None,
-        clip=config.clip, neighbours=config.neighbours,
-        method=config.calibration if gaussian else None)
-    return float(cal.sigma if gaussian else cal.scale), float(cal.sensitivity), config.mechanism
+    cal = calibration.calibrate(config.mechanism,
+                                **_RANDOMIZER_OPTIONS[config.mechanism](config))
+    scale = cal.sigma if cal.sigma is not None else cal.scale
+    return float(scale), float(cal.sensitivity), config.mechanism
 
 
 def mindspore_sigma_per_clip(dp_eps: float = 50.0, dp_delta: float = 0.01, *,
@@ -400,9 +428,6 @@ def _sampler_impl() -> str:
 def _outside_ldpsim() -> int:
     """``stacklevel`` for ``warnings.warn`` called right here that names the first caller
     outside the ldpsim package (the user's line, whichever entry point it called)."""
-    import os
-    import sys
-
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     frame, level = sys._getframe(1), 1
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(root):
@@ -432,45 +457,65 @@ def _with_floor(epsilon_of: Callable, floor: float, claimed_delta: float,
     return lambda k, t, frac: math.inf if max(k, t) > 0 else 0.0
 
 
-def _ldp_accountant(mechanism: str, sigma: float, sensitivity: float, delta: float):
-    """LDP accountant of one client: exact Gaussian composition, basic for Laplace."""
-    if mechanism == "none":
-        return None
-    if mechanism == "gaussian":
-        return accounting.LdpAccountant(sigma, sensitivity, delta, mechanism="gaussian",
-                                        method="analytic")
-    return accounting.LdpAccountant(sigma, sensitivity, None, mechanism="laplace",
-                                    method="basic")
+def _accountant(event: Any, delta: float) -> Callable[[int], float]:
+    """``k -> ε`` at ``delta`` of ``k`` releases of ``event``
+    (:func:`ldpsim._src.fl.dp_client.event_epsilon`: exact for Gaussian and Laplace),
+    cached by ``k``."""
+    return functools.lru_cache(maxsize=256)(
+        lambda k: dp_client.event_epsilon(event, k, delta))
+
+
+#: Each local randomizer's factory options, read from the configuration (host table).
+_RANDOMIZER_OPTIONS: dict[str, Callable[[SimulationConfig], dict]] = {
+    "gaussian": lambda c: dict(epsilon=c.epsilon, delta=c.delta, clip=c.clip,
+                               neighbours=c.neighbours, method=c.calibration),
+    "laplace": lambda c: dict(epsilon=c.epsilon, clip=c.clip, neighbours=c.neighbours),
+}
+
+#: Pure ε-DP claims no δ; a sampler floor above this is still reported (ε ≳ 3.6 for
+#: float32 Laplace): any positive floor breaks pure DP.
+_PURE_DP_WARN_DELTA = 1e-6
+
+
+def local_randomizer(config: SimulationConfig) -> mechanism_lib.LocalMechanism:
+    """The :class:`~ldpsim._src.privacy.mechanism.LocalMechanism` an ``"ldp"`` run's
+    clients apply (:func:`~ldpsim._src.privacy.mechanism.clip_only` for ε = inf)."""
+    if not config.private:
+        return mechanism_lib.clip_only(clip=config.clip, neighbours=config.neighbours)
+    with warnings.catch_warnings():   # noise_scale, called first, has issued them
+        warnings.simplefilter("ignore")
+        return mechanism_lib.make(config.mechanism,
+                                  **_RANDOMIZER_OPTIONS[config.mechanism](config))
 
 
 def _plan_ldp(config: SimulationConfig, population: int) -> PrivacyPlan:
     sigma, sens, randomizer = noise_scale(config)
-    mech = local(randomizer)
-    if config.noise_mode == "aggregate":
-        mech = aggregated(mech)
-    gaussian = randomizer == "gaussian"
-    if randomizer == "none":
-        floor, claimed = math.nan, math.nan
-    elif gaussian:
-        floor = calibration.sampler_delta_floor(sigma, sens, impl=_sampler_impl())
-        claimed = config.delta
-    else:   # claimed pure DP: any positive floor breaks it; warn from 1e-6 (ε ≳ 3.6)
-        floor, claimed = calibration.sampler_delta_floor(sigma, sens, mechanism="laplace"), 1e-6
+    lm = local_randomizer(config)
+    mech = local(lm.name)
+    # The randomizer's accounting event, at the float64 calibration (its params are float32).
+    event = lm.dp_event(mechanism_lib.MechanismParams(config.clip, sigma))
+    pure = lm.delta == 0.0
+    floor, claimed = math.nan, math.nan
+    if isinstance(event, dp_accounting.NonPrivateDpEvent):
+        epsilon_of = lambda k, t, frac: math.nan  # noqa: E731  (no privacy: no ε column)
+    else:
+        if lm.name in calibration.MECHANISMS:
+            floor = calibration.sampler_delta_floor(sigma, sens, mechanism=lm.name,
+                                                    impl=_sampler_impl())
+        claimed = _PURE_DP_WARN_DELTA if pure else config.delta
+        acc = _accountant(event, config.delta)
+        epsilon_of = lambda k, t, frac: acc(k)  # noqa: E731
     columns = {"mechanism": randomizer, "neighbours": config.neighbours,
-               "epsilon": config.epsilon, "delta": config.delta if gaussian else math.nan,
+               "epsilon": config.epsilon, "delta": math.nan if pure else config.delta,
                "clip": config.clip, "sensitivity": sens, "sigma": sigma,
                "noise_multiplier": math.nan, "sampler_delta_floor": floor}
-    acc = _ldp_accountant(randomizer, sigma, sens, config.delta)
-    epsilon_of = _with_floor(lambda k, t, frac: acc.epsilon(k) if acc else math.nan,
-                             floor, claimed, gaussian)
     return PrivacyPlan(mech, LocalHyper(_f32(sigma)), columns,
-                       lambda row: {"clip_bound": config.clip}, epsilon_of)
+                       lambda row: {"clip_bound": config.clip},
+                       _with_floor(epsilon_of, floor, claimed, not pure))
 
 
 def _plan_mindspore(config: SimulationConfig, population: int) -> PrivacyPlan:
     mech = mindspore(config.mindspore_clip_rule == "running-min")
-    if config.noise_mode == "aggregate":
-        mech = aggregated(mech)
     a = mindspore_sigma_per_clip(config.dp_eps, config.dp_delta,
                                  neighbours=config.mindspore_neighbours)
     unit = 2.0 if config.mindspore_neighbours == "replace" else 1.0
@@ -481,8 +526,8 @@ def _plan_mindspore(config: SimulationConfig, population: int) -> PrivacyPlan:
                "sampler_delta_floor": floor}
     # Every round is exactly (dp_eps, dp_delta)-DP whatever C_t: the accountant of N(0, a²)
     # with sensitivity `unit` per unit of C.
-    acc = _ldp_accountant("gaussian", a, unit, config.dp_delta)
-    epsilon_of = _with_floor(lambda k, t, frac: acc.epsilon(k), floor, config.dp_delta, True)
+    acc = _accountant(dp_accounting.GaussianDpEvent(a / unit), config.dp_delta)
+    epsilon_of = _with_floor(lambda k, t, frac: acc(k), floor, config.dp_delta, True)
 
     def row_columns(row: dict) -> dict:
         c = row["clip_bound"]
@@ -492,9 +537,9 @@ def _plan_mindspore(config: SimulationConfig, population: int) -> PrivacyPlan:
                        row_columns, epsilon_of)
 
 
-def _plan_sum(config: SimulationConfig, population: int) -> PrivacyPlan:
+def _plan_sum(config: SimulationConfig, population: int, *,
+              distributed_mode: bool) -> PrivacyPlan:
     """central and distributed: user-level DP of the (noisy) sum, accounted by RDP."""
-    distributed_mode = config.privacy_mode == "distributed"
     m = config.clients_per_round
     z_value, count_std = config.noise_multiplier, 0.0
     if config.adaptive_clip:
@@ -511,8 +556,6 @@ def _plan_sum(config: SimulationConfig, population: int) -> PrivacyPlan:
                              _f32(config.clip_learning_rate))
         floor = (calibration.sampler_delta_floor(z_value, sens, impl=_sampler_impl())
                  if z_value > 0 else math.nan)
-    if config.noise_mode == "aggregate":
-        mech = aggregated(mech)
     columns = {"mechanism": "gaussian",
                "neighbours": "add-remove" if config.sampling == "poisson" else "replace",
                "epsilon": math.nan, "delta": config.delta, "clip": config.clip,
@@ -539,12 +582,41 @@ def _plan_sum(config: SimulationConfig, population: int) -> PrivacyPlan:
 
 
 _PLANS: dict[str, Callable[[SimulationConfig, int], PrivacyPlan]] = {
-    "ldp": _plan_ldp, "mindspore": _plan_mindspore, "central": _plan_sum,
-    "distributed": _plan_sum,
+    "ldp": _plan_ldp, "mindspore": _plan_mindspore,
+    "central": functools.partial(_plan_sum, distributed_mode=False),
+    "distributed": functools.partial(_plan_sum, distributed_mode=True),
+}
+
+#: The simulation shortcut of each noise mode (``"aggregate"``: :func:`aggregated`).
+_NOISE_MODES: dict[str, Callable[[RoundMechanism], RoundMechanism]] = {
+    "per-client": lambda mech: mech, "aggregate": aggregated,
 }
 
 
-def plan(config: SimulationConfig, population: int) -> PrivacyPlan:
+def _client_training(config: SimulationConfig) -> dp_client.ClientTraining:
+    return (dp_client.dpsgd(config.client_dp_micro_batches) if config.client_dp
+            else dp_client.PLAIN)
+
+
+def plan(config: SimulationConfig, population: int, *,
+         smallest_client: int = 1) -> PrivacyPlan:
     """The :class:`PrivacyPlan` of ``config`` for a population of ``population`` clients
-    (calibration, the mode's kernel object and knobs, its columns and its accountant)."""
-    return _PLANS[config.privacy_mode](config, population)
+    (calibration, the mode's kernel object and knobs, its columns and its accountant),
+    composed with the clients' local training (:func:`with_client_training`).
+
+    ``smallest_client``: the fewest examples any client holds (> 0): the worst case of
+    the clients' sample-level accounting (DP-SGD clients).
+    """
+    base = _PLANS[config.privacy_mode](config, population)
+    mech = _NOISE_MODES[config.noise_mode](base.mechanism)
+    training = _client_training(config)
+    knobs = training.knobs(config.client_dp_clip, config.client_dp_noise_multiplier)
+    client_epsilon_of: Callable[[int], float] = lambda k: math.nan  # noqa: E731
+    if training.dp_event is not None:
+        steps = (config.local_epochs * -(-smallest_client // config.batch_size)
+                 if config.local_epochs else config.local_steps)
+        client_epsilon_of = _accountant(training.dp_event(
+            config.client_dp_noise_multiplier, num_examples=smallest_client,
+            batch_size=config.batch_size, local_steps=steps), config.delta)
+    return base._replace(mechanism=with_client_training(mech, training),
+                         client_hyper=knobs, client_epsilon_of=client_epsilon_of)

@@ -38,7 +38,7 @@ from ldpsim._src.fl import metrics as metrics_lib
 from ldpsim._src.fl import modes as modes_lib
 from ldpsim._src.fl import server as server_lib
 from ldpsim._src.fl import sharding
-from ldpsim._src.fl.dp_client import dp_local_update
+from ldpsim._src.fl.dp_client import ClientDpHyper
 from ldpsim._src.privacy import adaptive
 from ldpsim._src.privacy import mechanism as mechanism_lib
 
@@ -46,13 +46,6 @@ PyTree = Any
 
 __all__ = ["ClientDpHyper", "RoundHyper", "ServerState", "chunk_sums", "client_key",
            "init_state", "make_eval_fn", "make_round_fn"]
-
-
-class ClientDpHyper(NamedTuple):
-    """DP-SGD clients' traced knobs: micro-batch clip bound and noise multiplier."""
-
-    clip: jax.Array
-    noise_multiplier: jax.Array
 
 
 class RoundHyper(NamedTuple):
@@ -65,20 +58,23 @@ class RoundHyper(NamedTuple):
         server_lr: server learning rate.
         privacy: the mode's knobs (:class:`ldpsim._src.fl.modes.LocalHyper` for local DP: the
             noise scale σ or b; see :mod:`ldpsim._src.fl.modes` for the others).
-        client_dp: :class:`ClientDpHyper` of DP-SGD clients (unused otherwise).
+        client: the clients' trainer's knobs (``mechanism.client.knobs``:
+            :class:`~ldpsim._src.fl.dp_client.ClientDpHyper` of DP-SGD clients, ``()`` for
+            ordinary training).
     """
 
     clip: jax.Array
     client_lr: jax.Array
     server_lr: jax.Array
     privacy: PyTree
-    client_dp: ClientDpHyper
+    client: PyTree = ()
 
     @classmethod
     def create(cls, *, clip: float, client_lr: float, server_lr: float,
                sigma: float | None = None, privacy: PyTree = None,
                client_dp_clip: float = 1.0, client_dp_noise: float = 0.0) -> "RoundHyper":
-        """Float32 knobs; ``sigma`` is shorthand for ``privacy=LocalHyper(sigma)``."""
+        """Float32 knobs; ``sigma`` is shorthand for ``privacy=LocalHyper(sigma)``;
+        ``client`` holds DP-SGD clients' knobs (unused by ordinary training)."""
         f = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
         if privacy is None:
             privacy = modes_lib.LocalHyper(f(0.0 if sigma is None else sigma))
@@ -157,8 +153,7 @@ def make_round_fn(*, apply_fn: Callable,
                   server_momentum: float = 0.9, local_steps: int | None = 1,
                   local_epochs: int | None = None, batch_size: int = 16,
                   weighting: str = "examples", chunk_size: int | None = None,
-                  client_update: Callable | None = None,
-                  client_dp_micro_batches: int | None = None, devices: int | None = 1,
+                  client_update: Callable | None = None, devices: int | None = 1,
                   chunks_in_flight: int | None = None) -> Callable:
     """Build the pure round function ``round_fn(state, population, round_idx, ids, mask, hyper)``.
 
@@ -176,11 +171,11 @@ def make_round_fn(*, apply_fn: Callable,
             (``mechanism.weighted``); the others give every client one vote.
         chunk_size: at most this many clients per vmapped chunk (memory O(chunk × model));
             None picks the backend's default (:mod:`ldpsim._src.fl._policy`).
-        client_update: the one-client trainer, default :func:`ldpsim._src.fl.client.local_update`
-            (same signature; research code may substitute its own).
-        client_dp_micro_batches: None for ordinary clients; M for DP-SGD clients
-            (:func:`ldpsim._src.fl.dp_client.dp_local_update`, clip and multiplier from
-            ``hyper.client_dp``).
+        client_update: a one-client trainer with the signature of
+            :func:`ldpsim._src.fl.client.local_update` to use instead of the mechanism's
+            (``mechanism.client``, a :class:`~ldpsim._src.fl.dp_client.ClientTraining`:
+            ordinary training, or DP-SGD clients with their knobs in ``hyper.client``);
+            research code may substitute its own.
         devices: split the cohort over this many devices (None: all JAX sees), see
             :func:`ldpsim._src.fl.sharding.map_cohort`; the result equals the one-device
             result up to the float rounding of the cross-device sum. 1 (default): the
@@ -200,18 +195,10 @@ def make_round_fn(*, apply_fn: Callable,
         LdpsimError: ``devices`` is more than JAX sees (:func:`~ldpsim._src.fl.sharding.resolve_devices`).
     """
     mech = modes_lib.local(mechanism) if isinstance(mechanism, str) else mechanism
-    if client_update is None:
-        client_update = client_lib.local_update
-    if client_dp_micro_batches is not None:
-        micro = int(client_dp_micro_batches)
-
-        def client_update(params, x, y, count, hyper=None, **kw):  # noqa: F811
-            return dp_local_update(params, x, y, count, micro_batches=micro,
-                                   clip_norm=hyper.client_dp.clip,
-                                   noise_multiplier=hyper.client_dp.noise_multiplier, **kw)
-        takes_hyper = True
-    else:
-        takes_hyper = False
+    train = mech.client.update
+    if client_update is not None:
+        def train(params, x, y, count, knobs, **kw):  # noqa: F811
+            return client_update(params, x, y, count, **kw)
     privatize = mechanism_lib.privatize_fn(mech.randomizer)
     n_devices = sharding.resolve_devices(devices)
     client_weighting = weighting if mech.weighted else "uniform"
@@ -219,11 +206,9 @@ def make_round_fn(*, apply_fn: Callable,
     def one_client(params, x, y, count, key, clip, scale, hyper):
         train_key, noise_key = jax.random.split(key)
         opt = client_lib.client_optimizer(client_optimizer, hyper.client_lr)
-        kw = dict(apply_fn=apply_fn, optimizer=opt, batch_size=batch_size, key=train_key,
-                  local_steps=local_steps, local_epochs=local_epochs)
-        if takes_hyper:
-            kw["hyper"] = hyper
-        delta, cm = client_update(params, x, y, count, **kw)
+        delta, cm = train(params, x, y, count, hyper.client, apply_fn=apply_fn, optimizer=opt,
+                          batch_size=batch_size, key=train_key, local_steps=local_steps,
+                          local_epochs=local_epochs)
         release = privatize(noise_key, delta, mechanism_lib.MechanismParams(clip, scale))
         return release, cm.loss
 

@@ -24,6 +24,7 @@ from typing import Any, Callable, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+from scipy import stats
 
 from ldpsim._src import _xla
 from ldpsim._src.data import partition as partition_lib
@@ -32,12 +33,11 @@ from ldpsim._src._checks import LdpsimError
 from ldpsim._src.fl import _policy, modes, sharding
 from ldpsim._src.fl.columns import HistoryRow
 from ldpsim._src.fl.config import SimulationConfig
-from ldpsim._src.fl.dp_client import dp_client_epsilon
 from ldpsim._src.fl.experiment import Experiment
 from ldpsim._src.fl.checkpoint import RunCheckpoint
 from ldpsim._src.fl.loop import run_loop, status
-from ldpsim._src.fl.round import (ClientDpHyper, RoundHyper, ServerState, init_state,
-                             make_eval_fn, make_round_fn)
+from ldpsim._src.fl.round import (RoundHyper, ServerState, init_state, make_eval_fn,
+                                  make_round_fn)
 from ldpsim._src.models import get_model, resolve_model_name
 from ldpsim._src.privacy.adaptive import global_change_norm
 
@@ -88,8 +88,6 @@ def sample_cohort(seed: int, round_idx: int, population: int, clients_per_round:
 
 def _poisson_capacity(config: SimulationConfig) -> int:
     """Fixed cohort capacity under Poisson sampling: exceeded with probability < 1e-9."""
-    from scipy import stats
-
     q = config.clients_per_round / config.population
     cap = int(stats.binom.ppf(1 - 1e-9, config.population, q))
     chunk = _policy.resolve_chunk_size(config.chunk_size)   # None: the backend default
@@ -165,8 +163,8 @@ def initial_state(config: SimulationConfig, model: Any, population: Any,
 def _compiled(model_name: str, input_shape: tuple[int, ...], num_classes: int,
               mechanism: modes.RoundMechanism, client_optimizer: str, server_optimizer: str,
               server_momentum: float, local_steps: int | None, local_epochs: int | None,
-              batch_size: int, weighting: str, chunk_size: int | None,
-              client_dp_micro_batches: int | None, devices: int = 1, lanes: bool = False):
+              batch_size: int, weighting: str, chunk_size: int | None, devices: int = 1,
+              lanes: bool = False):
     """(model, jitted round, jitted eval) for one static setting, cached across runs.
 
     Every traced knob (σ, C, learning rates, seed, round, the mode's knobs) is an
@@ -179,8 +177,7 @@ def _compiled(model_name: str, input_shape: tuple[int, ...], num_classes: int,
         apply_fn=model.apply, mechanism=mechanism, client_optimizer=client_optimizer,
         server_optimizer=server_optimizer, server_momentum=server_momentum,
         local_steps=local_steps, local_epochs=local_epochs, batch_size=batch_size,
-        weighting=weighting, chunk_size=chunk_size,
-        client_dp_micro_batches=client_dp_micro_batches, devices=devices)
+        weighting=weighting, chunk_size=chunk_size, devices=devices)
     evaluate = make_eval_fn(model.apply)
     if lanes:
         round_fn = jax.vmap(round_fn, in_axes=(0, None, None, None, None, 0))
@@ -273,8 +270,10 @@ def simulate(config: SimulationConfig | Experiment, *, progress: bool = False,
         sensitivity the bound it is calibrated to, and epsilon the per-round local ε
         (dp_eps; NaN for central/distributed). client_dp_epsilon (DP-SGD clients):
         sample-level ε of the worst-case client (the smallest client at the highest
-        participation count) by :func:`ldpsim._src.fl.dp_client.dp_client_epsilon`
-        (``method="shuffle"``, δ = ``config.delta``); NaN without DP-SGD clients.
+        participation count) from the DP-SGD clients' accounting event
+        (:func:`ldpsim._src.fl.dp_client.dpsgd`, δ = ``config.delta``; it equals
+        :func:`ldpsim._src.fl.dp_client.dp_client_epsilon` with ``method="shuffle"``); NaN
+        without DP-SGD clients.
 
     Raises:
         LdpsimError: bad configuration or data.
@@ -324,7 +323,8 @@ def simulate_lanes(configs: Sequence[SimulationConfig | Experiment], *, progress
     if c0.clients_per_round > n_clients:
         raise LdpsimError(f"clients_per_round must be <= population ({n_clients}), got "
                           f"{c0.clients_per_round}")
-    plans = [modes.plan(c, n_clients) for c in configs]
+    smallest = _smallest_client(population) if c0.client_dp else 1
+    plans = [modes.plan(c, n_clients, smallest_client=smallest) for c in configs]
     mech = plans[0].mechanism
     if any(p.mechanism is not mech for p in plans):
         raise LdpsimError("simulate_lanes needs configurations with the same privacy "
@@ -334,14 +334,12 @@ def simulate_lanes(configs: Sequence[SimulationConfig | Experiment], *, progress
         int(population.num_classes), mech, c0.client_optimizer, c0.server_optimizer,
         float(c0.server_momentum), None if c0.local_epochs else c0.local_steps,
         c0.local_epochs, c0.batch_size, c0.weighting, c0.chunk_size,
-        c0.client_dp_micro_batches if c0.client_dp else None,
         **({"devices": n_devices} if n_devices != 1 else {}),
         **({"lanes": True} if lanes else {}))
     state = initial_state(c0, model, population, mech)
     hypers = [RoundHyper(*(jnp.asarray(v, jnp.float32) for v in (c.clip, c.client_lr,
                                                                   c.server_lr)),
-                         p.hyper, ClientDpHyper(jnp.float32(c.client_dp_clip),
-                                                jnp.float32(c.client_dp_noise_multiplier)))
+                         p.hyper, p.client_hyper)
               for c, p in zip(configs, plans)]
     if lanes:
         state = jax.tree_util.tree_map(lambda x: jnp.stack([x] * len(configs)), state)
@@ -354,7 +352,6 @@ def simulate_lanes(configs: Sequence[SimulationConfig | Experiment], *, progress
     y_test = jnp.asarray(y_test, jnp.int32)
     capacity = (_poisson_capacity(c0) if c0.sampling == "poisson" else c0.clients_per_round)
     bases = [_run_columns(c, model.name, n_clients, p) for c, p in zip(configs, plans)]
-    client_dp_epsilon = _client_dp_epsilon(c0, population)
     participation = np.zeros(n_clients, np.int64)
     change_norm = _lane_change_norm if lanes else _change_norm
 
@@ -393,7 +390,7 @@ def simulate_lanes(configs: Sequence[SimulationConfig | Experiment], *, progress
             row["model_change_norm"] = float(lane(change))
             row["max_participation"] = k_max
             row["epsilon_spent"] = p.epsilon_of(k_max, t + 1, float(lane(min_fraction)))
-            row["client_dp_epsilon"] = client_dp_epsilon(k_max)
+            row["client_dp_epsilon"] = p.client_epsilon_of(k_max)
             row["wall_time"] = elapsed
             rows.append(row)
         return rows
@@ -450,19 +447,8 @@ def model_name_for(name: str, population: Any) -> str:
 
 
 
-def _client_dp_epsilon(config: SimulationConfig, population: Any) -> Callable[[int], float]:
-    """``epsilon_of(max_participation)``: sample-level ε of the worst-case DP-SGD client."""
-    if not config.client_dp:
-        return lambda k: math.nan
+def _smallest_client(population: Any) -> int:
+    """The fewest examples a client holds (1 if none holds any): the worst case of the
+    clients' sample-level accounting."""
     counts = np.asarray(population.client_counts())
-    n = int(counts[counts > 0].min()) if np.any(counts > 0) else 1
-    b = config.batch_size
-    steps = (config.local_epochs * -(-n // b) if config.local_epochs else config.local_steps)
-
-    @functools.lru_cache(maxsize=None)
-    def epsilon_of(k: int) -> float:
-        return float(dp_client_epsilon(
-            noise_multiplier=config.client_dp_noise_multiplier, batch_size=b, num_examples=n,
-            local_steps=steps, rounds=k, delta=config.delta, method="shuffle").epsilon)
-
-    return epsilon_of
+    return int(counts[counts > 0].min()) if np.any(counts > 0) else 1
