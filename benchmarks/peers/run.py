@@ -62,6 +62,12 @@ Threads and devices (each framework may use every core of the machine; configura
 * ``pfl-2proc``: pfl's own multi-process simulation, ``torchrun --standalone
   --nproc_per_node 2`` (gloo all-reduce of the sums), one thread per process; each process
   trains its share of the cohort.  pfl's way of using two cores.
+* ``fedjax``: FedJAX's ``for_each_client`` (its default backend: one jitted call per
+  batch, a Python loop over clients) on one JAX CPU device, FedAvg written with
+  ``jax.tree_util`` and the clip + noise added in ``client_final`` (FedJAX has no DP
+  mechanism; see :func:`fedjax_worker`).  FedJAX 0.0.17 (2023, the last release) still
+  imports with JAX 0.10, but its ``tree_util`` helpers, and so its own ``fed_avg``, call
+  the removed ``jax.tree_map``.
 * ``ldpsim-1dev``: one JAX CPU device (XLA's CPU runtime runs its intra-op pool over
   every core).
 * ``ldpsim-2dev``: ``XLA_FLAGS=--xla_force_host_platform_device_count=2`` and
@@ -101,7 +107,7 @@ REPO = Path(__file__).resolve().parents[2]
 POOL, EXAMPLES, BATCH, STEPS, SIGMA, CLIP, LR, SERVER_LR = 4096, 32, 16, 2, 0.25, 1.0, 0.05, 1.0
 MIN_POPULATION = 10_000
 LENET5_PARAMS = 61_706
-CONFIGS = ("pfl-1thr", "pfl-2thr", "pfl-2proc", "ldpsim-1dev", "ldpsim-2dev")
+CONFIGS = ("pfl-1thr", "pfl-2thr", "pfl-2proc", "fedjax", "ldpsim-1dev", "ldpsim-2dev")
 DEFAULT_CONFIGS = ("pfl-1thr", "pfl-2proc", "ldpsim-1dev", "ldpsim-2dev")
 
 
@@ -315,6 +321,102 @@ def pfl_worker(m: int, threads: int, warmup: int, rounds: int) -> dict:
                          "torch": torch.__version__}}
 
 
+# ----------------------------------------------------------------------------- FedJAX
+
+
+def fedjax_worker(m: int, warmup: int, rounds: int) -> dict:
+    """FedJAX FedAvg with the local randomizer added in ``client_final`` (FedJAX has no DP
+    mechanism of its own): clip the update to global L2 norm C, add N(0, σ²) per coordinate
+    with the client's own PRNG key.  Clients come from FedJAX's
+    ``UniformGetClientSampler`` over an ``InMemoryFederatedData`` of the population;
+    ``for_each_client`` runs its default backend (one jitted step per batch, a Python loop
+    over clients)."""
+    import fedjax
+    import haiku as hk
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    x, y = _pool()
+    x = x.astype(np.float32) / 255.0
+    n_users = _population(m)
+    rows = np.random.default_rng(2).integers(0, POOL, (n_users, EXAMPLES))
+    data = fedjax.InMemoryFederatedData(
+        {f"{u:06d}".encode(): {"x": x[rows[u]], "y": y[rows[u]].astype(np.int32)}
+         for u in range(n_users)})
+
+    def forward(batch):
+        h = jax.nn.relu(hk.Conv2D(6, 5, padding="SAME", name="conv1")(batch["x"]))
+        h = hk.max_pool(h, window_shape=(1, 2, 2, 1), strides=(1, 2, 2, 1), padding="VALID")
+        h = jax.nn.relu(hk.Conv2D(16, 5, padding="VALID", name="conv2")(h))
+        h = hk.max_pool(h, window_shape=(1, 2, 2, 1), strides=(1, 2, 2, 1), padding="VALID")
+        h = hk.Flatten()(h)
+        h = jax.nn.relu(hk.Linear(120, name="fc1")(h))
+        h = jax.nn.relu(hk.Linear(84, name="fc2")(h))
+        return hk.Linear(10, name="fc3")(h)
+
+    model = fedjax.create_model_from_haiku(
+        transformed_forward_pass=hk.transform(forward),
+        sample_batch={"x": np.zeros((1, 28, 28, 1), np.float32), "y": np.zeros(1, np.int32)},
+        train_loss=lambda b, logits: fedjax.metrics.unreduced_cross_entropy_loss(b["y"], logits))
+    grad_fn = fedjax.model_grad(model)
+    client_opt = fedjax.optimizers.sgd(LR)
+    server_opt = fedjax.optimizers.sgd(SERVER_LR)
+    steps = []
+
+    def client_init(server_params, rng):
+        return {"params": server_params, "opt": client_opt.init(server_params), "rng": rng,
+                "steps": 0}
+
+    def client_step(state, batch):
+        rng, use = jax.random.split(state["rng"])
+        grads = grad_fn(state["params"], batch, use)
+        opt, params = client_opt.apply(grads, state["opt"], state["params"])
+        return {"params": params, "opt": opt, "rng": rng, "steps": state["steps"] + 1}
+
+    def client_final(server_params, state):
+        delta = jax.tree_util.tree_map(lambda a, b: a - b, server_params, state["params"])
+        norm = fedjax.tree_util.tree_l2_norm(delta)
+        scale = jnp.minimum(1.0, CLIP / jnp.maximum(norm, 1e-12))
+        leaves, tdef = jax.tree_util.tree_flatten(delta)
+        keys = jax.random.split(state["rng"], len(leaves))
+        noisy = [leaf * scale + SIGMA * jax.random.normal(k, leaf.shape, leaf.dtype)
+                 for leaf, k in zip(leaves, keys)]
+        return jax.tree_util.tree_unflatten(tdef, noisy), state["steps"]
+
+    train = fedjax.for_each_client(client_init, client_step, client_final)
+    params = model.init(jax.random.key(0))
+    box = {"params": params, "opt": server_opt.init(params)}
+    sampler = fedjax.client_samplers.UniformGetClientSampler(data, num_clients=m, seed=0)
+
+    def step(r):
+        sampler.set_round_num(r)
+        clients = [(cid, cds.shuffle_repeat_batch(batch_size=BATCH, num_epochs=1, seed=r), rng)
+                   for cid, cds, rng in sampler.sample()]
+        # jax.tree_util, not fedjax.tree_util: FedJAX 0.0.17's tree_zeros_like and
+        # tree_weight call jax.tree_map, which JAX has removed (so does its fed_avg).
+        tmap = jax.tree_util.tree_map
+        total = tmap(jnp.zeros_like, box["params"])
+        weight = 0.0
+        for _, (noisy, n_steps) in train(box["params"], clients):
+            total = tmap(lambda a, b: a + EXAMPLES * b, total, noisy)
+            weight += EXAMPLES
+            steps.append(int(n_steps))
+        mean = tmap(lambda a: a / weight, total)
+        box["opt"], box["params"] = server_opt.apply(mean, box["opt"], box["params"])
+        jax.block_until_ready(box["params"])
+
+    t0 = time.perf_counter()
+    step(0)
+    first = time.perf_counter() - t0
+    out = _time_rounds(lambda r: step(r + 1), warmup - 1, rounds)
+    return {**out, "params": sum(int(np.prod(a.shape))
+                                 for a in jax.tree_util.tree_leaves(box["params"])),
+            "local_steps": float(np.mean(steps)), "first_round_s": first,
+            "versions": {"fedjax": _version("fedjax"), "dm-haiku": _version("dm-haiku"),
+                         "jax": jax.__version__}}
+
+
 def _version(dist: str) -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -358,6 +460,8 @@ def _spawn(config: str, m: int, warmup: int, rounds: int, timeout: float) -> dic
         env["OMP_NUM_THREADS"] = str(spec["threads"])
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                f"--nproc_per_node={procs}", script]
+    elif config == "fedjax":
+        spec.update(kind="fedjax")
     else:                                                          # ldpsim-Kdev
         devices = int(config.split("-")[1].removesuffix("dev"))
         spec.update(kind="ldpsim", devices=devices)
@@ -464,6 +568,8 @@ def main(argv=None) -> int:
         spec = json.loads(spec)
         if spec["kind"] == "ldpsim":
             row = ldpsim_worker(spec["m"], spec["devices"], spec["warmup"], spec["rounds"])
+        elif spec["kind"] == "fedjax":
+            row = fedjax_worker(spec["m"], spec["warmup"], spec["rounds"])
         else:
             row = pfl_worker(spec["m"], spec["threads"], spec["warmup"], spec["rounds"])
         print(json.dumps(row))
