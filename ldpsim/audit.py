@@ -135,6 +135,16 @@ select the test):
 
 Scope: each audit covers one release, one pair and one relation. It does not cover
 composition over rounds, amplification by sampling, or the aggregate.
+
+The whole pipeline
+------------------
+:func:`audit_pipeline` audits an LDP-FedAvg run of the engine over several rounds with
+canary clients whose updates are fixed directions, in ONE run. It computes the one-run
+ε_lb of Steinke, Nasr & Jagielski (2023, arXiv:2305.08846;
+:func:`one_run_epsilon_lower_bound`) and the Gaussian-DP route of Nasr et al. (2023,
+arXiv:2302.07956; :func:`gdp_mu_lower_bound`, :func:`gdp_epsilon`), and sets both against
+the accountant's ε. The threat models and their assumptions are stated in
+``ldpsim._src.audit._pipeline``.
 """
 
 from ldpsim._src.audit._audit import MECHANISMS, PILOT_TRIALS, SELECTION_GRID, AuditReport, audit, audit_randomizer
@@ -181,28 +191,57 @@ from ldpsim._src.audit._mechanisms import (
     scalar_support,
     worst_case_pair,
 )
+from ldpsim._src.audit._one_run import (
+    gdp_epsilon,
+    gdp_mu_lower_bound,
+    one_run_epsilon_cap,
+    one_run_epsilon_lower_bound,
+    one_run_guesses,
+    one_run_p_value,
+)
+from ldpsim._src.audit._pipeline import (
+    GUESS_FRACTIONS,
+    OBSERVATIONS,
+    PLANTED_BUGS,
+    CanaryPopulation,
+    PipelineAudit,
+    audit_pipeline,
+    canary_client_update,
+    canary_design,
+    canary_reports,
+    per_round_epsilon,
+)
 from ldpsim._src.audit._power import TrialsNeeded, bound_at_quantile, gaussian_trials_needed
 
 __all__ = [
     "CHUNK_ELEMENTS",
     "DIRECT_THRESHOLDS",
+    "GUESS_FRACTIONS",
     "MAX_CANDIDATES",
     "MAX_CHUNK",
     "MAX_TRIALS",
     "MECHANISMS",
+    "OBSERVATIONS",
     "ORIENTATIONS",
     "PILOT_TRIALS",
+    "PLANTED_BUGS",
     "RR_TAG",
     "SELECTION_GRID",
     "AuditReport",
     "AuditResult",
+    "CanaryPopulation",
     "Game",
+    "PipelineAudit",
     "Scores",
     "Test",
     "TrialsNeeded",
     "audit",
+    "audit_pipeline",
     "audit_randomizer",
     "bound_at_quantile",
+    "canary_client_update",
+    "canary_design",
+    "canary_reports",
     "candidate_thresholds",
     "clopper_pearson_lower",
     "clopper_pearson_upper",
@@ -215,9 +254,16 @@ __all__ = [
     "from_local_mechanism",
     "gaussian_mechanism",
     "gaussian_trials_needed",
+    "gdp_epsilon",
+    "gdp_mu_lower_bound",
     "identity_score",
     "k_randomized_response",
     "laplace_mechanism",
+    "one_run_epsilon_cap",
+    "one_run_epsilon_lower_bound",
+    "one_run_guesses",
+    "one_run_p_value",
+    "per_round_epsilon",
     "play",
     "projection_score",
     "rr_mechanism",

@@ -1,4 +1,5 @@
-"""``ldpsim audit``: an empirical ε lower bound for a local randomizer at its claimed guarantee."""
+"""``ldpsim audit``: an empirical ε lower bound for a local randomizer at its claimed guarantee,
+or (``--pipeline``) for a whole LDP-FedAvg run with canary clients, against its accountant."""
 
 from __future__ import annotations
 
@@ -27,7 +28,31 @@ with --dim the real randomizer runs on a d-coordinate update. The sampler's tail
 is used as the support of the output (beyond it an output is impossible, not merely
 unseen), which lets a bounded-tail sampler be refuted outright (epsilon_lb = inf).
 --strict makes a refuted claim exit with status 1. JSON writes inf as Infinity.
+
+--pipeline: audit a whole local-DP FedAvg run of the engine instead of one randomizer.
+  ldpsim audit --pipeline --epsilon 4 --total-epsilon --rounds 4 --canaries 4000
+  ldpsim audit --pipeline --epsilon 1 --rounds 8 --observe aggregate --json
+--canaries canary clients take part in every round (next to --clients-per-round sampled
+real clients), each with a fixed update +u_i or -u_i (random sign, norm 2C, so clipped to
+C). The auditor sees every client's report (--observe reports, the LDP threat model) or only
+the global model (--observe aggregate), scores each canary by the projection of what it
+sees on u_i summed over the rounds, guesses the signs of the most confident half of the
+canaries (the number of guesses chosen on the other half), and turns the right guesses into
+epsilon_lb with the one-run bound of Steinke, Nasr & Jagielski (2023), valid with
+probability >= confidence. With reports it also gives the Gaussian-DP route (Nasr et al.
+2023): mu_lb from the error rates of the test "score > 0", and epsilon at delta of mu_lb-GDP
+(valid if the pipeline's trade-off curve is Gaussian). Both are compared with the
+accountant's epsilon for the same run (epsilon_spent). --epsilon is the engine's per-round
+epsilon, or with --total-epsilon the accountant's epsilon after the rounds. The one-run
+bound can never exceed about log(guesses / log(1/(1 - confidence))): at epsilon 16 it says
+little, whatever the pipeline does.
 """
+
+#: Options of the randomizer game only (an error with --pipeline), and of --pipeline only.
+_GAME_ONLY = ("k", "trials", "dim", "sampler", "no_support", "no_memory_check")
+_PIPELINE_ONLY = ("canaries", "rounds", "total_epsilon", "observe", "planted_bug",
+                  "select_fraction", "dataset", "population", "clients_per_round", "model",
+                  "examples_per_client")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -66,14 +91,41 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-memory-check", action="store_true",
                    help="run even when the memory estimate exceeds this host's memory")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    g = p.add_argument_group("pipeline audit (--pipeline)")
+    g.add_argument("--pipeline", action="store_true",
+                   help="audit a whole LDP-FedAvg run with canary clients (one run)")
+    g.add_argument("--canaries", type=int, default=None, help="canary clients (default 1000)")
+    g.add_argument("--rounds", type=int, default=None, help="rounds of the run (default 4)")
+    g.add_argument("--total-epsilon", action="store_true",
+                   help="--epsilon is the accountant's epsilon after the rounds (Gaussian), "
+                        "not the per-round epsilon")
+    g.add_argument("--observe", choices=("reports", "aggregate"), default=None,
+                   help="what the auditor sees (default reports: every client's release)")
+    g.add_argument("--planted-bug", choices=("sensitivity-c", "half-clip", "one-round-accounting"),
+                   default=None, help="run a deliberately wrong pipeline (to test the audit)")
+    g.add_argument("--select-fraction", type=float, default=None,
+                   help="share of the canaries that choose the number of guesses (default 0.5)")
+    g.add_argument("--dataset", default=None, help="dataset of the real clients (default synthetic)")
+    g.add_argument("--population", type=int, default=None, help="real clients (default 100)")
+    g.add_argument("--clients-per-round", type=int, default=None,
+                   help="real clients sampled per round (default 10)")
+    g.add_argument("--model", default=None, help="model (default auto)")
+    g.add_argument("--examples-per-client", type=int, default=None,
+                   help="examples per real client (default 16)")
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from ldpsim._src._checks import LdpsimError, check_open_unit, check_positive, check_positive_int
     from ldpsim._src.audit._audit import audit_randomizer
-    from ldpsim._src.cli._guards import check_audit_args
+    from ldpsim._src.cli._guards import check_audit_args, option, was_given
 
+    if args.pipeline:
+        return run_pipeline(args)
+    for dest in _PIPELINE_ONLY:
+        if was_given(args, dest, None if dest != "total_epsilon" else False):
+            raise LdpsimError(f"{option(dest)} applies to --pipeline only; add --pipeline or "
+                              "remove it")
     check_positive("epsilon", args.epsilon)
     check_positive_int("trials", args.trials)
     check_open_unit("confidence", args.confidence)
@@ -123,6 +175,99 @@ def _print(report) -> None:
         ("test", report.description),
         ("seconds", f"{report.seconds:.1f}"),
     ]
+    width = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        print(f"{k:<{width}}  {v}")
+
+
+def run_pipeline(args: argparse.Namespace) -> int:
+    """``ldpsim audit --pipeline``: canary clients in one LDP-FedAvg run."""
+    import warnings
+
+    from ldpsim._src._checks import (LdpsimError, check_open_unit, check_positive,
+                                     check_positive_int)
+    from ldpsim._src.cli._guards import check_seed, option, was_given
+
+    defaults = {"k": 2, "trials": 1_000_000, "dim": None, "sampler": None, "no_support": False,
+                "no_memory_check": False}
+    for dest in _GAME_ONLY:
+        if was_given(args, dest, defaults[dest]):
+            raise LdpsimError(f"{option(dest)} applies to the randomizer game, not to "
+                              "--pipeline; remove it")
+    if args.mechanism == "rr":
+        raise LdpsimError("--pipeline audits the engine's local randomizers: --mechanism "
+                          "gaussian or laplace")
+    check_positive("epsilon", args.epsilon)
+    check_open_unit("confidence", args.confidence)
+    check_seed(args.seed)
+    canaries = check_positive_int("canaries", 1000 if args.canaries is None else args.canaries)
+    rounds = check_positive_int("rounds", 4 if args.rounds is None else args.rounds)
+    select = 0.5 if args.select_fraction is None else args.select_fraction
+    if args.total_epsilon and args.mechanism != "gaussian":
+        raise LdpsimError("--total-epsilon applies to --mechanism gaussian")
+    from ldpsim._src.audit._pipeline import audit_pipeline, per_round_epsilon
+    from ldpsim._src.fl.config import SimulationConfig
+
+    delta = 1e-5 if args.delta is None else args.delta
+    epsilon = (per_round_epsilon(args.epsilon, delta, rounds) if args.total_epsilon
+               else args.epsilon)
+    kw = dict(dataset=args.dataset or "synthetic", model=args.model or "auto",
+              population=100 if args.population is None else args.population,
+              clients_per_round=10 if args.clients_per_round is None else args.clients_per_round,
+              examples_per_client=(16 if args.examples_per_client is None
+                                   else args.examples_per_client),
+              rounds=rounds, epsilon=epsilon, clip=args.clip, mechanism=args.mechanism,
+              neighbours=args.neighbours, seed=args.seed)
+    if args.mechanism == "gaussian":
+        kw["delta"] = delta
+        if args.method is not None:
+            kw["calibration"] = args.method
+    elif was_given(args, "delta") or args.method is not None:
+        raise LdpsimError("--delta and --method apply to --mechanism gaussian")
+    config = SimulationConfig(**kw)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # the sampler-floor warning: epsilon_claimed says inf
+        report = audit_pipeline(config, canaries=canaries, confidence=args.confidence,
+                                observe=args.observe or "reports", select_fraction=select,
+                                planted_bug=args.planted_bug)
+    if args.json:
+        print(json.dumps(report.to_dict()))
+    else:
+        _print_pipeline(report)
+    refuted = report.refuted or report.refuted_gdp
+    return 1 if args.strict and refuted else 0
+
+
+def _print_pipeline(a) -> None:
+    conf = f"at {a.confidence:.4g} confidence"
+    claim = (f"{_fmt(a.epsilon_claimed)} at delta = {a.delta:g} (accountant, {a.participations} "
+             f"participations" + (", planted bug: one round's epsilon" if a.planted_bug ==
+                                  "one-round-accounting" else "") + ")")
+    verdict = ("REFUTED (epsilon_lb > claimed)" if a.refuted else
+               "REFUTED under the GDP assumption only" if a.refuted_gdp else
+               "not refuted (a lower bound cannot prove the claim)")
+    rows = [
+        ("pipeline", f"LDP-FedAvg, {a.mechanism}, clip {a.clip:g}, {a.neighbours} (sensitivity "
+                     f"{a.sensitivity:g}), sigma {a.sigma:.6g}"
+                     + (f", applied sigma {a.sigma_applied:.6g} (planted bug {a.planted_bug})"
+                        if a.sigma_applied != a.sigma else "")),
+        ("run", f"{a.rounds} rounds, {a.clients_per_round} of {a.population} real clients per "
+                f"round + {a.canaries} canaries every round, per-round epsilon "
+                f"{a.epsilon_per_round:.6g}"),
+        ("observed", "every client's report (LDP threat model)" if a.observe == "reports"
+         else "the global model after each round (aggregate only)"),
+        ("epsilon claimed", claim),
+        ("epsilon_lb (one run)", f"{_fmt(a.epsilon_lb)} {conf} (Steinke et al. 2023; at most "
+                                 f"{_fmt(a.epsilon_cap)} with {a.guesses} guesses)"),
+        ("guesses", f"{a.correct} right of {a.guesses} on {a.eval_canaries} evaluation canaries "
+                    f"({a.select_canaries} chose the number)"),
+    ]
+    if a.observe == "reports":
+        rows.append(("epsilon_lb (GDP)", f"{_fmt(a.epsilon_lb_gdp)} {conf}: mu_lb "
+                                         f"{a.mu_lb:.4g}, fitted mu {a.mu_hat:.4g}, claimed mu "
+                                         f"{a.mu_claimed:.4g} (valid if the trade-off curve is "
+                                         "Gaussian)"))
+    rows += [("verdict", verdict), ("seconds", f"{a.seconds:.1f}")]
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         print(f"{k:<{width}}  {v}")
