@@ -25,7 +25,7 @@ PILOT_TRIALS = 2**20
 #: Thresholds of the grid the selection counts when it streams (beyond :data:`PILOT_TRIALS`).
 SELECTION_GRID = 2**14
 
-MECHANISMS = ("gaussian", "laplace", "rr")
+MECHANISMS = ("gaussian", "laplace", "rr", *_mechanisms.REPORT_RANDOMIZERS)
 
 
 def _check_delta(delta: Any) -> float:
@@ -235,6 +235,11 @@ def audit_randomizer(
     from ldpsim._src.privacy import calibration, sampling
 
     check_choice("mechanism", mechanism, MECHANISMS)
+    if mechanism in _mechanisms.REPORT_RANDOMIZERS:   # PrivUnit2/G, Duchi et al., SignDS
+        return _mechanisms.audit_report_randomizer(
+            mechanism, epsilon=epsilon, delta=delta, clip=clip, neighbours=neighbours, trials=trials,
+            confidence=confidence, dim=dim, seed=seed, method=method, impl=impl,
+            select_fraction=select_fraction, chunk_size=chunk_size, progress=progress)
     epsilon = check_positive("epsilon", epsilon)
     trials = check_positive_int("trials", trials)
     confidence = check_open_unit("confidence", confidence)

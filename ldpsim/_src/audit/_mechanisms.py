@@ -230,3 +230,145 @@ def scalar_support(x: float, scale: float, bound: float) -> tuple[float, float]:
     reach = bound * scale
     pad = 1e-6 * (abs(x) + reach)
     return (x - reach - pad, x + reach + pad)
+
+
+# ------------------------------------------------------- report randomizers (issue 16, item 2)
+
+#: ldpsim's randomizers beyond additive noise that :func:`audit_report_randomizer` plays.
+REPORT_RANDOMIZERS = ("privunit2", "privunitg", "duchi", "signds")
+
+#: Default dimension of their full-mechanism game (SignDS: k = ⌊0.01·d⌋ = 2 at d = 200).
+REPORT_DIM = {"privunit2": 16, "privunitg": 16, "duchi": 16, "signds": 200}
+
+#: Norm of x0 in the PrivUnit pair: r ≈ 0 with the direction −e₁ (x0 = 0 would take the
+#: implementation's fixed direction e₁, the same as x1's, and hide the direction's ε).
+_TINY = 1e-6
+
+
+def _axis(dim: int, value: float) -> jax.Array:
+    return jnp.zeros((dim,), jnp.float32).at[0].set(np.float32(value))
+
+
+@functools.lru_cache(maxsize=64)
+def report_game(name: str, *, epsilon: float, dim: int, clip: float = 1.0) -> tuple:
+    """The distinguishing game of a report randomizer at its worst-case pair (replace-one).
+
+    Returns ``(mechanism, x0, x1, score, local, what)``: ``mechanism(key, x)`` is the real
+    ``privatize(...).report``; ``score`` is the **exact log-likelihood ratio**
+    ``log f(report | x1) − log f(report | x0)`` computed from the report (for Duchi et al. the
+    projection of the decoded report on e₁, whose sign is that ratio's only information), a
+    sufficient statistic of the pair, so threshold tests on it include the Neyman–Pearson
+    test; ``local`` the :class:`~ldpsim._src.privacy.randomizer.LocalMechanism`. (The
+    projection of the decoded report on ``x1 − x0`` is a weaker score for PrivUnit: it mixes
+    the two sides of the cap and the norm's value into one continuous number.)
+
+    Pairs: PrivUnit2/PrivUnitG ``x1 = C·e₁``, ``x0 = −10⁻⁶C·e₁`` (norm C against ≈ 0 and
+    opposite directions: both parts of the ε split are exercised; LLR from the cap side of
+    ``±V₁`` against γ and the norm's two values); Duchi ``±C·e₁``; SignDS ``x1 = (0, 1, …, d−1)``
+    and ``x0`` its reverse (top-k sets disjoint for both signs; LLR
+    ``ε·(1[|S∩T_b(x1)| ≥ ν_th] − 1[|S∩T_b(x0)| ≥ ν_th])``).
+    """
+    check_choice("mechanism", name, REPORT_RANDOMIZERS)
+    if name == "signds":
+        local = mechanism_lib.make(name, dim=dim, sign_eps=epsilon)
+    else:
+        local = mechanism_lib.make(name, epsilon=epsilon, dim=dim, clip=clip)
+    params = local.params
+
+    def mech(key, x):
+        return local.privatize(key, x, params).report
+
+    if name in ("privunit2", "privunitg"):
+        x1, x0 = _axis(dim, clip), _axis(dim, -_TINY * clip)
+        p = 1.0 - float(np.float32(params.p_out))
+        gamma = float(params.gamma)
+        if name == "privunit2":
+            from ldpsim._src.privacy import privunit2
+            q = privunit2.cap_probability(gamma, dim)
+        else:
+            from scipy import stats
+            q = float(stats.norm.sf(gamma))
+        lw_in, lw_out = math.log(p / q), math.log((1 - p) / (1 - q))
+        c, b, ex = float(params.clip), float(params.norm_bound), float(params.norm_excess)
+        high = 0.5 * (b + c)
+
+        def p_high(r):
+            return 1.0 - (ex + 2.0 * (c - r)) / (2.0 * b)
+
+        ln_high = math.log(p_high(c)) - math.log(p_high(_TINY * c))
+        ln_low = math.log(1 - p_high(c)) - math.log(1 - p_high(_TINY * c))
+
+        def score(report):
+            t = report["direction"][0]      # ⟨V, ±e₁⟩ = ±V₁ (α's axis for PrivUnitG)
+            d1 = jnp.where(t >= gamma, lw_in, lw_out)
+            d0 = jnp.where(-t >= gamma, lw_in, lw_out)
+            n = jnp.where(report["norm"] >= 0.5 * high, ln_high, ln_low)
+            return (d1 - d0 + n).astype(jnp.float32)
+
+        what = "the exact log-likelihood ratio (cap side of ±V1 against gamma, and the norm's value)"
+    elif name == "duchi":
+        x1, x0 = _axis(dim, clip), _axis(dim, -clip)
+
+        def score(report):   # the sign of the projection on e₁: the likelihood ratio's only input
+            return jnp.sign(report[0]).astype(jnp.float32)
+
+        what = "the sign of the decoded report's projection on e1 (the likelihood ratio)"
+    else:
+        x1 = jnp.arange(dim, dtype=jnp.float32)
+        x0 = x1[::-1]
+        k, thr, eps = params.k, params.threshold, float(local.epsilon)
+        top = {}
+        for label, x in (("x1", x1), ("x0", x0)):
+            for b in (1.0, -1.0):
+                _, idx = jax.lax.top_k(b * x, k)
+                top[label, b] = jnp.zeros((dim,), bool).at[idx].set(True)
+
+        def score(report):
+            idx, b = report["indices"], report["sign"]
+            n1 = jnp.sum(jnp.where(b > 0, top["x1", 1.0][idx], top["x1", -1.0][idx]))
+            n0 = jnp.sum(jnp.where(b > 0, top["x0", 1.0][idx], top["x0", -1.0][idx]))
+            return (eps * ((n1 >= thr).astype(jnp.float32) - (n0 >= thr).astype(jnp.float32)))
+
+        what = "the exact log-likelihood ratio (top-k counts of the reported set against nu_th)"
+    return mech, x0, x1, score, local, what
+
+
+def audit_report_randomizer(
+    name: str, *, epsilon: float, delta: float | None = None, clip: float = 1.0,
+    neighbours: str = "replace", trials: int = 1_000_000, confidence: float = 0.95,
+    dim: int | None = None, seed: int = 0, method: str | None = None, impl: str | None = None,
+    select_fraction: float = 0.5, chunk_size: int | None = None, progress=None,
+):
+    """:func:`ldpsim.audit.audit_randomizer` for PrivUnit2, PrivUnitG, Duchi et al. and SignDS:
+    the real randomizer (full-mechanism path) on :func:`report_game`'s pair, pure ε (δ = 0).
+
+    Raises:
+        LdpsimError: δ given (these are pure ε-LDP), a relation other than replace-one,
+            ``method``/``impl`` (not applicable), or bad arguments of the randomizer.
+    """
+    import time
+
+    from ldpsim._src.audit import _audit
+
+    if delta not in (None, 0, 0.0):
+        raise LdpsimError(f"{name} is pure epsilon-LDP: delta must be omitted, got {delta!r}")
+    if neighbours != "replace":
+        raise LdpsimError(f"{name} is epsilon-LDP for any two inputs: neighbours must be 'replace', "
+                          f"got {neighbours!r}")
+    if method is not None or impl is not None:
+        raise LdpsimError(f"method and impl do not apply to {name}")
+    epsilon = check_positive("epsilon", epsilon)
+    dim = REPORT_DIM[name] if dim is None else check_positive_int("dim", dim)
+    start = time.perf_counter()
+    mech, x0, x1, score, local, what = report_game(name, epsilon=epsilon, dim=dim, clip=float(clip))
+    if chunk_size is None:   # the work per trial scales with the input's size, not the report's
+        from ldpsim._src.audit import _game
+        chunk_size = int(max(1, min(check_positive_int("trials", trials), _game.CHUNK_ELEMENTS // (4 * dim))))
+    result = _audit.audit(mech, x0, x1, key=jax.random.key(int(seed)), trials=trials, delta=0.0,
+                          score=score, confidence=confidence, select_fraction=select_fraction,
+                          chunk_size=chunk_size, progress=progress)
+    gap = float(jnp.linalg.norm(x1 - x0))
+    return _audit.AuditReport(
+        name, local.epsilon, None, "replace", None if name == "signds" else float(clip), gap,
+        float("nan"), "full-mechanism", dim, f"ldpsim._src.privacy.{name}.privatize",
+        name, _audit._describe(what, None, result), time.perf_counter() - start, result)
