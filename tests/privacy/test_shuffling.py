@@ -49,6 +49,20 @@ def test_delta_matches_reference_implementation(n, eps, ref_delta):
     assert ref_delta <= got <= ref_delta * (1 + 1e-5)
 
 
+@pytest.mark.parametrize("eps0, theirs", [
+    # Wang et al.'s independent implementation of the stronger clone (wangsw/
+    # PrivacyAmplification@34ca048, unifiedamplification.py: amplificationUBCore with their
+    # "strong_clone" parameters alpha = r = 1/(e^eps0 + 1), T = 30), run here: an upper
+    # bound from bisection on their own evaluation of the same pair.
+    (1.0, 0.09089112654328346),
+    (3.0, 0.4937186613678932),
+])
+def test_stronger_matches_independent_implementation(eps0, theirs):
+    n = 2000
+    got = float(sh.shuffle_epsilon(0.01 / n, eps0, n, analysis="stronger"))
+    assert got <= theirs and got == pytest.approx(theirs, rel=1e-6)
+
+
 # --------------------------------------------------------------------------- exact small cases
 
 
@@ -186,6 +200,40 @@ def test_stronger_clone_condition():
     assert not sh.stronger_clone_applies(np.array([[0.9, 0.1], [0.1, 0.9]]), 1.0)  # not 1-DP
 
 
+# --------------------------------------------------------------------------- rounds (PLD)
+
+
+def test_pld_of_one_round_matches_exact_epsilon():
+    for eps0, n in ((4.0, 10**5), (1.0, 1000), (0.5, 3)):
+        exact = float(sh.shuffle_epsilon(1e-6, eps0, n))
+        pld = sh.shuffle_pld(eps0, n).get_epsilon_for_delta(1e-6)
+        assert exact - 1e-9 <= pld <= exact * (1 + 1e-3) + 1e-9   # pessimistic, grid-close
+
+
+@pytest.mark.parametrize("rounds", [1, 10])
+def test_pld_of_one_client_is_randomized_response(rounds):
+    """n = 1: the pair is eps0-RR, whose PLD dp_accounting builds itself."""
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
+    eps0 = 2.0
+    rr = pld_lib.from_randomized_response(noise_parameter=2 / (math.exp(eps0) + 1),
+                                          num_buckets=2, value_discretization_interval=1e-4)
+    want = rr.self_compose(rounds).get_epsilon_for_delta(1e-6)
+    got = sh.shuffle_rounds_epsilon(eps0, 1, rounds, 1e-6)
+    assert got == pytest.approx(want, rel=1e-6)
+
+
+def test_rounds_compose_below_basic_composition():
+    eps0, n, delta = 1.0, 2000, 1e-6
+    by_rounds = [sh.shuffle_rounds_epsilon(eps0, n, t, delta) for t in (0, 1, 4, 16)]
+    assert by_rounds[0] == 0.0
+    assert all(a < b for a, b in zip(by_rounds, by_rounds[1:]))
+    # Basic composition of 16 rounds at delta/16 each is a valid, looser answer.
+    assert by_rounds[-1] < 16 * float(sh.shuffle_epsilon(delta / 16, eps0, n))
+    stronger = sh.shuffle_rounds_epsilon(eps0, n, 16, delta, analysis="stronger")
+    assert stronger < by_rounds[-1]
+
+
 # --------------------------------------------------------------------------- errors
 
 
@@ -202,6 +250,8 @@ def test_stronger_clone_condition():
     (lambda: sh.shuffle_epsilon(1e-6, 1.0, 10, analysis="blanket"), "analysis"),
     (lambda: sh.closed_form_epsilon(4.0, 1000, 1e-6), "log(n / (16 log(4/delta)))"),
     (lambda: sh.stronger_clone_applies(np.array([[0.5, 0.6], [0.5, 0.5]]), 1.0), "sum to 1"),
+    (lambda: sh.shuffle_rounds_epsilon(1.0, 10, -1, 1e-6), "rounds"),
+    (lambda: sh.shuffle_pld(1.0, 10, value_discretization_interval=2.0), "interval"),
 ])
 def test_bad_input(call, word):
     with pytest.raises(LdpsimError, match=None) as err:

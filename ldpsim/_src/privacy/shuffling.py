@@ -50,6 +50,12 @@ upper bound; it agrees with a direct sum of the positive terms to ~1e-11 relativ
 By symmetry (swap the two coordinates) ``D(P‖Q) = D(Q‖P)``. ε(δ) is found by Brent's method on ``[0, ε₀]`` (δ(ε) is non-increasing
 and δ(ε₀) = 0) and rounded up until ``δ(ε_returned) ≤ δ`` holds.
 
+Rounds. :func:`shuffle_pld` builds the pair's privacy-loss distribution (rounded up on a
+grid) for dp_accounting, and :func:`shuffle_rounds_epsilon` composes it over the rounds a
+client takes part in: pairs that dominate each round dominate the composition (Zhu, Dong &
+Wang 2022, arXiv:2106.08567). ε₀ = 1, n = 2000, δ = 1e-6: 16 rounds give far less than
+16 times one round.
+
 Limits. ``n = 1`` gives ε₀-randomized response (``δ(ε) = α − e^ε(1−α)``): ε ≤ ε₀, with
 equality as δ → 0. For large n, ε shrinks like
 ``O((1 − e^{-ε₀})·√(e^{ε₀} log(1/δ)/n))`` (arXiv:2012.12803, abstract and Thm. 3.1).
@@ -72,7 +78,8 @@ from scipy import optimize, special, stats
 from ldpsim._src._checks import LdpsimError, check_choice, check_positive, check_positive_int
 
 __all__ = ["ANALYSES", "ShuffleReport", "closed_form_epsilon", "closed_form_max_epsilon0",
-           "shuffle_delta", "shuffle_epsilon", "shuffle_report", "stronger_clone_applies"]
+           "shuffle_delta", "shuffle_epsilon", "shuffle_pld", "shuffle_report",
+           "shuffle_rounds_epsilon", "stronger_clone_applies"]
 
 ANALYSES = ("clones", "stronger", "closed_form")
 
@@ -323,6 +330,106 @@ def closed_form_epsilon(epsilon0: float, clients: int, delta: Any) -> np.ndarray
     b = -math.expm1(-eps0)
     dd = 1.0 + np.exp(-eps0 - e)
     return np.log1p(b / dd * (a + c))
+
+
+# --------------------------------------------------------------------------- rounds (PLD)
+
+#: Half-width, in standard deviations of Bin(c, 1/2), of the x values enumerated per c.
+_X_WIDTH = 8.0
+#: Most (c, x) points enumerated at once when building a PLD.
+_CHUNK = 2_000_000
+
+
+def shuffle_pld(epsilon0: float, clients: int, *, analysis: str = "clones",
+                value_discretization_interval: float | None = None):
+    """The privacy-loss distribution of one shuffled round, for composing rounds.
+
+    The clone pair (P, Q) of :func:`shuffle_delta` dominates one shuffled round for every
+    pair of neighbouring datasets (the shuffled output is a post-processing of it), and
+    dominating pairs compose, adaptively too (Zhu, Dong & Wang 2022, arXiv:2106.08567,
+    Thm. 10), so ``T`` shuffled rounds in which the client's data may differ are dominated
+    by the ``T``-fold product of the pair. This builds the pair's PLD for dp_accounting:
+    privacy loss ``log P(c, x)/Q(c, x)`` at every ``(c, x)`` carrying mass (``x`` within
+    ``±8`` standard deviations of ``c/2``), rounded **up** to the grid
+    ``value_discretization_interval``; mass not enumerated (the tails of ``C`` and of
+    ``x``) is put at the largest loss ``ε₀``. The pair is symmetric (swap the coordinates),
+    so one distribution describes both directions. The default grid is
+    ``min(1e-4, s/200)`` with ``s = (1 − e^{-ε₀})·√(e^{ε₀}/n)``, the scale of one round's ε,
+    so the rounding costs about 0.5% of ε per round. Cost O(number of ``c`` × √c): about
+    1 s at n = 10⁵, ε₀ = 4, and 30–60 s at n = 10⁶, ε₀ = 0.5 (2 shared cores).
+
+    Returns:
+        ``dp_accounting.pld.privacy_loss_distribution.PrivacyLossDistribution``
+        (pessimistic estimate).
+    """
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
+    analysis = _check_numerical(analysis)
+    eps0 = _check_epsilon0(epsilon0)
+    n = check_positive_int("clients", clients)
+    if value_discretization_interval is None:
+        scale = -math.expm1(-eps0) * math.sqrt(math.exp(eps0) / n)
+        value_discretization_interval = min(1e-4, scale / 200.0)
+    step = check_positive("value_discretization_interval", value_discretization_interval)
+    if step > eps0:
+        raise LdpsimError(f"value_discretization_interval must be <= epsilon0 ({eps0:g}), "
+                          f"got {value_discretization_interval!r}")
+    c_all, w_all, below, above = _clone_counts(n, _clone_probability(eps0, analysis))
+    alpha = float(special.expit(eps0))
+    top = int(math.ceil(eps0 / step - 1e-9))                 # bucket of the largest loss
+    hist = np.zeros(2 * top + 1)
+    left_out = below + above
+    half = _X_WIDTH * np.sqrt(np.maximum(c_all, 1)) / 2.0 + _X_WIDTH
+    x_lo = np.maximum(0, np.floor(c_all / 2.0 - half)).astype(np.int64)
+    x_hi = np.minimum(c_all + 1, np.ceil(c_all / 2.0 + half)).astype(np.int64)
+    width = int((x_hi - x_lo).max()) + 1
+    rows = max(1, _CHUNK // width)
+    cols = np.arange(width)[None, :]
+    for start in range(0, c_all.size, rows):                 # chunks of c, all x at once
+        c = c_all[start:start + rows, None].astype(np.float64)
+        lo = x_lo[start:start + rows, None]
+        x = lo + cols
+        valid = x <= x_hi[start:start + rows, None]
+        inside = valid & (x <= c)                            # b(x) > 0
+        # log b(x) by the ratio b(x)/b(x-1) = (c-x+1)/x, summed along x from log b(x_lo).
+        with np.errstate(divide="ignore", invalid="ignore"):
+            step_log = np.where(inside & (cols > 0), np.log(c - x + 1) - np.log(x), 0.0)
+        lb = stats.binom.logpmf(lo, c, 0.5) + np.cumsum(step_log, axis=1)
+        lb = np.where(inside, lb, -np.inf)
+        lb1 = np.concatenate([stats.binom.logpmf(lo - 1, c, 0.5), lb[:, :-1]], axis=1)
+        lb1 = np.where(valid, lb1, -np.inf)
+        pb, pb1 = np.exp(lb), np.exp(lb1)
+        p_mass = alpha * pb + (1.0 - alpha) * pb1              # P(x | c), Q(x | c) below
+        q_mass = (1.0 - alpha) * pb + alpha * pb1
+        w = w_all[start:start + rows, None]
+        keep = p_mass > 0
+        loss = np.log(p_mass[keep]) - np.log(q_mass[keep])
+        idx = np.clip(np.ceil(loss / step + 1e-9), -top, top).astype(np.int64) + top
+        hist += np.bincount(idx, weights=(w * p_mass)[keep], minlength=hist.size)
+        # P-mass of these c outside their x window: at the largest loss.
+        covered = p_mass.sum(axis=1)
+        left_out += float(np.sum(w[:, 0] * np.clip(1.0 - covered, 0.0, 1.0)))
+    hist[-1] += left_out
+    pmf = {int(i) - top: float(m) for i, m in enumerate(hist) if m > 0}
+    return pld_lib.PrivacyLossDistribution.create_from_rounded_probability(
+        pmf, 0.0, step, pessimistic_estimate=True, symmetric=True)
+
+
+def shuffle_rounds_epsilon(epsilon0: float, clients: int, rounds: int, delta: float, *,
+                           analysis: str = "clones",
+                           value_discretization_interval: float | None = None) -> float:
+    """Central ε at ``delta`` of ``rounds`` shuffled rounds a client takes part in, each of
+    ``clients`` ε₀-LDP reports: the PLD of :func:`shuffle_pld` composed ``rounds`` times
+    (no amplification by sampling; one report per client per round)."""
+    from ldpsim._src.privacy.accounting import _check_count
+
+    k = _check_count("rounds", rounds)
+    d = float(_check_delta_array(delta))
+    if k == 0:
+        return 0.0
+    one = shuffle_pld(epsilon0, clients, analysis=analysis,
+                      value_discretization_interval=value_discretization_interval)
+    return float(one.self_compose(k).get_epsilon_for_delta(d))
 
 
 # --------------------------------------------------------------------------- reports, checks
