@@ -83,6 +83,25 @@ def test_pure_epsilon_is_exact_basic_composition():
     assert led.delta == 0.0 and led.method == "basic"
 
 
+def test_pure_mechanism_basic_and_shuffled_rounds():
+    mech = rr.make(epsilon=0.5, k=3)
+    led = PrivacyLedger.from_mechanism(mech, mech.params, 2, method="basic", delta=1e-5)
+    led.record([1, 1, 1])
+    np.testing.assert_array_equal(led.epsilons(), [0.0, 1.5])
+    gauss = mechanism.gaussian(epsilon=1.0, delta=1e-5, clip=1.0)
+    with pytest.raises(LdpsimError, match="pure"):
+        PrivacyLedger.from_mechanism(gauss, gauss.params, 2, method="basic")
+    # One participation = one shuffled round of 500 reports (the clone pair's PLD).
+    from ldpsim._src.privacy import shuffling
+
+    one = shuffling.shuffle_pld(1.0, 500)
+    shuf = PrivacyLedger(3, pld=one, delta=1e-6)
+    shuf.record([0, 0, 0, 1])
+    eps = shuf.epsilons()
+    assert eps[0] == pytest.approx(shuffling.shuffle_rounds_epsilon(1.0, 500, 3, 1e-6))
+    assert eps[1] == pytest.approx(one.get_epsilon_for_delta(1e-6)) and eps[2] == 0.0
+
+
 def test_analytic_gaussian_ledger():
     led = PrivacyLedger(4, event=dp_accounting.GaussianDpEvent(3.0), delta=1e-5,
                         method="analytic")
@@ -136,6 +155,7 @@ def test_million_clients_one_call_per_distinct_count():
      "does not support"),
     (lambda: PrivacyLedger(3, event=dp_accounting.RandomizedResponseDpEvent(0.5, 2),
                            delta=1e-5, neighbours="add-remove"), "replace"),
+    (lambda: PrivacyLedger(3, pld="pld", delta=1e-5), "PrivacyLossDistribution"),
     (lambda: PrivacyLedger(3, epsilon0=1.0).record([3]), "out of range"),
     (lambda: PrivacyLedger(3, epsilon0=1.0).record([0.5]), "integer"),
     (lambda: PrivacyLedger(3, epsilon0=1.0).record([True, False]), "mask"),

@@ -18,6 +18,9 @@ What one participation releases (one per ledger):
   is defined. dp_accounting 0.6.0's PLD accountant ignores the composition count of a
   ``RandomizedResponseDpEvent`` (``compose(event, k)`` returns the ε of one event); the
   ledger composes its privacy-loss distribution with ``self_compose(k)`` instead.
+* ``pld``: a ``dp_accounting`` privacy-loss distribution of one participation, composed
+  ``k`` times with ``self_compose`` — e.g. one shuffled round,
+  :func:`ldpsim._src.privacy.shuffling.shuffle_pld`.
 * ``epsilon0``: a pure ε₀-DP randomizer (PrivUnit, randomized response, Laplace, ...):
   ``k`` participations are exactly ``k·ε₀``-DP (basic composition, δ = 0; Dwork & Roth 2014,
   Thm. 3.16), which is tight at δ = 0.
@@ -69,6 +72,8 @@ class PrivacyLedger:
         event: the ``dp_accounting.DpEvent`` of one participation (give this or
             ``epsilon0``).
         epsilon0: the pure ε₀ of one participation (basic composition, exact at δ = 0).
+        pld: instead, the privacy-loss distribution of one participation (``method`` is
+            then ``"pld"``).
         delta: δ in (0, 1) at which ε is reported (``event`` ledgers; ignored, and reported
             as 0, for ``epsilon0`` ledgers).
         method: ``"rdp"`` (default for events), ``"pld"``, ``"analytic"`` (Gaussian
@@ -90,12 +95,12 @@ class PrivacyLedger:
     """
 
     def __init__(self, num_clients: int, *, event: Any = None, epsilon0: float | None = None,
-                 delta: float | None = None, method: str | None = None,
+                 pld: Any = None, delta: float | None = None, method: str | None = None,
                  neighbours: str | None = None, target_epsilon: float | None = None) -> None:
         self.num_clients = check_positive_int("num_clients", num_clients)
-        if (event is None) == (epsilon0 is None):
-            raise LdpsimError("give exactly one of event (a dp_accounting DpEvent) or "
-                              "epsilon0 (pure epsilon per participation)")
+        if sum(x is not None for x in (event, epsilon0, pld)) != 1:
+            raise LdpsimError("give exactly one of event (a dp_accounting DpEvent), "
+                              "epsilon0 (pure epsilon per participation) or pld")
         is_rr = isinstance(event, dp_accounting.RandomizedResponseDpEvent)
         neighbours = neighbours or ("replace" if is_rr else "add-remove")
         self.neighbours = check_choice("neighbours", neighbours, ("add-remove", "replace"))
@@ -106,6 +111,17 @@ class PrivacyLedger:
                                else check_positive("target_epsilon", target_epsilon))
         self.counts = np.zeros(self.num_clients, dtype=np.int64)
         self._cache: dict[int, float] = {0: 0.0}
+        self.pld = None
+        if pld is not None:
+            if not isinstance(pld, _pld.PrivacyLossDistribution):
+                raise LdpsimError(f"pld must be a dp_accounting PrivacyLossDistribution, got "
+                                  f"{type(pld).__name__}")
+            if delta is None:
+                raise LdpsimError("delta is required for a pld ledger (a value in (0, 1))")
+            self.pld, self.event, self.epsilon0 = pld, None, None
+            self.method = check_choice("method", method or "pld", ("pld",))
+            self.delta = check_open_unit("delta", delta)
+            return
         if epsilon0 is not None:
             self.epsilon0 = check_positive("epsilon0", epsilon0)
             self.method = check_choice("method", method or "basic", ("basic",))
@@ -139,7 +155,14 @@ class PrivacyLedger:
     def from_mechanism(cls, mechanism: Any, params: Any, num_clients: int, **kwargs: Any
                        ) -> "PrivacyLedger":
         """Ledger of a :class:`~ldpsim._src.privacy.mechanism.LocalMechanism`: its
-        ``dp_event(params)`` is one participation."""
+        ``dp_event(params)`` is one participation; with ``method="basic"``, its pure
+        ``epsilon`` (``k·ε₀``, for mechanisms with ``delta == 0``)."""
+        if kwargs.get("method") == "basic":
+            if float(getattr(mechanism, "delta", 1.0)) != 0.0:
+                raise LdpsimError("method='basic' needs a pure eps-LDP mechanism (delta = 0); "
+                                  f"{getattr(mechanism, 'name', 'this one')} is not")
+            kwargs.pop("delta", None)
+            return cls(num_clients, epsilon0=float(mechanism.epsilon), **kwargs)
         return cls(num_clients, event=mechanism.dp_event(params), **kwargs)
 
     # ---------------------------------------------------------------- recording
@@ -181,6 +204,8 @@ class PrivacyLedger:
     def _compute(self, k: int) -> float:
         if self.epsilon0 is not None:
             return k * self.epsilon0
+        if self.pld is not None:
+            return float(self.pld.self_compose(k).get_epsilon_for_delta(self.delta))
         if self.method == "rdp":
             return float(_rdp.compute_epsilon(self._orders, k * self._rdp_one, self.delta)[0])
         if self.method == "analytic":
