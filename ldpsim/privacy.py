@@ -62,7 +62,9 @@ from ldpsim._src.privacy.shuffling import (
     ShuffleReport,
     shuffle_delta,
     shuffle_epsilon,
+    shuffle_pld,
     shuffle_report,
+    shuffle_rounds_epsilon,
     stronger_clone_applies,
 )
 from ldpsim._src.privacy.shuffling import closed_form_epsilon as shuffle_closed_form_epsilon
@@ -135,6 +137,8 @@ __all__ = [
     "shuffle_closed_form_epsilon",
     "shuffle_delta",
     "shuffle_epsilon",
+    "shuffle_pld",
     "shuffle_report",
+    "shuffle_rounds_epsilon",
     "stronger_clone_applies",
 ]

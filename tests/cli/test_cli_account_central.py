@@ -53,6 +53,21 @@ def test_shuffle_json_and_closed_form_out_of_range():
     assert "n/a" in out and "caveat" in out
 
 
+def test_shuffle_rounds():
+    rc, out, err = _invoke("account shuffle --epsilon0 1 --clients 2000 --delta 1e-6 "
+                           "--rounds 16 --json")
+    assert rc == 0, err
+    rec = json.loads(out)
+    from ldpsim._src.privacy.shuffling import shuffle_rounds_epsilon
+
+    assert rec["epsilon"] == pytest.approx(shuffle_rounds_epsilon(1.0, 2000, 16, 1e-6))
+    assert rec["epsilon_one_round"] < rec["epsilon"] < 16 * rec["epsilon_one_round"]
+    assert rec["local_epsilon_rounds"] == 16.0
+    rc, out, err = _invoke("account shuffle --epsilon0 1 --clients 2000 --delta 1e-6 "
+                           "--rounds 16")
+    assert rc == 0 and "16 rounds" in out and "central, 1 round" in out
+
+
 def test_secagg_prints_local_and_central_side_by_side():
     rc, out, err = _invoke(SEC + " --json")
     assert rc == 0, err
@@ -76,6 +91,7 @@ def test_secagg_prints_local_and_central_side_by_side():
     (SHUF.replace("1e-6", "0"), ("delta",)),
     (SHUF.replace("1e-6", "1"), ("delta",)),
     (SHUF + " --analysis blanket", ("--analysis",)),
+    (SHUF + " --rounds -2", ("rounds",)),
     ("account shuffle --clients 10 --delta 1e-6", ("--epsilon0",)),
     (SEC.replace("--sigma 1", "--sigma 0"), ("sigma",)),
     (SEC.replace("--sigma 1", "--sigma -inf"), ("sigma",)),

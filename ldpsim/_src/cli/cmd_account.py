@@ -21,6 +21,7 @@ examples:
   ldpsim account dpsgd --noise-multiplier 1.1 --batch-size 256 --num-examples 60000 \\
       --epochs 10 --delta 1e-5 --method mindarmour
   ldpsim account shuffle --epsilon0 4 --clients 100000 --delta 1e-6
+  ldpsim account shuffle --epsilon0 1 --clients 2000 --delta 1e-6 --rounds 50
   ldpsim account secagg --sigma 1 --clip 1 --clients 100 --delta 1e-5 --rounds 10 --dropout 0.1
 
 neighbouring relations (named in every output):
@@ -90,6 +91,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                       help="local epsilon of each report (pure eps0-LDP)")
     shuf.add_argument("--clients", type=int, required=True, help="n, reports shuffled together")
     shuf.add_argument("--delta", type=float, required=True, help="central delta")
+    shuf.add_argument("--rounds", type=int, default=1,
+                      help="rounds the client takes part in (each a fresh shuffle of n "
+                           "reports), composed by PLD of the clone pair")
     shuf.add_argument("--analysis", choices=("clones", "stronger"), default="clones",
                       help="clones: numerical bound of 'Hiding among the clones' (any eps0-LDP "
                            "randomizer); stronger: 2023 stronger clone (only randomizers that "
@@ -216,8 +220,17 @@ def _shuffle(args) -> dict:
     from ldpsim._src._checks import LdpsimError
     from ldpsim._src.privacy import shuffling
 
+    from ldpsim._src.privacy.accounting import _check_count
+
+    rounds = _check_count("rounds", args.rounds)
     out = shuffling.shuffle_report(args.epsilon0, args.clients, args.delta,
                                    analysis=args.analysis).as_dict()
+    out["rounds"] = rounds
+    out["local_epsilon_rounds"] = rounds * out["epsilon0"]
+    if rounds != 1:
+        out["epsilon_one_round"] = out["epsilon"]
+        out["epsilon"] = shuffling.shuffle_rounds_epsilon(
+            args.epsilon0, args.clients, rounds, args.delta, analysis=args.analysis)
     try:
         out["closed_form_epsilon"] = float(shuffling.closed_form_epsilon(
             args.epsilon0, args.clients, args.delta))
@@ -245,14 +258,23 @@ def _secagg(args) -> dict:
 def _print_central(out: dict) -> None:
     if out["kind"] == "shuffle":
         print(f"local epsilon0   {out['epsilon0']:.6g}   (each report alone, pure eps0-LDP)")
-        print(f"central epsilon  {out['epsilon']:.6g}   at delta {out['delta']:.3g}, "
-              f"{out['clients']} shuffled reports ({out['analysis']})")
+        if out["rounds"] != 1:
+            print(f"local epsilon    {out['local_epsilon_rounds']:.6g}   over {out['rounds']} "
+                  "rounds (k * eps0, exact at delta 0)")
+            print(f"central, 1 round {out['epsilon_one_round']:.6g}   at delta "
+                  f"{out['delta']:.3g}")
+            print(f"central epsilon  {out['epsilon']:.6g}   at delta {out['delta']:.3g}, "
+                  f"{out['rounds']} rounds of {out['clients']} shuffled reports "
+                  f"({out['analysis']}, PLD composition)")
+        else:
+            print(f"central epsilon  {out['epsilon']:.6g}   at delta {out['delta']:.3g}, "
+                  f"{out['clients']} shuffled reports ({out['analysis']})")
         if out["closed_form_epsilon"] is None:
             print(f"closed form      n/a (Thm. 3.1 needs epsilon0 <= "
                   f"{out['closed_form_max_epsilon0']:.4g})")
         else:
-            print(f"closed form      {out['closed_form_epsilon']:.6g}   (Thm. 3.1, a looser "
-                  "cross-check)")
+            print(f"closed form      {out['closed_form_epsilon']:.6g}   (one round, Thm. 3.1, "
+                  "a looser cross-check)")
         print(f"reference        {out['reference']}")
         if out["analysis"] == "stronger":
             print("caveat           valid only for randomizers admitting the stronger-clone "
