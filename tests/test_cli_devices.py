@@ -13,7 +13,7 @@ from ldpsim import LdpsimError
 from ldpsim._src._devices import MAX_HOST_DEVICES, host_devices_default
 
 REPO = Path(__file__).resolve().parents[1]
-SCRIPT = ("from ldpsim.cli import _request_host_devices; _request_host_devices(); "
+SCRIPT = ("from ldpsim._src.cli import _request_host_devices; _request_host_devices(); "
           "import jax; print(jax.device_count('cpu'))")
 
 

@@ -83,7 +83,7 @@ def test_simulate_average_passes_no_array_of_size_n():
 _CHILD = """
 import json, sys, jax
 from pathlib import Path
-from ldpsim.privacy import averaging as A
+from ldpsim._src.privacy import averaging as A
 n, d = int(sys.argv[1]), int(sys.argv[2])
 out = A.simulate_average(jax.random.key(0), num_clients=n, dim=d, noise_scale=1.0, clip=1.0,
                          method="per-client")

@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 _CHILD = r"""
 import json, math, sys
 import jax, jax.numpy as jnp, numpy as np
-from ldpsim.fl import _policy, round as rnd, sharding, simulate as sim
+from ldpsim._src.fl import _policy, round as rnd, sharding, simulate as sim
 from ldpsim._src.fl.config import SimulationConfig
 from ldpsim.models import get_model
 
