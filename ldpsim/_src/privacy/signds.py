@@ -172,22 +172,52 @@ def _top_mask(score: jax.Array, k: int) -> jax.Array:
     return jnp.zeros(score.shape, bool).at[idx].set(True)
 
 
+def _uniform_int(bits: jax.Array, n: jax.Array) -> jax.Array:
+    """``⌊bits·n/2³²⌋ ∈ [0, n)`` (multiply-shift; bias at most ``n/2³²`` relative)."""
+    return ((bits.astype(jnp.uint64) * n.astype(jnp.uint64)) >> 32).astype(jnp.int32) \
+        if jax.config.jax_enable_x64 else jnp.minimum(
+            (bits.astype(jnp.float32) * (n.astype(jnp.float32) / np.float32(2.0**32))).astype(jnp.int32), n - 1)
+
+
+def _floyd(bits: jax.Array, start: jax.Array, population: int, size: int) -> jax.Array:
+    """Uniform ``(size − start)``-subset of ``[0, population)`` by Floyd's algorithm, in slots
+    ``start..size−1`` of an int32[size] (slots before ``start`` are −1). ``start`` is traced."""
+
+    def body(s, chosen):
+        j = population - size + s                       # Floyd's j for this slot
+        t = _uniform_int(bits[s], jnp.asarray(j + 1))
+        pick = jnp.where(jnp.any(chosen == t), j, t)
+        return chosen.at[s].set(jnp.where(s >= start, pick, -1))
+
+    return jax.lax.fori_loop(0, size, body, jnp.full((size,), -1, jnp.int32))
+
+
 def privatize(key: jax.Array, update, params: SignDSParams) -> Report:
-    """One client's report ``{"indices": int32[h] (sorted), "sign": ±1 (float32)}``."""
+    """One client's report ``{"indices": int32[h] (sorted), "sign": ±1 (float32)}``.
+
+    Cost: one ``top_k`` of the update (the top-k set), then O(k + h²) work: ν of the k
+    top-k indices by a random order of those k, and ``h − ν`` of the ``d − k`` others by
+    Floyd's algorithm on their ranks (mapped to indices through the sorted top-k set).
+    """
     flat, finite, _ = _flat(update)
     if flat.shape[0] != params.dim:
         raise LdpsimError(f"update has {flat.shape[0]} coordinates; these signds params are for "
                           f"dim {params.dim}")
+    d, k, h = params.dim, params.k, params.h
     b = jnp.where(rz.bernoulli(rz.subkey(key, rz.TAG_SIGN), 0.5), 1.0, -1.0)
-    in_top = _top_mask(b * flat, params.k)
+    _, top = jax.lax.top_k(b * flat, k)                          # T_b (ties: lower index)
     u = jax.random.uniform(rz.subkey(key, rz.TAG_CAP), (), jnp.float32)
     nu = jnp.sum(u >= params.cdf[:-1]).astype(jnp.int32)       # inverse CDF on ν = 0..h
-    nu = jnp.minimum(nu, min(params.h, params.k))
-    e = jax.random.uniform(rz.subkey(key, rz.TAG_SELECT), flat.shape, jnp.float32)
-    from_top = jax.lax.top_k(jnp.where(in_top, e, -1.0), params.h)[1]   # uniform order in T
-    from_rest = jax.lax.top_k(jnp.where(in_top, -1.0, e), params.h)[1]  # uniform order off T
-    j = jnp.arange(params.h)
-    idx = jnp.where(j < nu, from_top[j], from_rest[jnp.maximum(j - nu, 0)])
+    nu = jnp.minimum(nu, min(h, k))
+    sel = rz.subkey(key, rz.TAG_SELECT)
+    order = jax.random.uniform(jax.random.fold_in(sel, 0), (k,), jnp.float32)
+    from_top = top[jax.lax.top_k(order, min(h, k))[1]]          # a uniform ν-subset of T
+    ranks = _floyd(jax.random.bits(jax.random.fold_in(sel, 1), (h,), jnp.uint32), nu, d - k, h)
+    t_sorted = jnp.sort(top)
+    # the rank-i index outside T: i + #{m : t_m − m ≤ i}
+    from_rest = ranks + jnp.searchsorted(t_sorted - jnp.arange(k), ranks, side="right").astype(jnp.int32)
+    j = jnp.arange(h)
+    idx = jnp.where(j < nu, from_top[jnp.minimum(j, min(h, k) - 1)], from_rest)
     norm = jnp.sqrt(jnp.sum(jnp.square(flat)))
     return Report(report={"indices": jnp.sort(idx).astype(jnp.int32), "sign": b},
                   clipped=update, norm=norm, release_norm=jnp.where(finite, norm, 0.0),
