@@ -55,6 +55,13 @@ from ldpsim._src.privacy.mechanism import (
     gaussian_randomizer,
     laplace_randomizer,
 )
+from ldpsim._src.privacy.duchi import make as duchi
+from ldpsim._src.privacy.privunit2 import make as privunit2
+from ldpsim._src.privacy.privunitg import make as privunitg
+from ldpsim._src.privacy.randomizer import Report, total_variance
+from ldpsim._src.privacy.rr import k_randomized_response
+from ldpsim._src.privacy.rr import make as randomized_response
+from ldpsim._src.privacy.signds import make as signds
 from ldpsim._src.privacy.monitors import RDPMonitor, ZCDPMonitor
 from ldpsim._src.privacy.ledger import PrivacyLedger
 from ldpsim._src.privacy.secagg import secagg_epsilon, secagg_noise_multiplier, secagg_survivors
@@ -87,6 +94,7 @@ __all__ = [
     "PrivacyReport",
     "Privatized",
     "RDPMonitor",
+    "Report",
     "SHORTFALL_RTOL",
     "SampledGaussianAccountant",
     "SamplerTailWarning",
@@ -111,12 +119,14 @@ __all__ = [
     "dpfedavg_noise_multiplier",
     "dpsgd_epsilon",
     "dpsgd_noise_multiplier",
+    "duchi",
     "effective_num_clients",
     "expected_noise_norm",
     "gaussian_achieved",
     "gaussian_noise",
     "gaussian_randomizer",
     "global_norm",
+    "k_randomized_response",
     "laplace_epsilon",
     "laplace_noise",
     "laplace_randomizer",
@@ -128,7 +138,10 @@ __all__ = [
     "mindspore_gaussian_sigma",
     "noise_study",
     "per_layer_bound",
+    "privunit2",
+    "privunitg",
     "quantile_clip",
+    "randomized_response",
     "sampler_delta_floor",
     "secagg_epsilon",
     "secagg_noise_multiplier",
@@ -140,5 +153,7 @@ __all__ = [
     "shuffle_pld",
     "shuffle_report",
     "shuffle_rounds_epsilon",
+    "signds",
     "stronger_clone_applies",
+    "total_variance",
 ]
