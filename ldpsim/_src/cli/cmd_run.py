@@ -84,15 +84,19 @@ _OPTIONS = (
      "neighbouring relation: replace = sensitivity 2C, add-remove = C"),
     ("--calibration", "calibration", str, ("analytic", "classic", "mindspore"),
      "Gaussian sigma calibration"),
-    ("--local-steps", "local_steps", int, None, "local optimizer steps per round"),
-    ("--local-epochs", "local_epochs", int, None, "local epochs (overrides --local-steps)"),
-    ("--batch-size", "batch_size", int, None, "local batch size"),
+    ("--local-steps", "local_steps", int, None, "local optimizer steps per round (None: the "
+     "dataset's default, see 'training defaults' below)"),
+    ("--local-epochs", "local_epochs", int, None, "local epochs (overrides --local-steps; None: "
+     "the dataset's default)"),
+    ("--batch-size", "batch_size", int, None, "local batch size (None: the dataset's default)"),
     ("--client-optimizer", "client_optimizer", str, ("sgd", "momentum", "adam"),
-     "client optimizer"),
-    ("--client-lr", "client_lr", float, None, "client learning rate"),
+     "client optimizer (None: the dataset's default)"),
+    ("--client-lr", "client_lr", float, None, "client learning rate (None: the dataset's "
+     "default for its optimizer)"),
     ("--server-optimizer", "server_optimizer", str, ("fedavg", "fedavgm", "fedadam", "fedyogi"),
      "server optimizer (fedavg = SGD with lr 1)"),
-    ("--server-lr", "server_lr", float, None, "server learning rate"),
+    ("--server-lr", "server_lr", float, None, "server learning rate (None: the dataset's "
+     "default)"),
     ("--server-momentum", "server_momentum", float, None, "FedAvgM momentum"),
     ("--weighting", "weighting", str, ("examples", "uniform"),
      "aggregation weights: |D_k| (FedAvg) or uniform"),
@@ -152,7 +156,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="run one federated simulation under local DP (metrics per round to CSV)",
         description="Simulate federated learning where every client clips and noises its "
                     "own update (local DP), and report accuracy and noise metrics per round.",
-        epilog=_EPILOG,
+        epilog=_EPILOG + "\n" + _training_defaults_epilog(),
         formatter_class=_Formatter,
     )
     for flag, field, typ, choices, help_ in _OPTIONS:
@@ -228,6 +232,7 @@ def run(args: argparse.Namespace) -> int:
 
     fields = {f.name for f in dataclasses.fields(SimulationConfig)}
     config = SimulationConfig(**{k: v for k, v in vars(args).items() if k in fields})
+    _note_defaults(config, quiet=args.no_progress or not lead)
     writer = (_CsvWriter(args.out, config, resume_from=getattr(args, "checkpoint_dir", None))
               if args.out is not None and lead else None)
     board = None
@@ -267,6 +272,31 @@ def run(args: argparse.Namespace) -> int:
     if args.out is not None:
         print(f"wrote {len(history)} rows to {args.out}", file=sys.stderr)
     return 0
+
+
+def _training_defaults_epilog() -> str:
+    """The per-dataset training defaults (ldpsim._src.fl.defaults) for the help text."""
+    from ldpsim._src.fl.defaults import DATASET_DEFAULTS, describe
+
+    lines = ["training defaults: --local-steps/--local-epochs, --batch-size, --client-optimizer,",
+             "--client-lr and --server-lr not given take the dataset's measured defaults (a value",
+             "given always wins; the manifest records the values used):"]
+    lines += [f"  {name}: {describe(name)}" for name in DATASET_DEFAULTS]
+    lines.append(f"  any other dataset: {describe('other')}")
+    return "\n".join(lines) + "\n"
+
+
+def _note_defaults(config, *, quiet: bool) -> None:
+    """One stderr line naming the per-dataset defaults this run took (if any)."""
+    from ldpsim._src.fl.defaults import defaulted_fields
+
+    taken = defaulted_fields(config)
+    if config.local_epochs is not None:
+        taken.pop("local_steps", None)  # filled for validation only; epochs decide
+    if taken and not quiet:
+        text = ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}"
+                         for k, v in taken.items())
+        print(f"defaults for {config.dataset}: {text}", file=sys.stderr)
 
 
 def _initialize_distributed(args: argparse.Namespace) -> bool:

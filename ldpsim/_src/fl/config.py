@@ -106,6 +106,9 @@ class SimulationConfig:
         batch_size: local batch size B.
         client_optimizer: ``"sgd"``, ``"momentum"`` or ``"adam"``.
         client_lr: local learning rate.
+            These five and ``server_lr``, left ``None``, take the measured per-dataset
+            defaults of :mod:`ldpsim._src.fl.defaults` (MNIST/LeNet-5: 5 local epochs of
+            batch 16, SGD 0.1, server lr 2; docs/defaults.md); a value given always wins.
         server_optimizer: ``"fedavg"`` (SGD, lr 1), ``"fedavgm"``, ``"fedadam"``,
             ``"fedyogi"``.
         server_lr: server learning rate (FedAvg uses 1.0).
@@ -178,13 +181,13 @@ class SimulationConfig:
     mechanism: str = "gaussian"
     neighbours: str = "replace"
     calibration: str = "analytic"
-    local_steps: int = 2
+    local_steps: int | None = None         # None: per-dataset default (fl/defaults.py)
     local_epochs: int | None = None
-    batch_size: int = 16
-    client_optimizer: str = "sgd"
-    client_lr: float = 0.05
+    batch_size: int | None = None
+    client_optimizer: str | None = None
+    client_lr: float | None = None
     server_optimizer: str = "fedavg"
-    server_lr: float = 1.0
+    server_lr: float | None = None
     server_momentum: float = 0.9
     weighting: str = "examples"
     sampling: str = "uniform"
@@ -215,6 +218,9 @@ class SimulationConfig:
             value = getattr(self, name)
             if not isinstance(value, str) or not value:
                 raise LdpsimError(f"{name} must be a non-empty string, got {value!r}")
+        from ldpsim._src.fl.defaults import apply_training_defaults
+
+        apply_training_defaults(self)  # unset training fields: the dataset's defaults
         for name in ("population", "examples_per_client", "clients_per_round", "rounds",
                      "local_steps", "batch_size", "eval_every"):
             object.__setattr__(self, name, check_positive_int(name, getattr(self, name)))

@@ -236,8 +236,12 @@ class Experiment:
         client_dp = (DpSgdClients(**{n: getattr(config, flat) for n, flat in _CLIENT_DP.items()})
                      if config.client_dp else None)
 
+        from ldpsim._src.fl.defaults import given_fields
+
+        given = given_fields(config)  # per-dataset defaults unset again: lossless both ways
+
         def pick(kind_):
-            return kind_(**{f.name: getattr(config, f.name) for f in dataclasses.fields(kind_)})
+            return kind_(**{f.name: given[f.name] for f in dataclasses.fields(kind_)})
 
         return cls(data=pick(Data), training=pick(Training), privacy=kind(**privacy_kw),
                    client_dp=client_dp, execution=pick(Execution))
