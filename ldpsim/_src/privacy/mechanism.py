@@ -1,32 +1,45 @@
-"""A local randomizer as one object of pure functions (the optax pattern).
+"""Local randomizers as objects of pure functions (the optax pattern), and their registry.
 
-A :class:`LocalMechanism` is built by a factory that calibrates it on the host
-(:func:`gaussian`, :func:`laplace`, :func:`clip_only`) and carries everything the rest of
+A :class:`LocalMechanism` (defined in :mod:`ldpsim._src.privacy.randomizer`, re-exported here)
+is built by a factory that calibrates it on the host and carries everything the rest of
 ldpsim needs about it, so that callers never branch on a mechanism's name:
 
-* ``params`` -- the calibrated numbers (:class:`MechanismParams`: clip bound and noise
-  scale). Every function below takes them as an argument, so they may be traced: a
-  jitted round called with the params of another ε reuses its compiled program, and a
-  sweep may vmap over them.
-* ``privatize(key, update, params) -> Privatized`` -- what ONE client releases (vmap it over
-  a cohort). Clip, substitute the zero update for a non-finite one, add noise.
-* ``noise_std(params)`` -- per-coordinate standard deviation of one client's noise (σ for
-  Gaussian, √2·b for Laplace). The aggregate's noise theory (ALGORITHMS §5) needs nothing
-  else: a weighted mean of n releases has per-coordinate noise variance
-  ``noise_std² · Σw²/(Σw)²`` (:func:`mean_noise_variance`).
-* ``dp_event(params)`` -- the host-side accounting of one release: a ``dp_accounting``
-  event whose noise multiplier is relative to the sensitivity of the stated relation
-  (:attr:`LocalMechanism.neighbours`), ready for ``dp_accounting`` accountants under
-  add/remove composition of independent releases.
+* ``params`` -- the calibrated numbers (a pytree of float32 scalars: :class:`MechanismParams`
+  for additive noise, a per-randomizer dataclass otherwise). Every function below takes them
+  as an argument, so they may be traced: a jitted round called with the params of another ε
+  reuses its compiled program, and a sweep may vmap over them.
+* ``privatize(key, update, params)`` -- what ONE client releases (vmap it over a cohort):
+  a :class:`Privatized` (``clipped + noise``) for additive randomizers, a :class:`Report`
+  (a message: unit vector and norm, index set, category) for the others. Both carry the
+  clipped input and the clipping diagnostics (``was_clipped`` counts clipped inputs).
+* ``decode(report, params, like=None)`` -- the server's estimate of the clipped input from one
+  message (identity for additive noise; unbiased for all but SignDS).
+* ``mean(params, update)``, ``variance(params, update)`` -- the exact expectation and
+  per-coordinate variance of the decoded estimate for that input
+  (:func:`total_variance` sums the variance).
+* ``noise_std(params)`` -- additive: per-coordinate std of one client's noise (σ for Gaussian,
+  √2·b for Laplace), all the aggregate's noise theory needs (ALGORITHMS §5;
+  :func:`mean_noise_variance`); report randomizers: the root mean per-coordinate variance
+  at the worst-case input ‖x‖ = C.
+* ``dp_event(params)`` -- the host-side accounting of one release for the stated relation
+  (:attr:`LocalMechanism.neighbours`): ``GaussianDpEvent``/``LaplaceDpEvent`` with noise
+  multipliers relative to the sensitivity; binary randomized response at ε for the pure
+  ε-LDP report randomizers (it dominates every ε-DP pair); ``RandomizedResponseDpEvent`` for
+  k-RR.
 
-Guarantees: with the factory's calibration, one release of :func:`gaussian` is
-(ε, δ)-LDP and one of :func:`laplace` is ε-LDP for the stated relation, for ideal noise;
-ldpsim's float32 samplers have bounded tails that put a floor under δ
-(:func:`ldpsim._src.privacy.calibration.sampler_delta_floor`; docs/privacy_sharp_edges.md).
+Guarantees (each factory's docstring has its reference): :func:`gaussian` (ε, δ)-LDP,
+:func:`laplace` ε-LDP, for the stated relation with ideal noise (ldpsim's float32 samplers
+have bounded tails that put a floor under δ:
+:func:`ldpsim._src.privacy.calibration.sampler_delta_floor`); PrivUnit2, PrivUnitG, Duchi et
+al., SignDS and k-RR pure ε-LDP for any two inputs (relation ``"replace"``).
 
-Adding a local randomizer is one factory in this module (or in its own module) and one
-:data:`REGISTRY` entry; the engine's client step (:func:`ldpsim._src.fl.privatize.privatize`)
-reaches it through the registry.
+:data:`REGISTRY` holds ONE :class:`RegistryEntry` per randomizer (name, factory, privatize,
+decode, mean, variance, the additive noise factor or None, the kind of guarantee).
+Adding a randomizer is one module and one entry. The engine's round
+(:func:`ldpsim._src.fl.round`) reaches mechanisms through :func:`privatize_fn` and
+:func:`noise_std_factor`, which serve the additive ones (:data:`ADDITIVE`) and refuse report
+randomizers with a clear error: the round aggregates ``release.noisy`` and its noise metrics
+assume ``noisy = clipped + noise``.
 """
 
 from __future__ import annotations
@@ -50,7 +63,8 @@ from ldpsim._src.privacy.randomizer import (
 
 PyTree = Any
 
-__all__ = ["REGISTRY", "LocalMechanism", "MechanismParams", "Privatized", "clip_only",
+__all__ = ["ADDITIVE", "REGISTRY", "LocalMechanism", "MechanismParams", "Privatized",
+           "RegistryEntry", "Report", "clip_only", "entry", "total_variance",
            "gaussian", "gaussian_randomizer", "laplace", "laplace_randomizer", "make",
            "mean_noise_variance", "noise_std_factor", "privatize_fn"]
 
