@@ -64,7 +64,12 @@ from ldpsim._src.privacy.rr import make as randomized_response
 from ldpsim._src.privacy.signds import make as signds
 from ldpsim._src.privacy.monitors import RDPMonitor, ZCDPMonitor
 from ldpsim._src.privacy.ledger import PrivacyLedger
-from ldpsim._src.privacy.secagg import secagg_epsilon, secagg_noise_multiplier, secagg_survivors
+from ldpsim._src.privacy.secagg import (
+    secagg_epsilon,
+    secagg_noise_multiplier,
+    secagg_sigma,
+    secagg_survivors,
+)
 from ldpsim._src.privacy.shuffling import (
     ShuffleReport,
     shuffle_delta,
@@ -145,6 +150,7 @@ __all__ = [
     "sampler_delta_floor",
     "secagg_epsilon",
     "secagg_noise_multiplier",
+    "secagg_sigma",
     "secagg_survivors",
     "sensitivity",
     "shuffle_closed_form_epsilon",

@@ -82,6 +82,15 @@ def test_secagg_prints_local_and_central_side_by_side():
     assert "local epsilon" in out and "central epsilon" in out and "survivors 90" in out
 
 
+def test_secagg_target_epsilon():
+    rc, out, err = _invoke("account secagg --target-epsilon 2 --clients 100 --delta 1e-5 "
+                           "--rounds 100 --dropout 0.1 --method analytic --json")
+    assert rc == 0, err
+    rec = json.loads(out)
+    assert rec["epsilon"] == pytest.approx(2.0, rel=1e-9) and rec["target_epsilon"] == 2.0
+    assert rec["local_epsilon"] > rec["epsilon"]
+
+
 @pytest.mark.parametrize("argv, words", [
     (SHUF.replace("--epsilon0 1", "--epsilon0 0"), ("epsilon0",)),
     (SHUF.replace("--epsilon0 1", "--epsilon0 nan"), ("epsilon0",)),
@@ -106,6 +115,9 @@ def test_secagg_prints_local_and_central_side_by_side():
     (SEC + " --known-shares 100", ("known_shares",)),
     (SEC + " --known-shares -1", ("known_shares",)),
     (SEC + " --neighbours swap", ("--neighbours",)),
+    (SEC + " --target-epsilon 1", ("--target-epsilon",)),
+    (SEC.replace("--sigma 1", "--target-epsilon 0"), ("epsilon",)),
+    (SEC.replace("--sigma 1", "--target-epsilon 1") + " --survivors 50", ("--survivors",)),
 ])
 def test_bad_input_is_one_line(argv, words):
     rc, out, err = _invoke(argv)

@@ -11,7 +11,12 @@ from dp_accounting.rdp import RdpAccountant
 
 from ldpsim._src._checks import LdpsimError
 from ldpsim._src.privacy.calibration import analytic_gaussian_epsilon
-from ldpsim._src.privacy.secagg import secagg_epsilon, secagg_noise_multiplier, secagg_survivors
+from ldpsim._src.privacy.secagg import (
+    secagg_epsilon,
+    secagg_noise_multiplier,
+    secagg_sigma,
+    secagg_survivors,
+)
 
 
 def _hand_built(z: float, rounds: int, delta: float, method: str) -> float:
@@ -74,6 +79,18 @@ def test_realised_survivors_per_round_compose_exactly():
     z_total = 1 / math.sqrt(sum(4 / s for s in per_round))
     assert exact == pytest.approx(analytic_gaussian_epsilon(z_total, 1e-5), rel=1e-12)
     assert exact <= rep.epsilon
+
+
+@pytest.mark.parametrize("neighbours", ["replace", "add-remove"])
+def test_sigma_for_a_target_central_epsilon(neighbours):
+    kw = dict(delta=1e-5, clip=0.5, clients=200, rounds=30, dropout=0.2, known_shares=1,
+              neighbours=neighbours)
+    sigma = secagg_sigma(target_epsilon=2.0, **kw)
+    rep = secagg_epsilon(sigma=sigma, method="analytic", **kw)
+    assert rep.epsilon == pytest.approx(2.0, rel=1e-9) and rep.epsilon <= 2.0 + 1e-12
+    assert secagg_epsilon(sigma=sigma * 0.99, method="analytic", **kw).epsilon > 2.0
+    pld = secagg_epsilon(sigma=sigma, method="pld", **kw).epsilon
+    assert 2.0 - 1e-9 <= pld <= 2.0 + 2e-3           # PLD: pessimistic grid, tight
 
 
 def test_zero_rounds_and_one_client():

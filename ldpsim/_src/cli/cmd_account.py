@@ -23,6 +23,7 @@ examples:
   ldpsim account shuffle --epsilon0 4 --clients 100000 --delta 1e-6
   ldpsim account shuffle --epsilon0 1 --clients 2000 --delta 1e-6 --rounds 50
   ldpsim account secagg --sigma 1 --clip 1 --clients 100 --delta 1e-5 --rounds 10 --dropout 0.1
+  ldpsim account secagg --target-epsilon 2 --clients 100 --delta 1e-5 --rounds 100 --method analytic
 
 neighbouring relations (named in every output):
   ldp       local: any two inputs of one client at distance <= --sensitivity
@@ -105,7 +106,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Each client clips to C and adds N(0, sigma^2); secure aggregation reveals "
                     "only the sum of the survivors' reports, whose noise sigma*sqrt(survivors) "
                     "protects each client centrally.")
-    sec.add_argument("--sigma", type=float, required=True, help="per-client noise std")
+    noise = sec.add_mutually_exclusive_group(required=True)
+    noise.add_argument("--sigma", type=float, help="per-client noise std")
+    noise.add_argument("--target-epsilon", type=float,
+                       help="solve for the smallest per-client sigma reaching this central "
+                            "epsilon (exact, analytic Gaussian)")
     sec.add_argument("--clip", type=float, default=1.0, help="L2 clip bound C")
     sec.add_argument("--clients", type=int, required=True, help="n, clients per round")
     sec.add_argument("--delta", type=float, required=True, help="total delta")
@@ -243,8 +248,17 @@ def _shuffle(args) -> dict:
 
 def _secagg(args) -> dict:
     from ldpsim._src.privacy.accounting import ldp_epsilon
-    from ldpsim._src.privacy.secagg import secagg_epsilon
+    from ldpsim._src._checks import LdpsimError
+    from ldpsim._src.privacy.secagg import secagg_epsilon, secagg_sigma
 
+    if args.target_epsilon is not None:
+        if args.survivors is not None:
+            raise LdpsimError("--target-epsilon takes the worst case of --dropout; remove "
+                              "--survivors")
+        args.sigma = secagg_sigma(target_epsilon=args.target_epsilon, delta=args.delta,
+                                  clip=args.clip, clients=args.clients, rounds=args.rounds,
+                                  dropout=args.dropout, known_shares=args.known_shares,
+                                  neighbours=args.neighbours)
     central = secagg_epsilon(sigma=args.sigma, clip=args.clip, clients=args.clients,
                              rounds=args.rounds, delta=args.delta, dropout=args.dropout,
                              survivors=args.survivors, known_shares=args.known_shares,
@@ -252,7 +266,10 @@ def _secagg(args) -> dict:
     sensitivity = central["sensitivity"]
     local = ldp_epsilon("gaussian", sensitivity=sensitivity, rounds=args.rounds,
                         delta=args.delta, sigma=args.sigma, method=args.method)
-    return {**central, "local_epsilon": local.epsilon, "local_method": local.method}
+    out = {**central, "local_epsilon": local.epsilon, "local_method": local.method}
+    if args.target_epsilon is not None:
+        out["target_epsilon"] = args.target_epsilon
+    return out
 
 
 def _print_central(out: dict) -> None:
@@ -280,8 +297,12 @@ def _print_central(out: dict) -> None:
             print("caveat           valid only for randomizers admitting the stronger-clone "
                   "decomposition (e.g. randomized response; the authors' erratum)")
     else:
-        print(f"local epsilon    {out['local_epsilon']:.6g}   (each report alone, "
-              f"sigma/sensitivity = {out['sigma'] / out['sensitivity']:.4g})")
+        if "target_epsilon" in out:
+            print(f"sigma            {out['sigma']:.6g}   (smallest per-client std reaching "
+                  f"central epsilon {out['target_epsilon']:g})")
+        print(f"local epsilon    {out['local_epsilon']:.6g}   (the client's reports alone over "
+              f"{out['count']} round(s), sigma/sensitivity = "
+              f"{out['sigma'] / out['sensitivity']:.4g})")
         print(f"central epsilon  {out['epsilon']:.6g}   at delta {out['delta']:.3g} "
               f"(noise multiplier {out['noise_multiplier']:.4g}, survivors "
               f"{out['survivors']})")

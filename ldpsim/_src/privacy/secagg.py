@@ -50,9 +50,10 @@ from ldpsim._src._checks import (
 )
 from ldpsim._src.privacy import accounting
 from ldpsim._src.privacy.accounting import PrivacyReport
-from ldpsim._src.privacy.calibration import analytic_gaussian_epsilon
+from ldpsim._src.privacy.calibration import analytic_gaussian_epsilon, analytic_gaussian_sigma
 
-__all__ = ["NEIGHBOURS", "secagg_epsilon", "secagg_noise_multiplier", "secagg_survivors"]
+__all__ = ["NEIGHBOURS", "secagg_epsilon", "secagg_noise_multiplier", "secagg_sigma",
+           "secagg_survivors"]
 
 NEIGHBOURS = ("replace", "add-remove")
 METHODS = ("pld", "rdp", "analytic")
@@ -174,3 +175,27 @@ def secagg_epsilon(*, sigma: float, clip: float, clients: int, rounds: int = 1,
                        "no sampling amplification",
     }
     return PrivacyReport(float(eps), delta, used, relation, k, details)
+
+
+def secagg_sigma(*, target_epsilon: float, delta: float, clip: float, clients: int,
+                 rounds: int = 1, dropout: float = 0.0, known_shares: int = 0,
+                 neighbours: str = "replace") -> float:
+    """Smallest per-client σ whose securely summed noise reaches ``target_epsilon`` centrally.
+
+    Exact (analytic Gaussian calibration, Balle & Wang 2018): ``rounds`` Gaussians of std
+    ``σ√(s − k)`` on sensitivity Δ are one Gaussian of std ``σ√((s − k)/rounds)``, so
+    ``σ = σ_central·√rounds/√(s − k)`` with ``σ_central`` the analytic σ for (ε, δ) and Δ,
+    ``s`` the worst-case survivors for ``dropout``. :func:`secagg_epsilon` with
+    ``method="analytic"`` gives back ``target_epsilon`` (PLD/RDP: at most slightly more).
+    """
+    check_choice("neighbours", neighbours, NEIGHBOURS)
+    clip = check_positive("clip", clip)
+    k = check_positive_int("rounds", rounds)
+    s = secagg_survivors(clients, dropout)
+    shares = accounting._check_count("known_shares", known_shares)
+    if shares >= s:
+        raise LdpsimError(f"known_shares={shares} leaves no unknown noise among "
+                          f"survivors={s}; it must be < survivors")
+    sensitivity = 2.0 * clip if neighbours == "replace" else clip
+    central = analytic_gaussian_sigma(target_epsilon, delta, sensitivity)
+    return central * math.sqrt(k) / math.sqrt(s - shares)
