@@ -15,7 +15,7 @@ from ldpsim._src.cli import build_parser
 from ldpsim._src.cli.cmd_sweep import build_config
 from ldpsim._src.sweep.engine import EngineRunner
 
-EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
+EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 MINDSPORE = ["mindspore_lenet5.toml", "mindspore_lenet5_quick.toml"]
 
 

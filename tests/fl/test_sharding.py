@@ -26,7 +26,7 @@ from ldpsim._src.fl import round as rnd
 from ldpsim._src.fl import simulate as sim
 from ldpsim._src.fl.config import SimulationConfig
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 # Run in the 4-device child. m = 10 clients on 4 devices with chunk 2: 3 slots per device,
 # 2 chunks of 2 each, so the cohort is padded from 10 to 16 slots (and 10 is not a

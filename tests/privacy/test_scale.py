@@ -26,7 +26,7 @@ import pytest
 
 from ldpsim._src.privacy import averaging as A
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _subjaxprs(value):

@@ -12,7 +12,7 @@ import pytest
 from ldpsim import LdpsimError
 from ldpsim._src._devices import MAX_HOST_DEVICES, host_devices_default
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SCRIPT = ("from ldpsim._src.cli import _request_host_devices; _request_host_devices(); "
           "import jax; print(jax.device_count('cpu'))")
 

@@ -18,7 +18,7 @@ nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
 KERNEL = "ldpsim-test"
 CELL_TIMEOUT_S = 300  # generous per cell: the machine running CI may be loaded

@@ -20,7 +20,7 @@ from ldpsim.cli import main
 from ldpsim.sweep import ResultsStore, SweepConfig, load_sweep_config, run_sweep, sidecar_path
 from sweep_fakes import FakeRunner, small_config
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DESIGN_COLUMNS = ["dataset", "model", "mechanism", "epsilon", "delta", "clip", "clients_per_round", "population",
                   "round", "seed", "accuracy", "loss", "noise_norm", "signal_norm", "snr", "clip_fraction",
                   "epsilon_spent", "wall_time"]
