@@ -6,13 +6,14 @@ rates are over the choice of seed.
 
 * "Correct pipeline" assertions (``ε_lb ≤ claimed ε``, for the one-run bound and the GDP
   bound) fail only if the bound's confidence fails: probability ≤ 1 − CONFIDENCE = 1e-3 each,
-  ≤ 6e-3 over the six of them (union bound). Their true margins are wide (one-run ε_lb ≈ 0.6–1.7
-  for claims of 2 and 4).
-* Planted-bug assertions fail when the audit lacks power. The GDP μ_lb of a doubled
-  sensitivity is 0.75 against a claimed 0.50 here. Its sampling sd at 4000 canaries is
-  about 0.03 (the CP width included), so a miss is more than a 5-sd event. The one-run bound
-  on the one-round-accounting bug has ε_lb ≈ 1.7 against a claim of 0.85 at 95 %, with an sd
-  of about 0.15 over seeds (``benchmarks/audit_pipeline.py``).
+  ≤ 5e-3 over the five of them (union bound). Their margins are wide: over seeds 0–5 at these
+  sizes, one-run ε_lb = 0.50 ± 0.11 and GDP ε_lb = 1.12 ± 0.24 for a claim of 2; 1.18 ± 0.04
+  and 3.08 ± 0.26 (max 3.47) for a claim of 4 over 16 rounds.
+* Planted-bug assertions fail when the audit lacks power. Measured over seeds 0–5 at these
+  sizes and CONFIDENCE: σ for sensitivity C has GDP ε_lb 3.36 ± 0.25 (min 3.13) and μ_lb
+  0.795 ± 0.051 against a claim of 2 (μ 0.502). A miss is a > 5-sd event (about 3e-7 under
+  a normal approximation). The half-clip bug is the same noise. The one-round-accounting
+  bug has one-run ε_lb 1.18 ± 0.04 (min 1.13) against a claim of 0.85, an 8-sd margin.
 * The bound computations are exact checks against independent float64 sums and SciPy's
   Beta quantile (no randomness).
 """
@@ -257,8 +258,8 @@ def test_planted_noise_bugs_exceed_the_claim(bug, correct_run):
 def test_composition_bug_is_caught_by_the_one_run_bound():
     """Claiming one round's ε for 16 rounds: the one-run bound alone (no GDP assumption)
     refutes it."""
-    good = A.audit_pipeline(_config(4.0, 16), canaries=M, confidence=0.95, data=DATA)
-    bad = A.audit_pipeline(_config(4.0, 16), canaries=M, confidence=0.95, data=DATA,
+    good = A.audit_pipeline(_config(4.0, 16), canaries=M, confidence=CONFIDENCE, data=DATA)
+    bad = A.audit_pipeline(_config(4.0, 16), canaries=M, confidence=CONFIDENCE, data=DATA,
                            planted_bug="one-round-accounting")
     assert not good.refuted and not good.refuted_gdp
     assert bad.epsilon_claimed < 1.0 < good.epsilon_claimed
