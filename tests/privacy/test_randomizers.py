@@ -68,8 +68,8 @@ def _cap_probability_quad(gamma: float, d: int) -> float:
     return integrate.quad(dens, gamma, 1.0, epsabs=0, epsrel=1e-12)[0]
 
 
-@pytest.mark.parametrize("d", [4, 5, 8, 20])
-@pytest.mark.parametrize("eps", EPS)
+@pytest.mark.parametrize("d", [4, 5, 8, 20, 61_706])
+@pytest.mark.parametrize("eps", (*EPS, 20.0))
 def test_privunit2_density_ratio_is_at_most_e_eps(d, eps):
     """Output density of (V, r̂) under u is g·p/q (cap) or g·(1−p)/(1−q), times the norm's
     P(±B); the worst ratio over any two inputs is p(1−q)/((1−p)q) · P₊(C)/P₊(0)... computed
@@ -129,10 +129,13 @@ def test_signds_law_of_index_sets_is_eps_ldp():
     assert ratio <= math.exp(eps) * (1 + 1e-6)
 
 
-def test_privunit2_cap_sampler_matches_the_exact_law_of_t():
-    """t = <V, u> against its exact conditional CDFs (KS, p > 1e-6) and P(cap) = p (5 SE)."""
-    d, n = 5, 20_000
-    m = mechanism.make("privunit2", epsilon=2.0, dim=d)
+@pytest.mark.parametrize("d,eps,proposal", [(5, 1.0, "normal"), (10, 20.0, "exponential")])
+def test_privunit2_cap_sampler_matches_the_exact_law_of_t(d, eps, proposal):
+    """t = <V, u> against its exact conditional CDFs (KS, p > 1e-6) and P(cap) = p (5 SE),
+    for both proposals of the rejection step (normal; exponential tangent on a far cap)."""
+    n = 20_000
+    m = mechanism.make("privunit2", epsilon=eps, dim=d)
+    assert (float(m.params.cap_rate) > 0) == (proposal == "exponential")
     x = jnp.zeros(d).at[1].set(0.7)
     keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(5), i))(jnp.arange(n))
     v = jax.jit(jax.vmap(lambda key: m.privatize(key, x, m.params).report["direction"]))(keys)
@@ -372,3 +375,5 @@ def test_privunit_dimension_mismatch_and_huge_epsilon():
         mechanism.make("privunitg", epsilon=200.0, dim=10)
     with pytest.raises(LdpsimError, match="epsilon must be <= 16 for duchi"):
         mechanism.make("duchi", epsilon=20.0, dim=10)
+    with pytest.raises(LdpsimError, match="too thin for float32; use privunitg"):
+        mechanism.make("privunit2", epsilon=100.0, dim=4)

@@ -6,9 +6,11 @@ Privatize one client's update ``x`` (clipped to ``‖x‖ ≤ C``, flattened to 
    on the spherical cap ``{v ∈ S^{d−1}: ⟨v, u⟩ ≥ γ}``, otherwise uniformly on its complement
    (Bhowmick, Duchi, Freudiger, Kapoor & Rogers 2018, Alg. 1). ``V = t·u + √(1−t²)·w`` with
    ``w`` uniform on the unit sphere orthogonal to ``u`` (a normalised projected Gaussian)
-   and ``t = ⟨V, u⟩`` drawn exactly from its conditional law ``∝ (1−t²)^{(d−3)/2}`` on
-   ``[γ, 1]`` or ``[−1, γ)`` by rejection from a truncated normal with variance
-   ``1/(d−3)`` (``(1−t²)^a ≤ e^{−a t²}``; acceptance → 1 as d grows).
+   and ``t = ⟨V, u⟩`` drawn exactly from its conditional law ``∝ (1−t²)^a``, ``a = (d−3)/2``,
+   on ``[γ, 1]`` or ``[−1, γ)`` by rejection from a truncated normal with variance
+   ``1/(d−3)`` (``(1−t²)^a ≤ e^{−a t²}``; acceptance → 1 as d grows) or, on the cap when it is
+   better, from the exponential tangent to the concave ``a·log(1−t²)`` at γ (the host picks
+   the proposal with the higher acceptance and refuses parameters below 1e-3).
 2. Norm ``r = ‖x‖ ∈ [0, C]``: the private scalar randomizer
    (:func:`ldpsim._src.privacy.randomizer.signed_scalar`): ``r̂ = (C ± B)/2`` with
    ``B = C·coth(ε_r/2)``, ``E r̂ = r``, ``E r̂² = (B² − (2r − C)²)/4 + r²``.
@@ -27,8 +29,9 @@ two are independent, so the report is **pure (ε_d + ε_r)-LDP for any two input
 ball** (neighbouring relation ``"replace"``; an input above C is clipped and counted).
 
 Parameters (host, float64, :func:`constants`): ``q = 1/(1 + e^{ε₁})`` and
-``γ² = betainccinv(½, (d−1)/2, 2q)`` (the incomplete beta inverted in its upper tail, so
-small caps stay accurate at d = 61,706), ``p = e^{ε₀}/(1 + e^{ε₀})``, ``ε_d = ε₀ + ε₁``; ``m``
+``γ² = betainccinv(½, (d−1)/2, 2q)`` or ``1 − γ² = betaincinv((d−1)/2, ½, 2q)`` (the
+incomplete beta inverted on the side where its value is small, so wide and thin caps both
+stay accurate at d = 61,706), ``p = e^{ε₀}/(1 + e^{ε₀})``, ``ε_d = ε₀ + ε₁``; ``m``
 in log space (``betaln``, ``log1p``). **ε split**: ε₀ maximises ``m`` for the direction's
 budget ε_d (as Bhowmick et al. and Asi et al. optimise), and ε_r minimises the worst-case
 total variance ``E[r̂²]/m(ε − ε_r)² − C²`` at ``‖x‖ = C``; both 1-D searches on the host
@@ -82,6 +85,7 @@ class PrivUnit2Params:
     p_out: jax.Array      # 1 − p = 1/(1 + e^{ε₀}) (the coin's small side, exact in float32)
     gamma: jax.Array      # cap threshold on ⟨V, u⟩
     prop_q: jax.Array     # upper-tail mass of the proposal N(0, 1/(d−3)) beyond γ
+    cap_rate: jax.Array   # λ of the tangent exponential proposal on [γ, 1] (0: normal proposal)
     m: jax.Array          # E⟨V, u⟩
     et2: jax.Array        # E⟨V, u⟩²
     norm_bound: jax.Array  # B of the norm's scalar randomizer
@@ -92,15 +96,30 @@ class PrivUnit2Params:
 # ---------------------------------------------------------------------------- host maths
 
 
-def log_cap_mean(gamma: float, d: int) -> float:
-    """``log E[t; t ≥ γ]`` for ``t = ⟨V, u⟩``, V uniform on S^{d−1} (γ ≥ 0)."""
+def log_cap_mean(gamma: float, d: int, log_one_minus_g2: float | None = None) -> float:
+    """``log E[t; t ≥ γ]`` for ``t = ⟨V, u⟩``, V uniform on S^{d−1} (γ ≥ 0):
+    ``((d−1)/2)·log(1 − γ²) − log(d − 1) − log B(½, (d−1)/2)``."""
     b = (d - 1) / 2.0
-    return b * math.log1p(-gamma * gamma) - math.log(d - 1) - special.betaln(0.5, b)
+    if log_one_minus_g2 is None:
+        log_one_minus_g2 = math.log1p(-gamma * gamma)
+    return b * log_one_minus_g2 - math.log(d - 1) - special.betaln(0.5, b)
+
+
+def cap_geometry(q: float, d: int) -> tuple[float, float]:
+    """``(γ, log(1 − γ²))`` with ``P(t ≥ γ) = q`` (q ≤ ½), both accurate: ``γ²`` from
+    ``betainccinv(½, (d−1)/2, 2q)`` while it is below ½, else ``1 − γ²`` from
+    ``betaincinv((d−1)/2, ½, 2q)`` (1 − t² ~ Beta((d−1)/2, ½)), so thin caps keep their width."""
+    b = (d - 1) / 2.0
+    g2 = float(special.betainccinv(0.5, b, 2.0 * q))
+    if g2 < 0.5:
+        return math.sqrt(g2), math.log1p(-g2)
+    om = float(special.betaincinv(b, 0.5, 2.0 * q))
+    return math.sqrt(1.0 - om), (math.log(om) if om > 0 else -math.inf)
 
 
 def gamma_for_cap(q: float, d: int) -> float:
-    """γ ≥ 0 with ``P(t ≥ γ) = q`` (q ≤ ½): ``γ² = betainccinv(½, (d−1)/2, 2q)``."""
-    return math.sqrt(float(special.betainccinv(0.5, (d - 1) / 2.0, 2.0 * q)))
+    """γ ≥ 0 with ``P(t ≥ γ) = q`` (q ≤ ½) (:func:`cap_geometry`)."""
+    return cap_geometry(q, d)[0]
 
 
 def cap_probability(gamma: float, d: int) -> float:
@@ -116,8 +135,8 @@ def direction_constants(eps_p: float, eps_cap: float, d: int) -> dict:
     """p, q, γ, m, E[t²] for the split (ε₀ = ``eps_p``, ε₁ = ``eps_cap``)."""
     p = _sigmoid(eps_p)
     q = _sigmoid(-eps_cap)
-    gamma = gamma_for_cap(q, d)
-    log_mean = log_cap_mean(gamma, d)
+    gamma, log_om = cap_geometry(q, d)
+    log_mean = log_cap_mean(gamma, d, log_om)
     m = math.exp(log_mean) * (p / q - (1 - p) / (1 - q))
     e_hi = float(special.betaincc(1.5, (d - 1) / 2.0, gamma * gamma)) / (2.0 * d * q)
     e_lo = (1.0 / d - q * e_hi) / (1 - q)
@@ -160,15 +179,23 @@ def constants(*, epsilon: float, dim: int, clip: float = 1.0, norm_epsilon=None)
     c = rz.check_clip(clip)
 
     def dir_for(eps_dir):
-        e0, e1 = best_split(eps_dir, lambda a, b: -math.log(direction_constants(a, b, d)["m"]))
+        def obj(a, b):
+            m = direction_constants(a, b, d)["m"]
+            return -math.log(m) if m > 0 else math.inf
+
+        e0, e1 = best_split(eps_dir, obj)
         return e0, e1, direction_constants(e0, e1, d)
 
-    def worst(er):   # log E[r̂²] at r = C, minus 2 log m (total variance B'²/m² − C²)
+    def worst(er):   # log E[r̂²] at r = C, minus 2 log m (total variance E[r̂²]/m² − C²)
         b = rz.signed_scalar_bound(c, er)
-        return math.log((b * b + 3 * c * c) / 4) - 2 * math.log(dir_for(eps - er)[2]["m"])
+        m = dir_for(eps - er)[2]["m"]
+        return math.log((b * b + 3 * c * c) / 4) - 2 * math.log(m) if m > 0 else math.inf
 
     er = split_epsilon(eps, norm_epsilon, worst)
     e0, e1, k = dir_for(eps - er)
+    if not 1.0 - k["gamma"] > 1e-5:
+        raise LdpsimError(f"privunit2 at epsilon {epsilon!r}, dim {dim!r}: the cap (gamma = "
+                          f"{k['gamma']:.8f}) is too thin for float32; use privunitg")
     a = (d - 3) / 2.0
     s = 1.0 / math.sqrt(2 * a)
     prop_q = float(special.ndtr(-k["gamma"] / s))
@@ -178,12 +205,25 @@ def constants(*, epsilon: float, dim: int, clip: float = 1.0, norm_epsilon=None)
     acc_hi = math.exp(log_target_hi - log_prop - math.log(prop_q)) if prop_q > 0 else 0.0
     acc_lo = math.exp(math.log1p(-k["q"]) + special.betaln(0.5, (d - 1) / 2.0) - log_prop
                       - math.log1p(-prop_q))
+    # the tangent exponential proposal on [γ, 1]: log(1−t²)^a is concave, so its tangent at γ
+    # bounds it; better than the normal when γ is far out (large ε, moderate d)
+    g = k["gamma"]
+    lam = 2 * a * g / (1 - g * g)
+    if lam > 0:
+        log_prop_exp = a * math.log1p(-g * g) + math.log(-math.expm1(-lam * (1 - g))) - math.log(lam)
+        acc_exp = math.exp(log_target_hi - log_prop_exp)
+    else:
+        acc_exp = 0.0
+    if acc_exp > acc_hi:
+        acc_hi = acc_exp
+    else:
+        lam = 0.0
     if min(acc_hi, acc_lo) < 1e-3:
         raise LdpsimError(f"privunit2 at epsilon {epsilon!r}, dim {dim!r}: the cap sampler's "
                           f"acceptance {min(acc_hi, acc_lo):.2g} is below 1e-3; use privunitg")
     bound = rz.signed_scalar_bound(c, er)
     return dict(k, clip=c, dim=d, epsilon=eps, eps_p=e0, eps_cap=e1, eps_norm=er,
-                prop_q=prop_q, norm_bound=bound, acceptance=(acc_hi, acc_lo),
+                prop_q=prop_q, cap_rate=lam, norm_bound=bound, acceptance=(acc_hi, acc_lo),
                 worst_total_variance=(bound ** 2 + 3 * c * c) / 4 / k["m"] ** 2 - c * c)
 
 
@@ -219,14 +259,23 @@ def sample_t(key: jax.Array, in_cap: jax.Array, params: PrivUnit2Params) -> jax.
     qp = jnp.asarray(params.prop_q, jnp.float32)
     gamma = jnp.asarray(params.gamma, jnp.float32)
 
+    lam = jnp.asarray(params.cap_rate, jnp.float32)
+    use_exp = in_cap & (lam > 0)
+    lam_safe = jnp.where(lam > 0, lam, 1.0)
+    width = -jnp.expm1(-lam_safe * (1.0 - gamma))
+
     def draw(i):
         k = jax.random.fold_in(key, i)
         u1, u2 = _uniform01(k, (2,))
         t_hi = jnp.maximum(-s * jax.scipy.special.ndtri(u1 * qp), gamma)
         t_lo = s * jax.scipy.special.ndtri(u1 * (1.0 - qp))
-        t = jnp.where(in_cap, t_hi, jnp.where(t_lo < gamma, t_lo, -2.0))
+        t_exp = gamma - jnp.log1p(-u1 * width) / lam_safe        # truncated Exp(λ) on [γ, 1]
+        t = jnp.where(use_exp, t_exp, jnp.where(in_cap, t_hi, jnp.where(t_lo < gamma, t_lo, -2.0)))
         t2 = jnp.square(t)
-        ok = (t2 < 1.0) & (jnp.log(u2) <= a * (jnp.log1p(-jnp.minimum(t2, 0.999999)) + t2))
+        log_f = a * jnp.log1p(-jnp.minimum(t2, 0.999999))
+        log_acc = jnp.where(use_exp, log_f - a * jnp.log1p(-gamma * gamma) + lam * (t - gamma),
+                            log_f + a * t2)
+        ok = (t2 < 1.0) & (jnp.log(u2) <= log_acc)
         return t, ok
 
     def cond(state):
@@ -301,7 +350,7 @@ def make(*, epsilon: float, dim: int, clip: float = 1.0, norm_epsilon=None) -> L
     k = constants(epsilon=epsilon, dim=dim, clip=clip, norm_epsilon=norm_epsilon)
     f = lambda x: jnp.asarray(x, jnp.float32)  # noqa: E731
     params = PrivUnit2Params(clip=f(k["clip"]), p=f(k["p"]), p_out=f(_sigmoid(-k["eps_p"])),
-                             gamma=f(k["gamma"]),
+                             gamma=f(k["gamma"]), cap_rate=f(k["cap_rate"]),
                              prop_q=f(k["prop_q"]), m=f(k["m"]), et2=f(k["et2"]),
                              norm_bound=f(k["norm_bound"]),
                              norm_excess=f(rz.signed_scalar_excess(k["clip"], k["eps_norm"])),
