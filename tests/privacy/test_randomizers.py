@@ -343,6 +343,12 @@ def test_signds_ranges_are_mindspore_s():
     m = mechanism.make("signds", dim=61_706)                 # MindSpore's defaults
     assert (m.params.k, m.epsilon, float(m.params.lr)) == (617, 100.0, pytest.approx(0.1))
     assert m.params.h == signds.opt_output_dim(0.6, 617, 61_706, 100.0)
+    # MindSpore's own unit test (SecureProtocolTest.signDSModel): "the total output dimension
+    # of SignDS is 40 to 70" at d = 800,000, sign_k = 0.2, sign_eps = 100, sign_thr_ratio = 0.6
+    # (its double-precision counts overflow there, which stops the search for h)
+    h = signds.opt_output_dim(0.6, 160_000, 800_000, 100.0)
+    assert 40 <= h <= 70
+    assert signds.opt_threshold(617, 61_706, 43, 100.0) == m.params.threshold
 
 
 def test_unknown_name_and_bad_k():

@@ -9,6 +9,10 @@ Client (``SecureProtocol.signDSModel``), on the flattened update Δ of dimension
    ``E[ν]/h`` is at least ``sign_thr_ratio`` (MindSpore's ``findOptOutputDim``).
 3. The threshold ``ν_th ∈ [1, h]``: MindSpore's ``calcOptThr`` (increase t from 1 while the
    expected count rises).
+   Both searches are public constants and run on the host in MindSpore's own double
+   arithmetic (its combination products overflow for large ``sign_k·d``, which stops the
+   search for h there, as in MindSpore); the law of ν that is sampled is computed exactly,
+   in log space (:func:`pmf`).
 4. ``ν ~ P(ν) ∝ C(k, ν)·C(d − k, h − ν)·exp(ε·1[ν ≥ ν_th])`` (exponential mechanism, inverse
    CDF), then ν indices uniformly from ``T_b`` and ``h − ν`` from the rest.
 5. Report ``{"indices": sorted int32[h], "sign": b}`` (no weights).
@@ -96,11 +100,39 @@ def _expect(p: np.ndarray) -> float:
     return float(np.dot(np.arange(p.size), p))
 
 
+def _java_comb(n: int, r: np.ndarray) -> np.ndarray:
+    """MindSpore's ``comb(n, k)`` in IEEE double, vectorised over ``r``: the running product
+    ``∏_{i ≤ min(r, n−r)} (n + 1 − i)/i`` (multiply, then divide, as the Java loop rounds),
+    0 outside ``[0, n]``; it overflows to inf exactly where the Java code does."""
+    r = np.asarray(r, np.int64)
+    term = np.minimum(r, n - r)
+    out = np.ones(r.shape, np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for i in range(1, int(max(term.max(initial=0), 0)) + 1):
+            active = term >= i
+            out = np.where(active, out * float(n + 1 - i), out)
+            out = np.where(active, out / float(i), out)
+    return np.where((r >= 0) & (r <= n), out, 0.0)
+
+
+def _java_expectations(k: int, d: int, h: int, eps: float) -> np.ndarray:
+    """MindSpore's ``calcExpectation(calcPmf(t, ...))`` for t = 1..h, in its double arithmetic
+    (NaN where a count overflows, as in the Java code)."""
+    nu = np.arange(h + 1)
+    combs = _java_comb(k, nu) * _java_comb(d - k, h - nu)
+    t = np.arange(1, h + 1)[:, None]
+    with np.errstate(over="ignore", invalid="ignore"):
+        w = np.where(nu[None, :] < t, combs[None, :], combs[None, :] * math.exp(eps))
+        total = w.sum(axis=1, keepdims=True)
+        pmf_t = w / total
+        return (pmf_t * nu[None, :]).sum(axis=1)
+
+
 def opt_threshold(k: int, d: int, h: int, eps: float) -> int:
-    """MindSpore's ``calcOptThr``: raise t from 1 while the expected count rises."""
+    """MindSpore's ``calcOptThr``: raise t from 1 while the expected count rises (its double
+    arithmetic; a NaN expectation stops the search, as ``NaN > x`` is false in Java)."""
     best, best_t = 0.0, 0
-    for t in range(1, h + 1):
-        e = _expect(pmf(t, k, d, h, eps))
+    for t, e in enumerate(_java_expectations(k, d, h, eps), start=1):
         if e > best:
             best, best_t = e, t
         else:
@@ -109,12 +141,15 @@ def opt_threshold(k: int, d: int, h: int, eps: float) -> int:
 
 
 def opt_output_dim(thr_ratio: float, k: int, d: int, eps: float) -> int:
-    """MindSpore's ``findOptOutputDim``: the largest h with ``E[ν]/h ≥ thr_ratio``."""
+    """MindSpore's ``findOptOutputDim``: raise h from 1 while ``E[ν]/h ≥ thr_ratio``; return the
+    last such h. In MindSpore's double arithmetic, so where the counts ``C(k, ν)·C(d − k, h − ν)``
+    overflow (large ``sign_k·d``) the expectation is NaN and the search stops there, as it
+    does in MindSpore (its own unit test: h between 40 and 70 at d = 800,000, sign_k = 0.2)."""
     h = 1
     while h <= d:
         t = opt_threshold(k, d, h, eps)
-        ratio = _expect(pmf(t, k, d, h, eps)) / h
-        if not ratio >= thr_ratio:
+        ratio = _java_expectations(k, d, h, eps)[t - 1] / h
+        if ratio < thr_ratio or math.isnan(ratio):
             break
         h += 1
     return max(1, h - 1)
