@@ -68,6 +68,10 @@ Threads and devices (each framework may use every core of the machine; configura
   mechanism; see :func:`fedjax_worker`).  FedJAX 0.0.17 (2023, the last release) still
   imports with JAX 0.10, but its ``tree_util`` helpers, and so its own ``fed_avg``, call
   the removed ``jax.tree_map``.
+* ``flower-2actor``: Flower's Ray simulation with two one-CPU actors, its legacy
+  ``FedAvg`` strategy and its ``LocalDpMod`` (clip + Gaussian noise, ε chosen so that
+  σ = 0.25); see :func:`flower_worker`.  Not in the default set: its start-up (Ray, 10,000
+  virtual clients) takes minutes per worker.
 * ``ldpsim-1dev``: one JAX CPU device (XLA's CPU runtime runs its intra-op pool over
   every core).
 * ``ldpsim-2dev``: ``XLA_FLAGS=--xla_force_host_platform_device_count=2`` and
@@ -107,7 +111,8 @@ REPO = Path(__file__).resolve().parents[2]
 POOL, EXAMPLES, BATCH, STEPS, SIGMA, CLIP, LR, SERVER_LR = 4096, 32, 16, 2, 0.25, 1.0, 0.05, 1.0
 MIN_POPULATION = 10_000
 LENET5_PARAMS = 61_706
-CONFIGS = ("pfl-1thr", "pfl-2thr", "pfl-2proc", "fedjax", "ldpsim-1dev", "ldpsim-2dev")
+CONFIGS = ("pfl-1thr", "pfl-2thr", "pfl-2proc", "fedjax", "flower-2actor", "ldpsim-1dev",
+           "ldpsim-2dev")
 DEFAULT_CONFIGS = ("pfl-1thr", "pfl-2proc", "ldpsim-1dev", "ldpsim-2dev")
 
 
@@ -417,6 +422,121 @@ def fedjax_worker(m: int, warmup: int, rounds: int) -> dict:
                          "jax": jax.__version__}}
 
 
+# ----------------------------------------------------------------------------- Flower
+
+
+def flower_worker(m: int, warmup: int, rounds: int, actors: int) -> dict:
+    """Flower's simulation engine (Ray): ``run_simulation`` over ``max(m, 10,000)`` virtual
+    clients, the legacy ``FedAvg`` strategy sampling ``m`` of them per round, a
+    ``NumPyClient`` training the torch LeNet-5 (one thread; one module kept per Ray actor),
+    and Flower's ``LocalDpMod`` clipping the update to C and adding N(0, σ²) per coordinate
+    (its σ = sensitivity·sqrt(2 ln(1.25/δ))/ε, with ε chosen so that σ = 0.25).  ``actors``
+    Ray actors of one CPU each train clients in parallel.  A round is timed from the
+    strategy's ``configure_fit`` to the end of its ``aggregate_fit``."""
+    import logging
+    import math
+
+    import numpy as np
+    import torch
+
+    torch.set_num_threads(1)
+    import flwr
+    from flwr.client import ClientApp, NumPyClient
+    from flwr.client.mod import LocalDpMod
+    from flwr.common import logger as flwr_logger
+    from flwr.common import ndarrays_to_parameters
+    from flwr.server import ServerApp, ServerAppComponents, ServerConfig
+    from flwr.server.strategy import FedAvg
+    from flwr.simulation import run_simulation
+
+    flwr_logger.FLOWER_LOGGER.setLevel(logging.WARNING)
+    x, y = _pool()
+    base_x = torch.from_numpy(x.transpose(0, 3, 1, 2).astype(np.float32) / 255.0)
+    base_y = torch.from_numpy(y.astype(np.int64))
+    n_users = _population(m)
+    rows = torch.from_numpy(np.random.default_rng(2).integers(0, POOL, (n_users, EXAMPLES)))
+    torch.manual_seed(0)
+    init = [p.detach().numpy().copy() for p in _torch_lenet5().state_dict().values()]
+    n_params = sum(a.size for a in init)
+    cache = {}
+
+    class Client(NumPyClient):
+        def __init__(self, pid):
+            self.pid = pid
+
+        def fit(self, parameters, config):
+            torch.set_num_threads(1)
+            module = cache.get("module")
+            if module is None:
+                module = cache["module"] = _torch_lenet5()
+            with torch.no_grad():
+                for p, a in zip(module.state_dict().values(), parameters):
+                    p.copy_(torch.from_numpy(a))
+            opt = torch.optim.SGD(module.parameters(), lr=LR)
+            idx = rows[self.pid]
+            xs, ys = base_x[idx], base_y[idx]
+            steps = 0
+            for start in range(0, EXAMPLES, BATCH):
+                opt.zero_grad()
+                module.loss(xs[start:start + BATCH], ys[start:start + BATCH]).backward()
+                opt.step()
+                steps += 1
+            out = [p.detach().numpy().copy() for p in module.state_dict().values()]
+            return out, EXAMPLES, {"steps": steps}
+
+    def client_fn(context):
+        flwr_logger.FLOWER_LOGGER.setLevel(logging.WARNING)   # in the Ray actor too
+        return Client(int(context.node_config["partition-id"])).to_client()
+
+    delta = 1e-5
+    epsilon = math.sqrt(2 * math.log(1.25 / delta)) * CLIP / SIGMA   # σ = 0.25 for C = 1
+    client_app = ClientApp(client_fn=client_fn,
+                           mods=[LocalDpMod(clipping_norm=CLIP, sensitivity=CLIP,
+                                            epsilon=epsilon, delta=delta)])
+    marks = {"start": [], "end": [], "loads": [], "steps": []}
+
+    class TimedFedAvg(FedAvg):
+        def configure_fit(self, server_round, parameters, client_manager):
+            marks["loads"].append(_load())
+            marks["start"].append(time.perf_counter())
+            return super().configure_fit(server_round, parameters, client_manager)
+
+        def aggregate_fit(self, server_round, results, failures):
+            if failures:
+                raise RuntimeError(f"{len(failures)} Flower clients failed: {failures[:1]}")
+            out = super().aggregate_fit(server_round, results, failures)
+            marks["end"].append(time.perf_counter())
+            marks["steps"].extend(r.metrics["steps"] for _, r in results)
+            marks["users"] = len(results)
+            return out
+
+    strategy = TimedFedAvg(fraction_fit=m / n_users, fraction_evaluate=0.0,
+                           min_fit_clients=m, min_evaluate_clients=0,
+                           min_available_clients=n_users,
+                           initial_parameters=ndarrays_to_parameters(init))
+
+    def server_fn(context):
+        return ServerAppComponents(strategy=strategy,
+                                   config=ServerConfig(num_rounds=warmup + rounds))
+
+    run_simulation(server_app=ServerApp(server_fn=server_fn), client_app=client_app,
+                   num_supernodes=n_users,
+                   backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
+                                   "init_args": {"num_cpus": actors,
+                                                 "include_dashboard": False}})
+    times = [e - s for s, e in zip(marks["start"], marks["end"])][warmup:]
+    if len(times) != rounds or marks.get("users") != m:
+        raise RuntimeError(f"Flower ran {len(marks['end'])} rounds, {marks.get('users')} "
+                           f"clients in the last: expected {warmup + rounds} and {m}")
+    loads = [(a, b) for a, b in zip(marks["loads"][warmup:], marks["loads"][warmup + 1:]
+                                   + [_load()])]
+    return {"times": times, "loads": loads, "params": n_params,
+            "local_steps": float(np.mean(marks["steps"])), "actors": actors,
+            "sigma": CLIP * math.sqrt(2 * math.log(1.25 / delta)) / epsilon,
+            "versions": {"flwr": _version("flwr"), "ray": _version("ray"),
+                         "torch": torch.__version__}}
+
+
 def _version(dist: str) -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -462,6 +582,8 @@ def _spawn(config: str, m: int, warmup: int, rounds: int, timeout: float) -> dic
                f"--nproc_per_node={procs}", script]
     elif config == "fedjax":
         spec.update(kind="fedjax")
+    elif config.startswith("flower-"):                             # flower-2actor
+        spec.update(kind="flower", actors=int(config[7:].removesuffix("actor")))
     else:                                                          # ldpsim-Kdev
         devices = int(config.split("-")[1].removesuffix("dev"))
         spec.update(kind="ldpsim", devices=devices)
@@ -570,6 +692,8 @@ def main(argv=None) -> int:
             row = ldpsim_worker(spec["m"], spec["devices"], spec["warmup"], spec["rounds"])
         elif spec["kind"] == "fedjax":
             row = fedjax_worker(spec["m"], spec["warmup"], spec["rounds"])
+        elif spec["kind"] == "flower":
+            row = flower_worker(spec["m"], spec["warmup"], spec["rounds"], spec["actors"])
         else:
             row = pfl_worker(spec["m"], spec["threads"], spec["warmup"], spec["rounds"])
         print(json.dumps(row))
