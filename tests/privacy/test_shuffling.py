@@ -180,6 +180,23 @@ def test_large_n_rate():
     assert r6 / r4 > 0.75                          # eps ∝ 1/sqrt(n) to within 25%
 
 
+def test_blocks_of_clone_counts_stay_an_upper_bound():
+    """Beyond max_c clone counts, blocks take their smallest c: never below the exact sum."""
+    eps0, n = 1.0, 10**5
+    p = math.exp(-eps0)
+    eps = np.array([0.005, 0.01, 0.02])
+    exact = sh._delta_of(eps, eps0, n, p)
+    sh._clone_counts.cache_clear()
+    try:
+        c, w, below, above = sh._clone_counts(n, p, 200)
+        assert c.size <= 200 and w.sum() + below + above == pytest.approx(1.0, abs=1e-12)
+        d = sh._delta_given_c(eps, eps0, c)
+        blocked = d @ w + below + above * d[:, -1]
+    finally:
+        sh._clone_counts.cache_clear()
+    assert np.all(blocked >= exact) and np.allclose(blocked, exact, rtol=0.05)
+
+
 def test_report_and_vectorised_shapes():
     rep = sh.shuffle_report(1.0, 1000, 1e-6)
     assert rep.epsilon == pytest.approx(float(sh.shuffle_epsilon(1e-6, 1.0, 1000)))
