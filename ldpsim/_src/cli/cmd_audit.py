@@ -36,9 +36,10 @@ unseen), which lets a bounded-tail sampler be refuted outright (epsilon_lb = inf
 real clients), each with a fixed update +u_i or -u_i (random sign, norm 2C, so clipped to
 C). The auditor sees every client's report (--observe reports, the LDP threat model) or only
 the global model (--observe aggregate), scores each canary by the projection of what it
-sees on u_i summed over the rounds, guesses the signs of the most confident half of the
-canaries (the number of guesses chosen on the other half), and turns the right guesses into
-epsilon_lb with the one-run bound of Steinke, Nasr & Jagielski (2023), valid with
+sees on u_i summed over the rounds, guesses the signs of the canaries with the largest
+|score| (how many is chosen on a selection half, --select-fraction; the other half is
+guessed on), and turns the right guesses into epsilon_lb with the one-run bound of
+Steinke, Nasr & Jagielski (2023), valid with
 probability >= confidence. With reports it also gives the Gaussian-DP route (Nasr et al.
 2023): mu_lb from the error rates of the test "score > 0", and epsilon at delta of mu_lb-GDP
 (valid if the pipeline's trade-off curve is Gaussian). Both are compared with the
