@@ -1,0 +1,58 @@
+"""A figure of example reconstructions per ε (matplotlib, host side)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = ["reconstruction_figure"]
+
+
+def _eps_label(eps: float) -> str:
+    return "ε = ∞" if math.isinf(eps) else f"ε = {eps:g}"
+
+
+def reconstruction_figure(kept: dict, path=None, *, title: str | None = None):
+    """Grid of reconstructions: one row per (mechanism, B, n, seed), the true images first,
+    then one column per ε (each cell shows the B examples side by side).
+
+    Args:
+        kept: ``{(mechanism, B, n, ε, seed): (true [B, H, W(, 1)], recon [B, H, W(, 1)])}``
+            as returned by :func:`ldpsim._src.attacks._experiment.run_grid`.
+        path: where to save a PNG (optional).
+
+    Returns:
+        The matplotlib figure.
+    """
+    import matplotlib
+
+    if path is not None:
+        matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    rows = sorted({(m, b, n, s) for (m, b, n, _, s) in kept}, key=str)
+    epsilons = sorted({e for (_, _, _, e, _) in kept}, key=lambda e: -e)
+    fig, axes = plt.subplots(len(rows), len(epsilons) + 1, squeeze=False,
+                             figsize=(1.6 * (len(epsilons) + 1), 1.7 * len(rows) + 0.4))
+    strip = lambda imgs: np.concatenate([np.squeeze(im) for im in imgs], axis=1)  # noqa: E731
+    for i, (m, b, n, s) in enumerate(rows):
+        for j, eps in enumerate([None] + epsilons):
+            ax = axes[i, j]
+            ax.set_xticks([])
+            ax.set_yticks([])
+            item = kept.get((m, b, n, epsilons[0] if eps is None else eps, s))
+            if item is None:
+                ax.axis("off")
+                continue
+            ax.imshow(strip(item[0] if eps is None else item[1]), cmap="gray", vmin=0, vmax=1)
+            if i == 0:
+                ax.set_title("true" if eps is None else _eps_label(eps), fontsize=9)
+            if j == 0:
+                ax.set_ylabel(f"{m}\nB={b} n={n}", fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    if path is not None:
+        fig.savefig(path, dpi=120)
+    return fig
