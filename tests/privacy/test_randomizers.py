@@ -290,6 +290,24 @@ def test_one_registry_entry_per_randomizer():
         mechanism.noise_std_factor("duchi")
 
 
+def test_decoded_release_in_the_engine_release_type():
+    """decoded_release_fn: noisy = decode(report), noise = noisy − clipped, under jit(vmap);
+    additive randomizers keep their own privatize (bit-identical)."""
+    tree = {"w": jnp.ones((2, 3)) * 0.5, "b": jnp.array([0.2, -0.1])}
+    m = mechanism.make("privunitg", epsilon=2.0, dim=8)
+    f = jax.jit(jax.vmap(mechanism.decoded_release_fn("privunitg"), in_axes=(0, None, None)))
+    keys = jax.random.split(jax.random.key(0), 3)
+    rel = f(keys, tree, m.params)
+    ref = jax.vmap(lambda k: m.decode(m.privatize(k, tree, m.params).report, m.params, tree))(keys)
+    # same draws (jit vs eager: float32 rounding of fused ops only)
+    np.testing.assert_allclose(np.asarray(rel.noisy["w"]), np.asarray(ref["w"]), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(rel.noise["b"]),
+                               np.asarray(rel.noisy["b"] - rel.clipped["b"]), rtol=1e-6, atol=1e-6)
+    assert mechanism.decoded_release_fn("gaussian") is mechanism.privatize_fn("gaussian")
+    with pytest.raises(LdpsimError, match="categories"):
+        mechanism.decoded_release_fn("rr")
+
+
 def test_pytree_updates_and_accounting_events():
     import dp_accounting
     from dp_accounting.pld import pld_privacy_accountant

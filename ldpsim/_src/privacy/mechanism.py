@@ -64,7 +64,7 @@ from ldpsim._src.privacy.randomizer import (
 PyTree = Any
 
 __all__ = ["ADDITIVE", "REGISTRY", "LocalMechanism", "MechanismParams", "Privatized",
-           "RegistryEntry", "Report", "clip_only", "entry", "total_variance",
+           "RegistryEntry", "Report", "clip_only", "decoded_release_fn", "entry", "total_variance",
            "gaussian", "gaussian_randomizer", "laplace", "laplace_randomizer", "make",
            "mean_noise_variance", "noise_std_factor", "privatize_fn"]
 
@@ -334,6 +334,35 @@ def privatize_fn(name: str) -> Callable[[jax.Array, PyTree, MechanismParams], Pr
             ``clipped + noise``; see the registry's ``decode`` for those).
     """
     return _additive_only(name, "privatize_fn").privatize
+
+
+def decoded_release_fn(name: str) -> Callable[[jax.Array, PyTree, Any], Privatized]:
+    """``(key, update, params) -> Privatized`` of ANY registered vector randomizer, in the
+    engine's release type: ``noisy = decode(privatize(key, update).report, like=update)`` (the
+    server's per-client estimate), ``clipped`` the clipped input, ``noise = noisy − clipped``
+    (zero-mean for the unbiased randomizers; for SignDS it includes the decoder's bias). For an
+    additive randomizer it is its own ``privatize``. What a round needs to aggregate report
+    randomizers unchanged (their ``params`` are the mechanism's own pytree, not
+    ``MechanismParams(clip, scale)``).
+
+    Raises:
+        LdpsimError: unknown name, or a categorical randomizer (``"rr"``).
+    """
+    e = entry(name)
+    if e.additive:
+        return e.privatize
+    if e.input != "vector":
+        raise LdpsimError(f"{name!r} privatizes categories, not model updates")
+
+    def release(key: jax.Array, update: PyTree, params: Any) -> Privatized:
+        rep = e.privatize(key, update, params)
+        noisy = e.decode(rep.report, params, update)
+        noisy = jax.tree_util.tree_map(lambda a, b: a.astype(jnp.result_type(b)), noisy, update)
+        noise = jax.tree_util.tree_map(jnp.subtract, noisy, rep.clipped)
+        return Privatized(noisy, rep.clipped, noise, rep.norm, rep.release_norm, rep.was_clipped,
+                          rep.finite)
+
+    return release
 
 
 def noise_std_factor(name: str) -> float:
