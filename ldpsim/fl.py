@@ -20,6 +20,9 @@ Public names, in the direction of dependency (the implementation lives in
 * :func:`simulate_lanes`, :func:`build_data`, :func:`initial_state`, :func:`sample_cohort`
   (``simulate`` itself is :func:`ldpsim.simulate`).
 * :func:`tensorboard_callback` -- a ``simulate(callback=)`` that writes TensorBoard logs.
+* :class:`DpsgdConfig`, :func:`train_dpsgd`, :func:`epsilon_by_epoch` -- centralised
+  DP-SGD training (one model, the whole training set; MindArmour's ``DPModel``), on the
+  same driver loop.
 
 Names are loaded lazily so that importing this module (e.g. for the CLI's ``--help``) does
 not import JAX.
@@ -64,6 +67,9 @@ _EXPORTS = {
     "tensorboard_callback": "writers",
     "COLUMNS": "columns",
     "HistoryRow": "columns",
+    "DpsgdConfig": "dpsgd.config",
+    "epsilon_by_epoch": "dpsgd.ledger",
+    "train_dpsgd": "dpsgd.train",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -246,6 +246,7 @@ def test_laplace_engine_clips_l1(setup):
 def test_client_dp_wiring_equals_engine_hook(setup):
     # DP-SGD clients with traced clip/multiplier equal the engine's client_update hook
     # with the same values bound (same keys), and differ from ordinary clients.
+    from ldpsim._src.fl import dp_client
     from ldpsim._src.fl.dp_client import make_dp_client_update
 
     model, params, pop = setup
@@ -253,7 +254,10 @@ def test_client_dp_wiring_equals_engine_hook(setup):
     ids, mask = _cohort(8)
     dp_hyper = RoundHyper.create(sigma=0.0, clip=1e6, client_lr=0.3, server_lr=1.0,
                                  client_dp_clip=0.1, client_dp_noise=1.0)
-    ours = _round(model, client_dp_micro_batches=4)(state, (), pop, 0, ids, mask, dp_hyper)[0]
+    dp_clients = modes.with_client_training(modes.local("gaussian"), dp_client.dpsgd(4))
+    ours = jax.jit(make_round_fn(apply_fn=model.apply, mechanism=dp_clients, local_steps=2,
+                                 batch_size=4, chunk_size=4))(
+        state, pop, 0, ids, mask, dp_hyper)[0]
     hook = jax.jit(make_round_fn(
         apply_fn=model.apply, local_steps=2, batch_size=4, chunk_size=4,
         client_update=make_dp_client_update(micro_batches=4, clip_norm=0.1,

@@ -95,7 +95,7 @@ def _cached_keys():
     c = _config()
     yield ("logreg", (6,), 3, modes.local("gaussian"), c.client_optimizer,
            c.server_optimizer, float(c.server_momentum), c.local_steps, None, c.batch_size,
-           c.weighting, c.chunk_size, None)
+           c.weighting, c.chunk_size)
 
 
 def test_no_privacy_has_no_noise_and_learns(small_data):
@@ -188,5 +188,5 @@ def test_two_synthetic_seeds_compile_the_round_once():
     _, round_fn, _ = sim._compiled(
         cfg.model, (60,), 10, modes.plan(cfg, 30).mechanism, cfg.client_optimizer,
         cfg.server_optimizer, float(cfg.server_momentum), cfg.local_steps, cfg.local_epochs,
-        cfg.batch_size, cfg.weighting, cfg.chunk_size, None)
+        cfg.batch_size, cfg.weighting, cfg.chunk_size)
     assert round_fn._cache_size() == 1

@@ -11,7 +11,7 @@ from pathlib import Path
 from ldpsim._src import _interrupt
 
 ORDER = 40
-# ldpsim._src.fl.central.SAMPLINGS and DpsgdConfig's default, spelled out so that building the
+# ldpsim._src.fl.dpsgd.config.SAMPLINGS and DpsgdConfig's default, spelled out so that building the
 # parser does not import JAX (tests/test_dpsgd_train.py checks they agree).
 SAMPLINGS = ("poisson", "shuffle")
 DEFAULT_SAMPLING = "poisson"
@@ -58,7 +58,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "test accuracy and epsilon after every epoch.",
         epilog=_EPILOG, formatter_class=HelpFormatter)
     p.add_argument("--config", type=Path,
-                   help="TOML config (keys of ldpsim._src.fl.central.DpsgdConfig)")
+                   help="TOML config (keys of ldpsim._src.fl.dpsgd.config.DpsgdConfig)")
     dp = p.add_mutually_exclusive_group()
     dp.add_argument("--no-dp", dest="dp", action="store_false", default=None,
                     help="train without clipping or noise (the non-private baseline)")
@@ -104,7 +104,8 @@ def _epsilon_line(row: dict) -> str:
 
 def _epsilon_only(args: argparse.Namespace, config, columns: list[str]) -> int:
     from ldpsim._src._checks import LdpsimError
-    from ldpsim._src.fl.central import epsilon_by_epoch, num_train_rows, read_trace
+    from ldpsim._src.fl.dpsgd.ledger import epsilon_by_epoch, read_trace
+    from ldpsim._src.fl.dpsgd.train import num_train_rows
 
     clips = mults = None
     if args.from_trace is not None:
@@ -137,14 +138,10 @@ def _epsilon_only(args: argparse.Namespace, config, columns: list[str]) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ldpsim._src.fl.central import (
-        CSV_COLUMNS,
-        MONITOR_LABEL,
-        TRACE_COLUMNS,
-        load_config,
-        privacy_setting,
-        train_dpsgd,
-    )
+    from ldpsim._src.fl.dpsgd.config import CSV_COLUMNS, TRACE_COLUMNS, load_config
+    from ldpsim._src.fl.dpsgd.guarantee import privacy_setting
+    from ldpsim._src.fl.dpsgd.ledger import MONITOR_LABEL
+    from ldpsim._src.fl.dpsgd.train import train_dpsgd
     from ldpsim._src._checks import LdpsimError
     from ldpsim._src.cli._guards import check_data_dir, check_text_file, was_given
 

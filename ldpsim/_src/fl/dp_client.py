@@ -244,19 +244,22 @@ def dpsgd(micro_batches: int) -> ClientTraining:
     def knobs(clip: float, noise_multiplier: float) -> ClientDpHyper:
         return ClientDpHyper(jnp.float32(clip), jnp.float32(noise_multiplier))
 
-    def dp_event(noise_multiplier: float, *, num_examples: int, batch_size: int,
-                 local_steps: int):
-        passes = -(-int(local_steps) // -(-int(num_examples) // int(batch_size)))
-        return dp_accounting.SelfComposedDpEvent(
-            dp_accounting.GaussianDpEvent(noise_multiplier / 2), passes)
-
-    return ClientTraining(name="dpsgd", update=update, knobs=knobs, dp_event=dp_event,
+    return ClientTraining(name="dpsgd", update=update, knobs=knobs, dp_event=_round_event,
                           neighbours="replace one example of the client (no sampling "
                                      "amplification)", sensitivity="2C")
 
 
 #: Ordinary clients (the default of every mode).
 PLAIN = plain()
+
+
+def _round_event(noise_multiplier: float, *, num_examples: int, batch_size: int,
+                 local_steps: int) -> dp_accounting.SelfComposedDpEvent:
+    """One round of one DP-SGD client: ``p = ceil(K / ceil(n/B))`` passes over its ``n``
+    rows, each one Gaussian of multiplier ``z/2`` (replace one example, sensitivity 2C)."""
+    passes = -(-int(local_steps) // -(-int(num_examples) // int(batch_size)))
+    return dp_accounting.SelfComposedDpEvent(
+        dp_accounting.GaussianDpEvent(noise_multiplier / 2), passes)
 
 
 def event_epsilon(event: Any, count: int, delta: float) -> float:
@@ -360,19 +363,14 @@ def dp_client_epsilon(*, noise_multiplier: float, batch_size: int, num_examples:
                               "with q = B/n, which dp_local_update does not do",
             details={**rep.details, "noise_multiplier": z, "micro_batches": micro_batches,
                      "sensitivity": "C" if s == 1 else "2C", "accounted_noise_multiplier": z / s})
-    per_pass = -(-n // b)
-    k = rounds * -(-local_steps // per_pass)
+    event = _round_event(z, num_examples=n, batch_size=b, local_steps=local_steps)
+    k = rounds * event.count
     details = {"noise_multiplier": z, "batch_size": b, "num_examples": n,
                "local_steps": local_steps, "rounds": rounds, "passes": k,
                "micro_batches": micro_batches, "sensitivity": "2C",
                "accounted_noise_multiplier": z / 2}
     neighbouring = ("replace one example of the client, sensitivity 2C "
                     "(no sampling amplification)")
-    if k == 0:
-        return accounting.PrivacyReport(0.0, delta, "analytic", neighbouring, 0, details)
-    if z == 0:
-        return accounting.PrivacyReport(math.inf, delta, "analytic", neighbouring, k, details)
-    # k Gaussians of std zC and sensitivity 2C (ldp_epsilon composes them exactly).
-    rep = accounting.ldp_epsilon("gaussian", sensitivity=2.0, rounds=k, delta=delta, sigma=z,
-                                 method="analytic")
-    return dataclasses.replace(rep, neighbouring=neighbouring, details=details)
+    # k Gaussians of std zC and sensitivity 2C, composed exactly (the DP-SGD clients' event).
+    return accounting.PrivacyReport(event_epsilon(event, rounds, delta), delta, "analytic",
+                                    neighbouring, k, details)

@@ -319,7 +319,7 @@ def with_client_training(mech: RoundMechanism,
     :func:`ldpsim._src.fl.dp_client.dpsgd`) before the mode's randomizer. The two
     guarantees hold side by side, each for its own relation: the mode's for the client's
     update (or user), the trainer's for one example of a client's data."""
-    return mech._replace(client=training)
+    return mech if mech.client is training else mech._replace(client=training)
 
 
 # ----------------------------------------------------------------------------- host side

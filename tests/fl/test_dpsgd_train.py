@@ -1,4 +1,4 @@
-"""Tests for the centralised DP-SGD trainer (ldpsim._src.fl.central) and `ldpsim dpsgd`."""
+"""Tests for the centralised DP-SGD trainer (ldpsim._src.fl.dpsgd) and `ldpsim dpsgd`."""
 
 from __future__ import annotations
 
@@ -18,18 +18,12 @@ from scipy import stats
 
 from ldpsim import LdpsimError
 from ldpsim.cli import main
-from ldpsim._src.fl.central import (
-    CSV_COLUMNS,
-    DpsgdConfig,
-    epsilon_by_epoch,
-    load_config,
-    make_poisson_epoch_fn,
-    poisson_capacity,
-    poisson_sample,
-    presummed_dp_aggregate,
-    privacy_setting,
-    train_dpsgd,
-)
+from ldpsim._src.fl.dpsgd.batches import poisson_capacity, poisson_sample
+from ldpsim._src.fl.dpsgd.config import CSV_COLUMNS, DpsgdConfig, load_config
+from ldpsim._src.fl.dpsgd.guarantee import privacy_setting
+from ldpsim._src.fl.dpsgd.ledger import epsilon_by_epoch
+from ldpsim._src.fl.dpsgd.steps import make_poisson_epoch_fn, presummed_dp_aggregate
+from ldpsim._src.fl.dpsgd.train import train_dpsgd
 from ldpsim.models import get_model
 from ldpsim._src.privacy.accounting import dpsgd_epsilon
 from ldpsim._src.privacy.monitors import RDPMonitor
@@ -275,7 +269,7 @@ def _adaptive(**kw):
 
 def test_combined_gaussian_rule_is_the_composition_of_value_and_fraction():
     """Two Gaussians on the same data are one Gaussian with 1/z² = 1/z_v² + 1/z_f²."""
-    from ldpsim._src.fl.central import combine_noise_multipliers
+    from ldpsim._src.fl.dpsgd.guarantee import combine_noise_multipliers
 
     z_v, z_f = 1.5, 2.0
     z = combine_noise_multipliers(z_v, z_f)
@@ -310,7 +304,7 @@ def test_combined_gaussian_rule_is_the_composition_of_value_and_fraction():
 
 
 def test_fraction_noise_multiplier_and_step_multipliers():
-    from ldpsim._src.fl.central import fraction_noise_multiplier, step_noise_multipliers
+    from ldpsim._src.fl.dpsgd.guarantee import fraction_noise_multiplier, step_noise_multipliers
 
     cfg = _adaptive()
     # β/M has sensitivity 1/M (one unit's indicator): z_f = σ_f·M, the same for shuffle.
@@ -392,7 +386,7 @@ def test_noise_follows_clip_adaptive_run_is_homogeneous_and_gets_a_pld():
 
 @pytest.mark.parametrize("sampling", ["poisson", "shuffle"])
 def test_fraction_released_without_noise_gives_infinite_epsilon(sampling):
-    from ldpsim._src.fl.central import UnaccountedReleaseWarning
+    from ldpsim._src.fl.dpsgd.config import UnaccountedReleaseWarning
 
     cfg = _adaptive(fraction_stddev=0.0, sampling=sampling, epochs=2)
     assert "epsilon = inf" in privacy_setting(cfg).describe(cfg)
@@ -449,12 +443,12 @@ def test_poisson_noise_decay_composes_each_steps_multiplier():
 
 def test_poisson_ledger_of_2340_adaptive_steps_is_fast():
     """The MindArmour configuration's size: 10 epochs of 234 steps, all C_t distinct."""
-    from ldpsim._src.fl import central
+    from ldpsim._src.fl.dpsgd import ledger
 
     # delta 0.01: above the sampler floor q·Φ(1/0.09 − 6.76) = 4.3e-3 of these multipliers.
     cfg = DpsgdConfig(noise_multiplier=0.4, delta=0.01)  # Linear adaptive clipping, M = 32
     clip = np.linspace(1.0, 2.2, 2340)
-    central._RDP_CACHE.clear()
+    ledger._RDP_CACHE.clear()
     rows = epsilon_by_epoch(cfg, 60000, clip_norms=clip)   # ~1 s (not asserted: no timings)
     z = _step_multipliers(clip, noise=0.4)
     assert rows[-1]["accounted_noise_multiplier"] == pytest.approx(z[-1], rel=1e-12)
@@ -466,7 +460,7 @@ def test_poisson_ledger_of_2340_adaptive_steps_is_fast():
 
 
 def test_vectorised_poisson_rdp_equals_dp_accounting():
-    from ldpsim._src.fl.central import RDP_ORDERS, _poisson_rdp
+    from ldpsim._src.fl.dpsgd.ledger import RDP_ORDERS, _poisson_rdp
 
     for q in (256 / 60000, 0.05):
         zs = [0.05, 1.1, 4.0]
@@ -564,12 +558,12 @@ def _toy(n):
 
 def _one_step(x, y, key, *, micro_batches, capacity, clip=0.05, batch_size=8):
     n = x.shape[0]
-    from ldpsim._src.fl.central import _optimizer
+    from ldpsim._src.fl.dpsgd.steps import make_optimizer
 
     cfg = DpsgdConfig(optimizer="sgd", learning_rate=1.0, batch_size=batch_size,
                       dp=micro_batches is not None, micro_batches=micro_batches or 1,
                       norm_bound=clip, noise_multiplier=0.0, clip_mechanism=None)
-    opt = _optimizer(cfg, jax.random.key(9), presummed_divisor=(
+    opt = make_optimizer(cfg, jax.random.key(9), presummed_divisor=(
         batch_size if micro_batches == batch_size else None))
     fn = make_poisson_epoch_fn(_MODEL.apply, opt, num_train=n, batch_size=batch_size,
                                micro_batches=micro_batches, capacity=capacity)
@@ -723,9 +717,9 @@ def test_config_errors(tmp_path, capsys):
 
 def test_cli_sampling_flag_matches_the_config(capsys):
     from ldpsim._src.cli import cmd_dpsgd
-    from ldpsim._src.fl import central
+    from ldpsim._src.fl.dpsgd import config as dpsgd_config
 
-    assert cmd_dpsgd.SAMPLINGS == central.SAMPLINGS
+    assert cmd_dpsgd.SAMPLINGS == dpsgd_config.SAMPLINGS
     assert cmd_dpsgd.DEFAULT_SAMPLING == DpsgdConfig().sampling == "poisson"
     with pytest.raises(SystemExit):
         main(["dpsgd", "--help"])
@@ -734,7 +728,7 @@ def test_cli_sampling_flag_matches_the_config(capsys):
 
 
 def test_epoch_permutation_is_a_fresh_permutation_per_epoch():
-    from ldpsim._src.fl.central import epoch_permutation
+    from ldpsim._src.fl.dpsgd.batches import epoch_permutation
 
     key = jax.random.key(0)
     a = np.asarray(epoch_permutation(key, 0, 100, 3, 32))
@@ -745,7 +739,7 @@ def test_epoch_permutation_is_a_fresh_permutation_per_epoch():
 
 
 def test_kernel_init_options():
-    from ldpsim._src.fl.central import _redraw_kernels
+    from ldpsim._src.fl.dpsgd.train import _redraw_kernels
 
     with pytest.raises(LdpsimError, match="kernel_init"):
         DpsgdConfig(kernel_init="he_uniformish")
