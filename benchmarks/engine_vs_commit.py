@@ -8,6 +8,12 @@ a fresh process, and prints the median client-updates/s of both and their ratio.
 
 The worker of the older commit is the one of that commit (its own round kernel and its
 own benchmark code), so the comparison is of the whole round as each commit builds it.
+
+On a shared machine wall-clock rates swing with the other processes' load; the CPU
+seconds each worker process used (all its threads: start-up, compilation, the warm-up
+and the timed rounds, from ``getrusage(RUSAGE_CHILDREN)``) are printed as well, and with
+``--budget`` large enough that every worker runs exactly ``--repeats`` rounds they compare
+the same work, whatever the load.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -22,6 +29,11 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def _children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 def _worker(tree: Path, m: int, chunk: int, repeats: int, budget: float,
@@ -33,8 +45,10 @@ def _worker(tree: Path, m: int, chunk: int, repeats: int, budget: float,
            str(m), str(chunk), "--repeats", str(repeats), "--budget", str(budget)]
     if devices:
         cmd += ["--devices", str(devices)]
+    cpu0 = _children_cpu()
     out = subprocess.run(cmd, env=env, cwd=tree, capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    return {**result, "cpu_s": _children_cpu() - cpu0}
 
 
 def main() -> int:
@@ -53,14 +67,19 @@ def main() -> int:
                         str(old), args.ref], check=True, capture_output=True)
         try:
             rates: dict[str, list[float]] = {"old": [], "new": []}
+            cpu: dict[str, list[float]] = {"old": [], "new": []}
+            rounds: dict[str, list[int]] = {"old": [], "new": []}
             for i in range(args.pairs):
                 order = [("old", old), ("new", ROOT)]
                 for name, tree in (order if i % 2 == 0 else order[::-1]):
                     r = _worker(tree, args.m, args.chunk, args.repeats, args.budget,
                                 args.devices)
                     rates[name].append(r["rate"])
-                    print(f"pair {i + 1} {name}: {r['rate']:.1f} client-updates/s",
-                          file=sys.stderr)
+                    cpu[name].append(r["cpu_s"])
+                    rounds[name].append(int(r.get("repeats", 0)))
+                    print(f"pair {i + 1} {name}: {r['rate']:.1f} client-updates/s, "
+                          f"{r['cpu_s']:.1f} CPU s ({r.get('repeats', '?')} timed rounds), "
+                          f"load {os.getloadavg()[0]:.1f}", file=sys.stderr)
         finally:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(old)],
                            check=False, capture_output=True)
@@ -72,6 +91,11 @@ def main() -> int:
     for k in ("old", "new"):
         print(f"{k:6s} {med[k]:10.1f} {min(rates[k]):8.1f} {max(rates[k]):8.1f}")
     print(f"new/old = {med['new'] / med['old']:.3f}")
+    cmed = {k: statistics.median(v) for k, v in cpu.items()}
+    same = len(set(rounds["old"] + rounds["new"])) == 1
+    print(f"CPU seconds per worker (median; {'same' if same else 'DIFFERENT'} number of "
+          f"timed rounds): old {cmed['old']:.1f}, new {cmed['new']:.1f}, "
+          f"new/old = {cmed['new'] / cmed['old']:.3f}")
     return 0
 
 
