@@ -33,9 +33,11 @@ def _f32(x) -> float:
 def _norm_ratio(params) -> float:
     """Worst ratio of the norm coin's output probabilities over r ∈ [0, C] (extremes r = 0, C),
     from the float32 numbers it uses: P(−B | r) = (excess + 2(C − r))/(2B)."""
-    c, b, x = _f32(params.clip), _f32(params.norm_bound), _f32(params.norm_excess)
-    minus_at_c, minus_at_0 = x / (2 * b), (x + 2 * c) / (2 * b)
-    return max((1 - minus_at_c) / (1 - minus_at_0), minus_at_0 / minus_at_c)
+    c, b, x = (np.float32(v) for v in (params.clip, params.norm_bound, params.norm_excess))
+    # the coin draws the smaller side, in float32 as the sampler computes it
+    plus_at_0 = float(np.float32(x) / np.float32(2 * b))            # r = 0: P(+B) is small
+    minus_at_c = float(np.float32(x) / np.float32(2 * b))           # r = C: P(−B) is small
+    return max((1 - minus_at_c) / plus_at_0, (1 - plus_at_0) / minus_at_c)
 
 
 # ------------------------------------------------------------------------ exact privacy
@@ -83,7 +85,7 @@ def test_privunit2_density_ratio_is_at_most_e_eps(d, eps):
 
 
 @pytest.mark.parametrize("d", [2, 5, 61_706])
-@pytest.mark.parametrize("eps", EPS)
+@pytest.mark.parametrize("eps", (*EPS, 50.0, 99.0))
 def test_privunitg_density_ratio_is_at_most_e_eps(d, eps):
     m = mechanism.make("privunitg", epsilon=eps, dim=d)
     p, gamma = 1.0 - _f32(m.params.p_out), _f32(m.params.gamma)
@@ -395,9 +397,10 @@ def test_privunit_dimension_mismatch_and_huge_epsilon():
     m = mechanism.make("privunitg", epsilon=1.0, dim=6)
     with pytest.raises(LdpsimError, match="dim 6"):
         m.privatize(jax.random.key(0), jnp.ones(7), m.params)
-    with pytest.raises(LdpsimError, match="above what float32 realises"):
+    with pytest.raises(LdpsimError, match="epsilon must be <= 99 for the float32 PrivUnit samplers; got 200.0"):
         mechanism.make("privunitg", epsilon=200.0, dim=10)
+    assert mechanism.make("privunitg", epsilon=99.0, dim=61_706).epsilon == 99.0
     with pytest.raises(LdpsimError, match="epsilon must be <= 16 for duchi"):
         mechanism.make("duchi", epsilon=20.0, dim=10)
     with pytest.raises(LdpsimError, match="too thin for float32; use privunitg"):
-        mechanism.make("privunit2", epsilon=100.0, dim=4)
+        mechanism.make("privunit2", epsilon=60.0, dim=4)

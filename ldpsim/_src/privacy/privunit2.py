@@ -41,8 +41,9 @@ goes to the direction (at d = 61,706 and ε = 4 the norm gets about 0.9).
 
 Float32 realisation: ``p`` and the coins are on a 32-bit grid and the proposal uses the
 float32 inverse normal CDF, so the realised law is the ideal one up to rounding (relative
-1e-6); ε₀ ≤ 15 and ε₁ ≤ 80 keep every probability representable (ε up to about 111 with
-the norm's 16).
+1e-6); ε₀ ≤ 15 and ε₁ ≤ 68 keep every probability a normal float32 (ε up to about 99 with
+the norm's 16); caps thinner than ``1 − γ = 10⁻³`` (small d at large ε) are refused (use
+PrivUnitG).
 
 References:
     Bhowmick, Duchi, Freudiger, Kapoor & Rogers, "Protection against reconstruction and its
@@ -70,7 +71,9 @@ NAME = "privunit2"
 MIN_DIM = 4
 
 #: Largest ε₀ (cap probability) and ε₁ (cap size) a float32 realisation represents.
-MAX_EPS_P, MAX_EPS_CAP, MAX_EPS_NORM = 15.0, 80.0, 16.0
+#: ε₁ ≤ 68 keeps the cap's mass q ≥ 3e-30, so ``u·q`` with ``u ≥ 2⁻²³`` stays a normal float32
+#: (XLA on CPU flushes subnormals, which would turn an inverse-CDF draw into ±inf).
+MAX_EPS_P, MAX_EPS_CAP, MAX_EPS_NORM = 15.0, 68.0, 16.0
 #: Rejection steps before giving up (the host refuses parameters with acceptance < 1e-3).
 MAX_TRIES = 100_000
 
@@ -145,12 +148,14 @@ def direction_constants(eps_p: float, eps_cap: float, d: int) -> dict:
 
 def best_split(eps_dir: float, objective) -> tuple[float, float]:
     """``(ε₀, ε₁)`` with ε₀ + ε₁ = ε_dir minimising ``objective(ε₀, ε₁)`` (bounded search),
-    ε₀ ≤ 15 and ε₁ ≤ 80."""
+    ε₀ ≤ 15 and ε₁ ≤ 68."""
     lo = max(1e-9, eps_dir - MAX_EPS_CAP)
     hi = min(eps_dir - 1e-9, MAX_EPS_P)
-    if lo >= hi:
-        raise LdpsimError(f"epsilon {eps_dir!r} for the direction is above what float32 realises "
-                          f"({MAX_EPS_P + MAX_EPS_CAP:g})")
+    if abs(hi - lo) <= 1e-9 * eps_dir:
+        return hi, eps_dir - hi
+    if lo > hi:
+        raise LdpsimError(f"epsilon {float(eps_dir):g} for the direction is above what float32 "
+                          f"realises ({MAX_EPS_P + MAX_EPS_CAP:g})")
     res = optimize.minimize_scalar(lambda e0: objective(e0, eps_dir - e0), bounds=(lo, hi),
                                    method="bounded", options=dict(xatol=1e-6 * eps_dir))
     e0 = float(res.x)
@@ -167,7 +172,13 @@ def split_epsilon(epsilon: float, norm_epsilon, worst_variance) -> float:
             raise LdpsimError(f"norm_epsilon must be <= {MAX_EPS_NORM:g} (float32 coins); got {norm_epsilon!r}")
         return er
     hi = min(MAX_EPS_NORM, 0.5 * epsilon)
-    res = optimize.minimize_scalar(worst_variance, bounds=(1e-3 * epsilon, hi), method="bounded",
+    lo = max(1e-3 * epsilon, epsilon - (MAX_EPS_P + MAX_EPS_CAP))
+    if abs(hi - lo) <= 1e-9 * epsilon:
+        return hi
+    if lo > hi:
+        raise LdpsimError(f"epsilon must be <= {MAX_EPS_P + MAX_EPS_CAP + MAX_EPS_NORM:g} for the "
+                          f"float32 PrivUnit samplers; got {epsilon!r}")
+    res = optimize.minimize_scalar(worst_variance, bounds=(lo, hi), method="bounded",
                                    options=dict(xatol=1e-6 * epsilon))
     return float(res.x)
 
@@ -193,7 +204,7 @@ def constants(*, epsilon: float, dim: int, clip: float = 1.0, norm_epsilon=None)
 
     er = split_epsilon(eps, norm_epsilon, worst)
     e0, e1, k = dir_for(eps - er)
-    if not 1.0 - k["gamma"] > 1e-5:
+    if not 1.0 - k["gamma"] > 1e-3:   # float32 1 − t² keeps a relative error ≤ 3e-5 in the cap
         raise LdpsimError(f"privunit2 at epsilon {epsilon!r}, dim {dim!r}: the cap (gamma = "
                           f"{k['gamma']:.8f}) is too thin for float32; use privunitg")
     a = (d - 3) / 2.0
@@ -272,7 +283,7 @@ def sample_t(key: jax.Array, in_cap: jax.Array, params: PrivUnit2Params) -> jax.
         t_exp = gamma - jnp.log1p(-u1 * width) / lam_safe        # truncated Exp(λ) on [γ, 1]
         t = jnp.where(use_exp, t_exp, jnp.where(in_cap, t_hi, jnp.where(t_lo < gamma, t_lo, -2.0)))
         t2 = jnp.square(t)
-        log_f = a * jnp.log1p(-jnp.minimum(t2, 0.999999))
+        log_f = a * jnp.log1p(-t2)          # −inf/NaN for |t| ≥ 1: rejected below
         log_acc = jnp.where(use_exp, log_f - a * jnp.log1p(-gamma * gamma) + lam * (t - gamma),
                             log_f + a * t2)
         ok = (t2 < 1.0) & (jnp.log(u2) <= log_acc)

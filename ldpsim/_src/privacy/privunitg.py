@@ -23,7 +23,8 @@ for any two inputs in the C ball** (``"replace"``; inputs above C clipped and co
 Parameters (host, float64): ``q = 1/(1 + e^{ε₁})``, ``γ = −ndtri(q)``, ``p = e^{ε₀}/(1+e^{ε₀})``;
 ε₀ (with ε₀ + ε₁ = ε_d) minimises ``(E[α²] + d − 1)/m²`` and ε_r the worst-case total variance
 (at ‖x‖ = C), both by 1-D searches on the host; ``norm_epsilon`` fixes ε_r. Any d ≥ 2.
-Float32: coins on a 32-bit grid, ``ndtri`` in float32 (ε₀ ≤ 15, ε₁ ≤ 80).
+Float32: coins on a 32-bit grid, ``ndtri`` in float32 on ``u·q ≥ 2⁻²³·q``, a normal float32
+for ε₁ ≤ 68 (ε₀ ≤ 15, ε_r ≤ 16: ε up to about 99).
 
 References:
     Asi, Feldman & Talwar, "Optimal algorithms for mean estimation under local differential

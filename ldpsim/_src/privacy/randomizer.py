@@ -280,18 +280,23 @@ def signed_scalar(key: jax.Array, r: jax.Array, clip: jax.Array, bound: jax.Arra
     """Private unbiased estimate of a scalar ``r ∈ [0, C]`` (Duchi, Jordan & Wainwright 2018,
     §4.2.1, applied to ``2r − C ∈ [−C, C]``).
 
-    Draws ``s = −B`` with probability ``½ − (2r − C)/(2B) = ((B − C) + 2(C − r))/(2B)`` and
-    ``s = +B`` otherwise, ``B = C(e^ε+1)/(e^ε−1)`` (:func:`signed_scalar_bound`; ``excess = B − C``
-    from :func:`signed_scalar_excess`, so the small probability keeps its float32 precision
-    at large ε), and releases ``r̂ = (s + C)/2``: ``E r̂ = r``,
+    Draws ``s = +B`` with probability ``½ + (2r − C)/(2B) = ((B − C) + 2r)/(2B)`` and ``s = −B``
+    with ``((B − C) + 2(C − r))/(2B)``, ``B = C(e^ε+1)/(e^ε−1)`` (:func:`signed_scalar_bound`;
+    ``excess = B − C`` from :func:`signed_scalar_excess`; the coin is drawn on the smaller
+    side, so both probabilities keep their float32 precision at large ε), and releases ``r̂ = (s + C)/2``: ``E r̂ = r``,
     ``Var r̂ = (B² − (2r − C)²)/4`` (:func:`signed_scalar_second_moment`). The probability of
     each output lies in ``[1/(e^ε+1), e^ε/(e^ε+1)]`` for every ``r ∈ [0, C]``, so the ratio
     for any two values is at most ``e^ε``: ε-LDP (replace-one), and exactly ``e^ε`` between
     ``r = 0`` and ``r = C``. ``r`` is clamped to ``[0, C]``.
     """
     r = jnp.clip(r, 0.0, clip)
-    minus = bernoulli(key, (excess + 2.0 * (clip - r)) / (2.0 * bound))
-    return (0.5 * (jnp.where(minus, -bound, bound) + clip)).astype(jnp.float32)
+    # P(+B) = (excess + 2r)/(2B), P(−B) = (excess + 2(C − r))/(2B): the coin is drawn on the
+    # smaller side, computed without cancellation, so both stay float32-accurate at large ε
+    plus_small = 2.0 * r < clip
+    small = jnp.where(plus_small, excess + 2.0 * r, excess + 2.0 * (clip - r)) / (2.0 * bound)
+    hit = bernoulli(key, small)
+    plus = jnp.where(plus_small, hit, ~hit)
+    return (0.5 * (jnp.where(plus, bound, -bound) + clip)).astype(jnp.float32)
 
 
 def signed_scalar_second_moment(r: jax.Array, clip: jax.Array, bound: jax.Array) -> jax.Array:
