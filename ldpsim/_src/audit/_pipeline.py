@@ -41,8 +41,10 @@ on the reports does better. The kernel returns only the round's aggregate, so th
 are rebuilt outside it. :func:`canary_reports` calls the same mechanism object with the
 same clip and scale (``RoundMechanism.client_scales``) and the same key,
 ``split(client_key(root, t, c))[1]``. A canary's update does not depend on the model, so
-each rebuilt report is bit for bit the one the kernel aggregated. The tests check this
-against the kernel's aggregate.
+each rebuilt report is the same noise draw on the same clipped update as the one the
+kernel aggregated, equal up to the float rounding of a separately compiled program. The
+tests check that the reports' weighted mean is the round's FedAvg update, to 2e-5 in
+every coordinate.
 
 ``observe="aggregate"``: the auditor sees only the model after each round, as anyone who
 receives the global model does. The score is ``Σ_t ⟨W_{t+1} − W_t, u_i⟩``. Each canary is now
