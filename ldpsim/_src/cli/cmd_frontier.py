@@ -1,0 +1,210 @@
+"""``ldpsim frontier``: error of the decoded mean of n unit vectors, every mechanism, vs ε."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import sys
+from pathlib import Path
+
+ORDER = 45
+
+#: The CSV columns, in order.
+COLUMNS = ("mechanism", "epsilon", "delta", "dim", "clients", "mse", "mse_se", "mse_theory",
+           "lower_bound", "trials", "mse_theory_bias2", "ratio_to_bound", "inputs", "seed",
+           "chunk", "seconds")
+#: The columns that identify a cell (a finished cell with the same values is skipped).
+KEY = ("mechanism", "epsilon", "delta", "dim", "clients", "trials", "inputs", "seed")
+
+_EPILOG = """\
+examples:
+  ldpsim frontier --out frontier.csv --plot frontier.png
+  ldpsim frontier --mechanisms gaussian,duchi,privunitg --epsilon 0.5,1,2,4,8,16 \\
+      --dims 100,61706 --clients 1,100,10000 --trials 3 --out frontier.csv --plot frontier.png
+
+what it measures: every client holds a unit vector (--inputs common: one direction, drawn once
+on the sphere; sphere: i.i.d. uniform per client), privatizes it with the mechanism at epsilon
+(gaussian at --delta, replace neighbours, clip 1; laplace L1 clip sqrt(d); signds MindSpore's
+defaults with sign_eps = epsilon, biased), the server averages the decoded reports;
+mse = ||decoded mean - true mean||^2 averaged over --trials (mse_se its standard error);
+mse_theory from the mechanism's exact variance (+ squared bias); lower_bound = d/(n
+min(eps, eps^2)), the ORDER of the minimax bound of Duchi, Jordan & Wainwright (2013/2018) with
+constant 1 (the papers give no constant). Rerunning with the same --out skips finished cells.
+"""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from ldpsim._src.cli._guards import HelpFormatter
+
+    p = subparsers.add_parser(
+        "frontier",
+        help="the mechanism frontier: MSE of the decoded mean vs epsilon for every randomizer",
+        description="Measure the mean squared error of the decoded mean of n locally privatized "
+                    "unit vectors for every vector randomizer, beside its exact theory and the "
+                    "order of the minimax lower bound.",
+        epilog=_EPILOG, formatter_class=HelpFormatter)
+    p.add_argument("--mechanisms", default="gaussian,laplace,privunit2,privunitg,duchi,signds",
+                   help="comma-separated randomizers")
+    p.add_argument("--epsilon", default="0.25,0.5,1,2,4,8,16",
+                   help="comma-separated local epsilons (> 0; duchi <= 16)")
+    p.add_argument("--dims", default="100,1000", help="comma-separated dimensions d (e.g. 100,61706)")
+    p.add_argument("--clients", default="1,100", help="comma-separated client counts n (1 to 1e5 and beyond)")
+    p.add_argument("--trials", type=int, default=5, help="independent trials per cell (>= 2 for a standard error)")
+    p.add_argument("--delta", type=float, default=None, help="delta of the gaussian mechanism (default 1e-5)")
+    p.add_argument("--inputs", choices=("common", "sphere"), default="common",
+                   help="common: every client holds one direction; sphere: i.i.d. uniform directions")
+    p.add_argument("--chunk-size", type=int, default=None, help="clients per chunk (default 2^20/d)")
+    p.add_argument("--seed", type=int, default=0, help="root seed")
+    p.add_argument("--out", type=Path, default=None,
+                   help="CSV file, written row by row; finished cells are skipped on rerun "
+                        "(default: print the table)")
+    p.add_argument("--plot", type=Path, default=None, help="figure: MSE vs epsilon, one panel per (d, n)")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.set_defaults(handler=run)
+
+
+def _parse(text: str, what: str, convert):
+    from ldpsim._src._checks import LdpsimError
+    from ldpsim._src.sweep.config import parse_list
+
+    try:
+        items = parse_list(text)
+    except LdpsimError as err:
+        raise LdpsimError(f"--{what} {text!r}: {err}") from None
+    out = []
+    for t in items:
+        try:
+            out.append(convert(t))
+        except ValueError:
+            raise LdpsimError(f"--{what}: {t!r} is not a number") from None
+    return list(dict.fromkeys(out))
+
+
+def _int(text: str) -> int:
+    v = float(text)
+    if not math.isfinite(v) or v != int(v):
+        raise ValueError(text)
+    return int(v)
+
+
+def _cell_key(row) -> tuple:
+    return (str(row["mechanism"]), float(row["epsilon"]), float(row["delta"]), int(row["dim"]),
+            int(row["clients"]), int(row["trials"]), str(row["inputs"]), int(row["seed"]))
+
+
+def _finished(path: Path) -> set:
+    """The cell keys already in ``path`` (empty if it is missing or empty)."""
+    from ldpsim._src._checks import LdpsimError
+
+    if not path.exists() or path.stat().st_size == 0:
+        return set()
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        if reader.fieldnames is None or list(reader.fieldnames) != list(COLUMNS):
+            raise LdpsimError(f"--out {str(path)!r} exists with other columns than a frontier "
+                              "table; give a new file")
+        return {_cell_key(r) for r in reader if r.get("mse") not in (None, "")}
+
+
+def run(args: argparse.Namespace) -> int:
+    from ldpsim._src._checks import LdpsimError, check_open_unit, check_positive_int
+    from ldpsim._src.cli._guards import check_seed
+    from ldpsim._src.plots.figures import FORMATS
+    from ldpsim._src.privacy import frontier as fr
+
+    mechanisms = _parse(args.mechanisms, "mechanisms", str)
+    for m in mechanisms:
+        if m not in fr.VECTOR_MECHANISMS:
+            raise LdpsimError(f"--mechanisms: unknown mechanism {m!r}; choose from "
+                              f"{', '.join(fr.VECTOR_MECHANISMS)}")
+    epsilons = _parse(args.epsilon, "epsilon", float)
+    for e in epsilons:
+        if not (e > 0 and math.isfinite(e)):
+            raise LdpsimError(f"--epsilon must be > 0 and finite; got {e!r}")
+    dims = [check_positive_int("--dims", d) for d in _parse(args.dims, "dims", _int)]
+    clients = [check_positive_int("--clients", n) for n in _parse(args.clients, "clients", _int)]
+    trials = check_positive_int("--trials", args.trials)
+    delta = fr.DEFAULT_DELTA if args.delta is None else check_open_unit("--delta", args.delta)
+    if args.chunk_size is not None:
+        check_positive_int("--chunk-size", args.chunk_size)
+    check_seed(args.seed)
+    if args.plot is not None and args.plot.suffix.lower() not in FORMATS:
+        raise LdpsimError(f"--plot must end in {', '.join(FORMATS)}; got {str(args.plot)!r}")
+    done = _finished(args.out) if args.out is not None else set()
+
+    # Calibrate every (mechanism, epsilon, d) first: a value out of a mechanism's range or a
+    # dimension too small for it fails here, in one line, before any work.
+    for d in dims:
+        for m in mechanisms:
+            for e in epsilons:
+                try:
+                    fr.build_mechanism(m, epsilon=e, dim=d, delta=delta)
+                except LdpsimError as err:
+                    raise LdpsimError(f"{m} at epsilon {e:g}, dim {d}: {err}") from None
+
+    def key_of(cell) -> tuple:
+        dl = delta if cell["mechanism"] == "gaussian" else 0.0
+        return (cell["mechanism"], float(cell["epsilon"]), float(dl), int(cell["dim"]),
+                int(cell["clients"]), trials, args.inputs, args.seed)
+
+    total = len(dims) * len(clients) * len(mechanisms) * len(epsilons)
+    todo = total - sum(1 for d in dims for n in clients for m in mechanisms for e in epsilons
+                       if key_of(dict(mechanism=m, epsilon=e, dim=d, clients=n)) in done)
+    if done:
+        print(f"ldpsim frontier: {total - todo} of {total} cells already in {args.out}; "
+              f"running {todo}", file=sys.stderr)
+    bar = None
+    if not args.no_progress and todo:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=todo, desc="cells", unit="cell")
+    out_file = writer = None
+    if args.out is not None:
+        fresh = not args.out.exists() or args.out.stat().st_size == 0
+        out_file = open(args.out, "a", newline="")
+        writer = csv.DictWriter(out_file, fieldnames=COLUMNS)
+        if fresh:
+            writer.writeheader()
+            out_file.flush()
+    rows = []
+
+    def on_row(row) -> None:
+        rows.append(row.as_dict())
+        if writer is not None:
+            writer.writerow(row.as_dict())
+            out_file.flush()
+        if bar is not None:
+            bar.set_postfix_str(f"{row.mechanism} eps={row.epsilon:g} d={row.dim} n={row.clients}")
+            bar.update()
+
+    try:
+        fr.frontier(mechanisms, epsilons, dims, clients, trials=trials, delta=delta,
+                    seed=args.seed, inputs=args.inputs, chunk=args.chunk_size,
+                    skip=lambda cell: key_of(cell) in done, on_row=on_row)
+    finally:
+        if bar is not None:
+            bar.close()
+        if out_file is not None:
+            out_file.close()
+    if args.out is None:
+        _print_table(rows)
+    else:
+        print(f"wrote {args.out} ({len(rows)} new rows)")
+    if args.plot is not None:
+        import pandas as pd
+
+        table = pd.read_csv(args.out) if args.out is not None else pd.DataFrame(rows)
+        keep = table["mechanism"].isin(mechanisms) & table["dim"].isin(dims) \
+            & table["clients"].isin(clients)
+        fr.plot_frontier(table[keep], args.plot)
+        print(f"wrote {args.plot}")
+    return 0
+
+
+def _print_table(rows) -> None:
+    cols = ("mechanism", "epsilon", "dim", "clients", "mse", "mse_se", "mse_theory", "lower_bound")
+    print("  ".join(f"{c:>12}" for c in cols))
+    for r in rows:
+        print("  ".join(f"{r[c]:>12.4g}" if isinstance(r[c], float) else f"{r[c]!s:>12}"
+                        for c in cols))
