@@ -15,9 +15,9 @@ def test_preset_and_resolved_grid_are_printed_before_the_run(tmp_path, capsys):
     assert rc == 0, err
     assert "grid:  epsilon=inf  clients_per_round=5  seed=0" in err
     # The preset's fixed settings are visible (and the flag overrides its rounds).
-    assert "population=200" in err and "rounds=1" in err and "model=mlp" in err
+    assert "population=2000" in err and "rounds=1" in err and "model=logreg" in err
     rows = pd.read_csv(out)
-    assert set(rows["population"]) == {200} and set(rows["round"]) == {1}
+    assert set(rows["population"]) == {2000} and set(rows["round"]) == {1}
 
 
 def test_flags_without_a_preset_use_the_run_defaults_and_say_so(tmp_path, capsys):
