@@ -72,6 +72,9 @@ Threads and devices (each framework may use every core of the machine; configura
   ``FedAvg`` strategy and its ``LocalDpMod`` (clip + Gaussian noise, ε chosen so that
   σ = 0.25); see :func:`flower_worker`.  Not in the default set: its start-up (Ray, 10,000
   virtual clients) takes minutes per worker.
+* ``ldpsim-1thr``: one JAX CPU device, one thread (``XLA_FLAGS=
+  --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1``), the analogue of
+  ``pfl-1thr``.
 * ``ldpsim-1dev``: one JAX CPU device (XLA's CPU runtime runs its intra-op pool over
   every core).
 * ``ldpsim-2dev``: ``XLA_FLAGS=--xla_force_host_platform_device_count=2`` and
@@ -111,8 +114,8 @@ REPO = Path(__file__).resolve().parents[2]
 POOL, EXAMPLES, BATCH, STEPS, SIGMA, CLIP, LR, SERVER_LR = 4096, 32, 16, 2, 0.25, 1.0, 0.05, 1.0
 MIN_POPULATION = 10_000
 LENET5_PARAMS = 61_706
-CONFIGS = ("pfl-1thr", "pfl-2thr", "pfl-2proc", "fedjax", "flower-2actor", "ldpsim-1dev",
-           "ldpsim-2dev")
+CONFIGS = ("pfl-1thr", "pfl-2thr", "pfl-2proc", "fedjax", "flower-2actor", "ldpsim-1thr",
+           "ldpsim-1dev", "ldpsim-2dev")
 DEFAULT_CONFIGS = ("pfl-1thr", "pfl-2proc", "ldpsim-1dev", "ldpsim-2dev")
 
 
@@ -584,6 +587,10 @@ def _spawn(config: str, m: int, warmup: int, rounds: int, timeout: float) -> dic
         spec.update(kind="fedjax")
     elif config.startswith("flower-"):                             # flower-2actor
         spec.update(kind="flower", actors=int(config[7:].removesuffix("actor")))
+    elif config == "ldpsim-1thr":
+        spec.update(kind="ldpsim", devices=1)
+        env["XLA_FLAGS"] = ("--xla_cpu_multi_thread_eigen=false "
+                            "intra_op_parallelism_threads=1")
     else:                                                          # ldpsim-Kdev
         devices = int(config.split("-")[1].removesuffix("dev"))
         spec.update(kind="ldpsim", devices=devices)
