@@ -46,7 +46,8 @@ probability >= confidence. With reports it also gives the Gaussian-DP route (Nas
 accountant's epsilon for the same run (epsilon_spent). --epsilon is the engine's per-round
 epsilon, or with --total-epsilon the accountant's epsilon after the rounds. The one-run
 bound can never exceed about log(guesses / log(1/(1 - confidence))): at epsilon 16 it says
-little, whatever the pipeline does.
+little, whatever the pipeline does. With --strict, --pipeline exits with status 1 when
+either bound exceeds the claim.
 """
 
 #: Options of the randomizer game only (an error with --pipeline), and of --pipeline only.
