@@ -606,8 +606,13 @@ def _spawn(config: str, m: int, warmup: int, rounds: int, timeout: float) -> dic
     except subprocess.CalledProcessError as err:
         print(f"  failed: {config} m={m}\n{err.stderr[-3000:]}", file=sys.stderr)
         return None
-    rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
-    row = next((r for r in rows if r.get("rank", 0) == 0), None)
+    rows = []
+    for line in out.stdout.splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    row = next((r for r in rows if isinstance(r, dict) and r.get("rank", 0) == 0), None)
     if row is None:
         print(f"  no result: {config} m={m}\n{out.stderr[-3000:]}", file=sys.stderr)
         return None
@@ -703,7 +708,8 @@ def main(argv=None) -> int:
             row = flower_worker(spec["m"], spec["warmup"], spec["rounds"], spec["actors"])
         else:
             row = pfl_worker(spec["m"], spec["threads"], spec["warmup"], spec["rounds"])
-        print(json.dumps(row))
+        if row.get("rank", 0) == 0:   # under torchrun, one line from rank 0 only
+            print(json.dumps(row), flush=True)
         return 0
 
     if any(c.startswith("pfl") for c in args.configs) and _version("pfl") == "not installed":
@@ -721,6 +727,9 @@ def main(argv=None) -> int:
                     continue
                 row["repeat"] = rep
                 rows.append(row)
+                if args.output:
+                    with open(args.output.with_suffix(".jsonl"), "a") as log:
+                        log.write(json.dumps(row) + "\n")
                 print(f"repeat {rep + 1} m={m:>5} {config:<12} {row['rate']:8.1f} "
                       f"client-updates/s  load {row['load_before']:.1f}→"
                       f"{row['load_after']:.1f}", file=sys.stderr, flush=True)
