@@ -28,6 +28,7 @@ def test_run_writes_one_csv_row_per_evaluated_round(tmp_path, capsys):
     assert "accuracy" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_run_epsilon_inf_means_no_noise(tmp_path):
     out = tmp_path / "m.csv"
     assert main(ARGS + ["--epsilon", "inf", "--out", str(out)]) == 0

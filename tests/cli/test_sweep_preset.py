@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
 from ldpsim.cli import main
 
 
+@pytest.mark.slow
 def test_preset_and_resolved_grid_are_printed_before_the_run(tmp_path, capsys):
     out = tmp_path / "q.csv"
     rc = main(["sweep", "--preset", "quick", "--clients", "5", "--seeds", "0", "--epsilon",

@@ -306,6 +306,7 @@ def test_central_epsilon_matches_dp_accounting():
     assert eps == pytest.approx(2.4367, abs=1e-4)   # ALGORITHMS §4.5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["distributed", "mindspore"])
 def test_chunks_in_flight_change_mode_rounds_only_by_rounding(setup, mode):
     # 10 clients in chunks of 4 = 3 chunks; 2 in flight pads them to 4 chunks (one of
@@ -330,6 +331,7 @@ def test_chunks_in_flight_change_mode_rounds_only_by_rounding(setup, mode):
     assert int(outs[0][2].survivors) <= 10
 
 
+@pytest.mark.slow
 def test_a_new_mode_is_one_object_the_kernel_runs_unchanged(setup):
     # A mode written outside ldpsim: clients clip to C and add N(0, (s·C)²) with s a traced
     # knob, the server averages with one vote per client. Built from the public fields of

@@ -136,6 +136,7 @@ def _run(pop, ids, mask, *, chunk, sigma=0.3, clip=0.5, round_idx=2, mechanism="
               _hyper(sigma=sigma, clip=clip, client_lr=0.2))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mechanism", ["gaussian", "laplace"])
 def test_chunk_size_changes_results_only_by_rounding(mechanism):
     pop = _population()
@@ -147,6 +148,7 @@ def test_chunk_size_changes_results_only_by_rounding(mechanism):
         _close(m, ref_m, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_chunks_in_flight_change_results_only_by_rounding():
     # The cohort scan unrolled k chunks per iteration (k = 1, 2, 3 and more chunks than
     # there are: 23 clients in chunks of 5 -> 5 chunks) adds the same chunks in the same
@@ -260,6 +262,7 @@ def noise_setup():
     return pop, counts, model, params
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mechanism", ["gaussian", "laplace"])
 def test_aggregated_noise_norm_matches_theory(noise_setup, mechanism):
     pop, counts, model, params = noise_setup
@@ -307,6 +310,7 @@ def test_privatize_zero_noise_and_clip_direction():
 # --------------------------------------------------------- traced hyperparameters, sweeps
 
 
+@pytest.mark.slow
 def test_no_recompilation_when_epsilon_clip_or_lr_change():
     model, params = _setup()
     pop = _population()
@@ -329,6 +333,7 @@ def test_no_recompilation_when_epsilon_clip_or_lr_change():
     assert fn._cache_size() == 1
 
 
+@pytest.mark.slow
 def test_round_vmaps_over_an_epsilon_axis():
     model, params = _setup()
     pop = _population()

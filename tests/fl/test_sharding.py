@@ -196,6 +196,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_two_processes_with_jax_distributed_give_the_one_device_history(tmp_path):
     """``ldpsim run --distributed``: 2 processes x 2 host devices share the cohort (gloo
     collectives on CPU); process 0 alone writes the CSV, equal to one device's history."""

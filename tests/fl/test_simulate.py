@@ -72,6 +72,7 @@ def test_same_seed_reproduces_history_and_other_seeds_differ(small_data):
     assert [r["loss"] for r in a] != [r["loss"] for r in c]
 
 
+@pytest.mark.slow
 def test_chunk_size_changes_history_only_by_rounding(small_data):
     a = sim.simulate(_config(chunk_size=3), data=small_data)
     b = sim.simulate(_config(chunk_size=8), data=small_data)
@@ -80,6 +81,7 @@ def test_chunk_size_changes_history_only_by_rounding(small_data):
             np.testing.assert_allclose(ra[key], rb[key], rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_epsilon_sweep_reuses_one_compilation(small_data):
     sim._compiled.cache_clear()
     for eps in (0.5, 5.0, 50.0):
@@ -98,6 +100,7 @@ def _cached_keys():
            c.weighting, c.chunk_size)
 
 
+@pytest.mark.slow
 def test_no_privacy_has_no_noise_and_learns(small_data):
     history = sim.simulate(_config(epsilon=math.inf, clip=math.inf, rounds=8, eval_every=8),
                            data=small_data)
@@ -107,6 +110,7 @@ def test_no_privacy_has_no_noise_and_learns(small_data):
     assert row["accuracy"] > 0.8  # chance is 1/3; the labels are a linear function of x
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("server", ["fedavgm", "fedadam", "fedyogi"])
 def test_server_optimizers_and_poisson_sampling_run(small_data, server):
     history = sim.simulate(_config(server_optimizer=server, server_lr=0.1, sampling="poisson",
@@ -115,6 +119,7 @@ def test_server_optimizers_and_poisson_sampling_run(small_data, server):
     assert history[-1]["clients"] >= 1
 
 
+@pytest.mark.slow
 def test_lenet5_fedavg_learns_mnist(data_root):
     """LeNet-5, FedAvg without noise, 20 clients of 32 MNIST digits per round."""
     ds = load_dataset("mnist", data_root)
@@ -179,6 +184,7 @@ def test_synthetic_padded_shape_does_not_depend_on_the_seed(partition):
     assert shapes == {(30, 900, 60)}  # int(0.9 * max_samples_per_client=1000)
 
 
+@pytest.mark.slow
 def test_two_synthetic_seeds_compile_the_round_once():
     kw = dict(dataset="synthetic", model="logreg", population=30, clients_per_round=5,
               rounds=1, epsilon=10.0, delta=1e-3, batch_size=7, local_steps=1)

@@ -36,7 +36,7 @@ def _config(**kw):
                 client_lr=0.5, chunk_size=4, eval_every=1, seed=3)
     # epsilon 10 (not 20) and dp_eps 10 below: the float32 sampler's bounded tails deliver
     # delta = 1e-3 only up to a per-release epsilon of ~17 (docs/privacy_sharp_edges.md);
-    # above it epsilon_spent is inf by design (tests/test_privacy_release.py).
+    # above it epsilon_spent is inf by design (tests/privacy/test_release.py).
     base.update(kw)
     if base.get("privacy_mode", "ldp") != "ldp":
         base.pop("epsilon")   # the local-DP budget; the other modes have their own
@@ -44,12 +44,16 @@ def _config(**kw):
 
 
 @pytest.mark.parametrize("kw", [
-    dict(privacy_mode="mindspore", dp_eps=10.0),
+    # one compilation each: the fast tier runs two modes, CI all six
+    pytest.param(dict(privacy_mode="mindspore", dp_eps=10.0), marks=pytest.mark.slow),
     dict(privacy_mode="central", noise_multiplier=0.8),
-    dict(privacy_mode="central", adaptive_clip=True, noise_multiplier=0.5, clip=0.1),
-    dict(privacy_mode="distributed", noise_multiplier=0.8, dropout_rate=0.25),
+    pytest.param(dict(privacy_mode="central", adaptive_clip=True, noise_multiplier=0.5, clip=0.1),
+                 marks=pytest.mark.slow),
+    pytest.param(dict(privacy_mode="distributed", noise_multiplier=0.8, dropout_rate=0.25),
+                 marks=pytest.mark.slow),
     dict(noise_mode="aggregate"),
-    dict(client_dp=True, client_dp_micro_batches=2, client_dp_noise_multiplier=1.0),
+    pytest.param(dict(client_dp=True, client_dp_micro_batches=2, client_dp_noise_multiplier=1.0),
+                 marks=pytest.mark.slow),
 ], ids=["mindspore", "central", "central-adaptive", "distributed", "aggregate", "client-dp"])
 def test_each_mode_runs_and_names_itself(data, kw):
     history = sim.simulate(_config(**kw), data=data)
@@ -84,6 +88,7 @@ def test_default_rows_name_the_mode_and_match_the_aggregate_kernel(data):
     assert default["noise_norm"] != agg["noise_norm"]   # different draws, same law
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rule", ["running-min", "overwrite"])
 def test_mindspore_clip_bound_sequence(data, rule):
     # Full participation: every client's C_t is the same, so the clip_bound column is C_t:
@@ -120,6 +125,7 @@ def test_mindspore_replace_neighbours_doubles_sigma(data):
     assert row["epsilon_spent"] == pytest.approx(10.0, rel=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sampling", ["uniform", "poisson"])
 def test_central_epsilon_spent_is_dpfedavg_epsilon(data, sampling):
     from ldpsim._src.privacy import accounting
@@ -171,6 +177,7 @@ def test_distributed_epsilon_uses_smallest_effective_multiplier(data):
         assert row["epsilon_spent"] == pytest.approx(ref, rel=1e-12)
 
 
+@pytest.mark.slow
 def test_client_dp_epsilon_column(data):
     from ldpsim._src.fl.dp_client import dp_client_epsilon
 
@@ -185,6 +192,7 @@ def test_client_dp_epsilon_column(data):
         assert row["client_dp_epsilon"] == pytest.approx(ref.epsilon, rel=1e-12)
 
 
+@pytest.mark.slow
 def test_mode_hyperparameters_are_traced(data):
     # Runs that differ only in z, dropout, quantile or DP-SGD knobs share one compilation.
     sim._compiled.cache_clear()

@@ -188,6 +188,7 @@ def test_parameter_count_helper_matches_shapes():
         shapes, is_leaf=lambda s: isinstance(s, tuple)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("padding", ["SAME", "VALID"])
 def test_cnhw_patches_vjp_is_the_transpose_of_im2col(padding):
     """The hand-written col2im of ``patches_cnhw`` equals autodiff through lax.conv."""

@@ -88,6 +88,7 @@ def _loss(model, ids, y):
     return lambda p: optax.softmax_cross_entropy_with_integer_labels(model.apply(p, ids), y).mean()
 
 
+@pytest.mark.slow
 def test_shapes_dtypes_and_token_inputs():
     ids = _tokens(KEY, [80, 41, 12, 1, 0], 80)
     params = MODEL.init(KEY, jnp.zeros((1, 80), jnp.float32))
@@ -153,6 +154,7 @@ def test_padding_positions_never_change_real_predictions():
     np.testing.assert_allclose(APPLY(params, more), logits, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_manual_backward_pass_matches_autodiff_and_pad_gets_no_gradient():
     ids = _tokens(jax.random.key(11), [24, 20, 7, 0], 24)
     y = jnp.array([5, 17, 40, 2])
@@ -168,6 +170,7 @@ def test_manual_backward_pass_matches_autodiff_and_pad_gets_no_gradient():
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-7 * float(np.abs(b).max()) + 1e-9)
 
 
+@pytest.mark.slow
 def test_padding_rows_leave_real_rows_identical():
     """The engine zeroes masked batch rows (all PAD): the real rows' logits are unchanged, and
     a client's padding rows (beyond its count) never influence its local update."""
@@ -200,6 +203,7 @@ def test_padding_rows_leave_real_rows_identical():
 
 # --------------------------------------------------------------------------- vmap
 
+@pytest.mark.slow
 def test_vmapped_per_client_params_equal_unbatched():
     """Per-client params, data and labels under vmap: logits and gradients equal the
     one-client-at-a-time results."""
@@ -229,6 +233,7 @@ def test_vmapped_per_client_params_equal_unbatched():
 
 # --------------------------------------------------------------------------- it learns
 
+@pytest.mark.slow
 def test_char_lstm_learns_real_shakespeare(data_root):
     """400 Adam steps (batch 32) on 4,096 real training windows, last 20 characters of
     context each; evaluated on all 5,517 held-out windows of the *test* split.
@@ -290,6 +295,7 @@ def test_char_lstm_learns_real_shakespeare(data_root):
     assert ce < unigram_entropy - 0.3
 
 
+@pytest.mark.slow
 def test_auto_model_for_shakespeare_is_the_char_lstm(data_root):
     """model='auto' never gives Shakespeare's token ids to an MLP (issue: converged answers)."""
     from ldpsim._src.fl.config import SimulationConfig

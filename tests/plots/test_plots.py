@@ -132,6 +132,7 @@ def test_bands_are_mean_plus_minus_std_over_seeds(results, tmp_path):
     assert ys.max() == pytest.approx((stats["mean"] + stats["std"]).max())
 
 
+@pytest.mark.slow
 def test_noise_table_plot_has_theory(tmp_path):
     rows = noise_study(jax.random.key(0), clients=[1, 10, 100], dim=500, noise_scale=0.3, clip=1.0, trials=3)
     df = pd.DataFrame([{**r, "epsilon": 2.0, "clip": 1.0} for r in rows])

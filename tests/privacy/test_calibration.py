@@ -27,7 +27,7 @@ def test_table_exact_java_classic(eps, delta, exact, java, classic):
     # The table is printed to 6 decimals: allow that rounding on top of 1e-6 relative.
     assert cal.analytic_gaussian_sigma(eps, delta) == pytest.approx(exact, rel=1e-6, abs=5e-7)
     with warnings.catch_warnings():
-        # (10, 0.01) for MindSpore and ε ≥ 1 for classic miss the request: tests/test_calibration_extremes.py
+        # (10, 0.01) for MindSpore and ε ≥ 1 for classic miss the request: tests/privacy/test_calibration_extremes.py
         warnings.simplefilter("ignore", cal.CalibrationShortfallWarning)
         assert cal.mindspore_gaussian_sigma(eps, delta) == pytest.approx(java, rel=1e-3)
         warnings.simplefilter("ignore", cal.ClassicGaussianRangeWarning)

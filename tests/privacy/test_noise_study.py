@@ -74,8 +74,8 @@ def _check_against_theory(rows, mechanism, clip):
         assert r["snr_aligned"] == pytest.approx(r["snr_aligned_theory"], rel=Z * rel_norm + 1e-3)
 
 
-@pytest.mark.parametrize("mechanism", ["gaussian", "laplace"])
-@pytest.mark.parametrize("method", ["per-client", "aggregate"])
+@pytest.mark.parametrize("mechanism", ["gaussian", pytest.param("laplace", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("method", [pytest.param("per-client", marks=pytest.mark.slow), "aggregate"])
 def test_simulated_noise_matches_theory(mechanism, method):
     rows = A.noise_study(jax.random.key(11), clients=[1, 30, 300], dim=2_000, noise_scale=0.5, clip=1.0,
                          mechanism=mechanism, trials=16, method=method)
@@ -83,6 +83,7 @@ def test_simulated_noise_matches_theory(mechanism, method):
     _check_against_theory(rows, mechanism, 1.0)
 
 
+@pytest.mark.slow
 def test_random_directions_do_not_gain_snr():
     # ALGORITHMS §5.3: with independent directions ‖ū‖ ≈ C/√n, so the SNR is flat in n.
     rows = A.noise_study(jax.random.key(3), clients=[4, 400], dim=1_000, noise_scale=0.2, clip=1.0,
@@ -93,6 +94,7 @@ def test_random_directions_do_not_gain_snr():
     assert rows[1]["snr_aligned"] / rows[0]["snr_aligned"] == pytest.approx(10.0, rel=0.05)
 
 
+@pytest.mark.slow
 def test_chunking_does_not_change_the_noise():
     # Keys are derived from client positions, so the chunk size only changes summation order.
     kw = dict(num_clients=50, dim=300, noise_scale=1.0, clip=1.0, method="per-client")
@@ -103,6 +105,7 @@ def test_chunking_does_not_change_the_noise():
     assert float(c.noise_norm) != float(a.noise_norm)
 
 
+@pytest.mark.slow
 def test_weighted_mean_uses_n_eff():
     n, d, t = 64, 4_000, 12
     w = np.linspace(1.0, 8.0, n)
@@ -133,6 +136,7 @@ def test_million_clients_per_client_draws_in_chunks():
     assert 1e-8 < float(out.noise_sq) < 1e-4
 
 
+@pytest.mark.slow
 def test_cli_noise_csv_against_theory(tmp_path):
     out = tmp_path / "noise.csv"
     rc = main(["noise", "--dim", "3000", "--epsilon", "2", "--delta", "1e-5", "--clip", "1",

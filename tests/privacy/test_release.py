@@ -85,6 +85,7 @@ def _rows(data, **kw):
     return sim.simulate(SimulationConfig(**base), data=data)
 
 
+@pytest.mark.slow
 def test_engine_reports_inf_when_the_sampler_cannot_deliver_delta(toy_data):
     with pytest.warns(calibration.SamplerTailWarning, match="epsilon_spent is reported as inf"):
         rows = _rows(toy_data, epsilon=100.0)
@@ -97,6 +98,7 @@ def test_engine_reports_inf_when_the_sampler_cannot_deliver_delta(toy_data):
     assert rows[0]["sampler_delta_floor"] < 1e-5
 
 
+@pytest.mark.slow
 def test_engine_central_floor_uses_the_sum_sensitivity(toy_data):
     with pytest.warns(calibration.SamplerTailWarning):
         rows = _rows(toy_data, privacy_mode="central", noise_multiplier=0.4)

@@ -100,6 +100,7 @@ def _peak_rss_mb(n: int, dim: int) -> tuple[float, float]:
     return out["hwm_kb"] / 1024.0, out["noise_sq"]
 
 
+@pytest.mark.slow
 def test_peak_memory_of_a_process_does_not_grow_with_n():
     if not Path("/proc/self/status").exists():
         pytest.skip("needs /proc (Linux) for VmHWM")
@@ -117,6 +118,7 @@ def test_peak_memory_of_a_process_does_not_grow_with_n():
     assert np.isfinite(small) and small > 0
 
 
+@pytest.mark.slow
 def test_cli_noise_accepts_one_trial(tmp_path, capsys):
     # One trial is how n = 10^6 with --draw per-client is run: noise_norm_std is then NaN.
     import csv
