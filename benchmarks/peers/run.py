@@ -116,7 +116,7 @@ MIN_POPULATION = 10_000
 LENET5_PARAMS = 61_706
 CONFIGS = ("pfl-1thr", "pfl-2thr", "pfl-2proc", "fedjax", "flower-2actor", "ldpsim-1thr",
            "ldpsim-1dev", "ldpsim-2dev")
-DEFAULT_CONFIGS = ("pfl-1thr", "pfl-2proc", "ldpsim-1dev", "ldpsim-2dev")
+DEFAULT_CONFIGS = ("pfl-1thr", "pfl-2proc", "ldpsim-1thr", "ldpsim-1dev", "ldpsim-2dev")
 
 
 def _pool():
