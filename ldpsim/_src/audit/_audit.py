@@ -153,12 +153,14 @@ class AuditReport:
     """An audit of one of ldpsim's randomizers against its claimed guarantee.
 
     Attributes:
-        mechanism: ``"gaussian"``, ``"laplace"`` or ``"rr"``.
+        mechanism: ``"gaussian"``, ``"laplace"``, ``"rr"`` or a report randomizer
+            (:data:`REPORT_RANDOMIZERS`).
         epsilon, delta: the claim (``delta`` None for the pure-DP mechanisms).
         neighbours: the relation of the pair (``"replace"`` or ``"add-remove"``).
         clip: the clip bound C (None for RR).
         sensitivity: distance between the pair's clipped inputs (None for RR).
-        scale: σ (Gaussian), b (Laplace), or the keep probability (RR).
+        scale: σ (Gaussian), b (Laplace), the keep probability (RR), None for the
+            report randomizers (their parameters are not one scale).
         path: ``"sufficient-statistic"`` (1-D game) or ``"full-mechanism"``.
         dim: the full path's dimension (None on the 1-D path).
         sampler: the noise sampler audited.
@@ -174,7 +176,7 @@ class AuditReport:
     neighbours: str
     clip: float | None
     sensitivity: float | None
-    scale: float
+    scale: float | None
     path: str
     dim: int | None
     sampler: str

@@ -370,5 +370,5 @@ def audit_report_randomizer(
     gap = float(jnp.linalg.norm(x1 - x0))
     return _audit.AuditReport(
         name, local.epsilon, None, "replace", None if name == "signds" else float(clip), gap,
-        float("nan"), "full-mechanism", dim, f"ldpsim._src.privacy.{name}.privatize",
+        None, "full-mechanism", dim, f"ldpsim._src.privacy.{name}.privatize",
         name, _audit._describe(what, None, result), time.perf_counter() - start, result)

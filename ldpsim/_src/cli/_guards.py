@@ -476,14 +476,20 @@ def check_audit_args(args: argparse.Namespace) -> None:
     from ldpsim._src.audit._game import MAX_TRIALS
 
     mech = args.mechanism
-    rr_only, additive_only = ("k",), ("clip", "neighbours", "dim")
+    rr_only, vector_only, additive_only = ("k",), ("clip", "dim"), ("neighbours",)
     gaussian_only = ("delta", "method", "sampler")
-    for dest in rr_only + additive_only + gaussian_only:
-        applies = (mech == "rr") if dest in rr_only else (
-            mech != "rr" if dest in additive_only else mech == "gaussian")
+    for dest in rr_only + vector_only + additive_only + gaussian_only:
+        applies = ((mech == "rr") if dest in rr_only else mech != "rr" if dest in vector_only
+                   else mech in ("gaussian", "laplace") if dest in additive_only
+                   else mech == "gaussian")
+        if mech == "signds" and dest == "clip":
+            applies = False   # SignDS releases indices: no clip bound
         if not applies and was_given(args, dest, AUDIT_DEFAULTS.get(dest)):
-            used = ("--mechanism rr" if dest in rr_only else "--mechanism gaussian and laplace"
-                    if dest in additive_only else "--mechanism gaussian")
+            used = ("--mechanism rr" if dest in rr_only
+                    else "the vector randomizers (not rr, not signds)" if dest == "clip"
+                    else "--mechanism gaussian and laplace" if dest in additive_only
+                    else "the vector randomizers (not rr)" if dest in vector_only
+                    else "--mechanism gaussian")
             raise LdpsimError(f"{option(dest)} does not apply to --mechanism {mech}: it is used by "
                               f"{used} only; remove it")
     check_seed(args.seed)

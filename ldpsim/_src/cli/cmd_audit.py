@@ -15,6 +15,7 @@ examples:
   ldpsim audit --mechanism gaussian --epsilon 50 --delta 1e-5 --trials 100000
   ldpsim audit --mechanism rr --epsilon 2 --k 4 --json
   ldpsim audit --mechanism gaussian --epsilon 4 --dim 61706 --trials 20000
+  ldpsim audit --mechanism privunit2 --epsilon 1 --dim 16 --trials 200000
 
 what it does: plays the distinguishing game on a worst-case pair of neighbouring inputs
 (replace: -C e1 vs +C e1; add-remove: 0 vs C e1; rr: values 0 vs 1), chooses a threshold
@@ -57,19 +58,27 @@ _PIPELINE_ONLY = ("canaries", "rounds", "total_epsilon", "observe", "planted_bug
                   "examples_per_client")
 
 
+#: The report randomizers the audit plays (ldpsim._src.audit._mechanisms.REPORT_RANDOMIZERS;
+#: a literal here so that ``--help`` imports no JAX; tests/cli keep the two equal).
+_REPORT = ("privunit2", "privunitg", "duchi", "signds")
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     from ldpsim._src.cli._guards import HelpFormatter
 
     p = subparsers.add_parser(
         "audit",
-        help="empirical epsilon lower bound for a local randomizer (gaussian, laplace, rr)",
+        help="empirical epsilon lower bound for a local randomizer (gaussian, laplace, rr, "
+             "privunit2, privunitg, duchi, signds) or a whole LDP-FedAvg run (--pipeline)",
         description="Measure what a local randomizer protects: an empirical lower bound on its "
                     "epsilon at the claimed delta, from a distinguishing game on neighbouring inputs.",
         epilog=_EPILOG,
         formatter_class=HelpFormatter,
     )
-    p.add_argument("--mechanism", choices=("gaussian", "laplace", "rr"), default="gaussian",
-                   help="gaussian and laplace: ldpsim's randomizers; rr: k-ary randomized response")
+    p.add_argument("--mechanism", choices=("gaussian", "laplace", "rr", *_REPORT), default="gaussian",
+                   help="gaussian and laplace: ldpsim's additive randomizers; rr: k-ary randomized "
+                        "response; privunit2, privunitg, duchi, signds: the report randomizers, "
+                        "played in full on a --dim update (defaults 16; signds 200)")
     p.add_argument("--epsilon", type=float, required=True, help="the claimed epsilon > 0")
     p.add_argument("--delta", type=float, default=None,
                    help="the claimed delta (gaussian only; default 1e-5)")
@@ -156,6 +165,10 @@ def _print(report) -> None:
     r = report.result
     if report.mechanism == "rr":
         what = f"rr, keep probability {report.scale:.6g}"
+        claim = f"epsilon = {report.epsilon:g} (pure)"
+    elif report.mechanism in _REPORT:
+        what = (f"{report.mechanism}" + (f", clip {report.clip:g}" if report.clip else "")
+                + f", any two inputs (pair {report.sensitivity:.4g} apart)")
         claim = f"epsilon = {report.epsilon:g} (pure)"
     else:
         name = "sigma" if report.mechanism == "gaussian" else "b"
