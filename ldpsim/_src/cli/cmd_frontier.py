@@ -64,7 +64,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run)
 
 
-def _parse(text: str, what: str, convert):
+def _parse(text: str, what: str, convert, kind: str = "number"):
     from ldpsim._src._checks import LdpsimError
     from ldpsim._src.sweep.config import parse_list
 
@@ -77,7 +77,7 @@ def _parse(text: str, what: str, convert):
         try:
             out.append(convert(t))
         except ValueError:
-            raise LdpsimError(f"--{what}: {t!r} is not a number") from None
+            raise LdpsimError(f"--{what}: {t!r} is not a {kind}") from None
     return list(dict.fromkeys(out))
 
 
@@ -122,8 +122,8 @@ def run(args: argparse.Namespace) -> int:
     for e in epsilons:
         if not (e > 0 and math.isfinite(e)):
             raise LdpsimError(f"--epsilon must be > 0 and finite; got {e!r}")
-    dims = [check_positive_int("--dims", d) for d in _parse(args.dims, "dims", _int)]
-    clients = [check_positive_int("--clients", n) for n in _parse(args.clients, "clients", _int)]
+    dims = [check_positive_int("--dims", d) for d in _parse(args.dims, "dims", _int, "whole number")]
+    clients = [check_positive_int("--clients", n) for n in _parse(args.clients, "clients", _int, "whole number")]
     trials = check_positive_int("--trials", args.trials)
     delta = fr.DEFAULT_DELTA if args.delta is None else check_open_unit("--delta", args.delta)
     if args.chunk_size is not None:
