@@ -80,6 +80,9 @@ from ldpsim._src.privacy.shuffling import (
     stronger_clone_applies,
 )
 from ldpsim._src.privacy.shuffling import closed_form_epsilon as shuffle_closed_form_epsilon
+from ldpsim._src.privacy.frontier import FrontierRow, frontier, frontier_cell, plot_frontier
+from ldpsim._src.privacy.frontier import lower_bound as frontier_lower_bound
+from ldpsim._src.privacy.frontier import winners as frontier_winners
 from ldpsim._src.privacy.mechanisms import (
     add_gaussian_noise,
     add_laplace_noise,
@@ -92,6 +95,7 @@ __all__ = [
     "Calibration",
     "CalibrationShortfallWarning",
     "ClassicGaussianRangeWarning",
+    "FrontierRow",
     "LdpAccountant",
     "LocalMechanism",
     "MechanismParams",
@@ -127,6 +131,10 @@ __all__ = [
     "duchi",
     "effective_num_clients",
     "expected_noise_norm",
+    "frontier",
+    "frontier_cell",
+    "frontier_lower_bound",
+    "frontier_winners",
     "gaussian_achieved",
     "gaussian_noise",
     "gaussian_randomizer",
@@ -143,6 +151,7 @@ __all__ = [
     "mindspore_gaussian_sigma",
     "noise_study",
     "per_layer_bound",
+    "plot_frontier",
     "privunit2",
     "privunitg",
     "quantile_clip",
