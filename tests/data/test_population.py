@@ -70,7 +70,6 @@ def _pop(alpha, seed, base=_BASE):
     )
 
 
-@pytest.mark.slow
 def test_sampled_population_deterministic_and_cohort_independent():
     pop = _pop(0.3, 7)
     ids = jnp.arange(256, dtype=jnp.int32)

@@ -89,6 +89,7 @@ def test_checkpoint_dir_that_is_a_file_is_refused(tmp_path):
         simulate(_config(rounds=1), checkpoint_dir=path)
 
 
+@pytest.mark.slow
 def test_lanes_resume(tmp_path):
     """simulate_lanes (a vmapped ε axis) keeps every lane in one checkpoint."""
     configs = [SimulationConfig(model="logreg", population=40, clients_per_round=5,

@@ -44,14 +44,14 @@ def _config(**kw):
 
 
 @pytest.mark.parametrize("kw", [
-    # one compilation each: the fast tier runs two modes, CI all six
+    # one compilation each: CI runs all six; the fast tier runs the modes in the tests below
     pytest.param(dict(privacy_mode="mindspore", dp_eps=10.0), marks=pytest.mark.slow),
-    dict(privacy_mode="central", noise_multiplier=0.8),
+    pytest.param(dict(privacy_mode="central", noise_multiplier=0.8), marks=pytest.mark.slow),
     pytest.param(dict(privacy_mode="central", adaptive_clip=True, noise_multiplier=0.5, clip=0.1),
                  marks=pytest.mark.slow),
     pytest.param(dict(privacy_mode="distributed", noise_multiplier=0.8, dropout_rate=0.25),
                  marks=pytest.mark.slow),
-    dict(noise_mode="aggregate"),
+    pytest.param(dict(noise_mode="aggregate"), marks=pytest.mark.slow),
     pytest.param(dict(client_dp=True, client_dp_micro_batches=2, client_dp_noise_multiplier=1.0),
                  marks=pytest.mark.slow),
 ], ids=["mindspore", "central", "central-adaptive", "distributed", "aggregate", "client-dp"])
@@ -161,6 +161,7 @@ def test_central_adaptive_uses_the_noise_split(data):
     assert history[1]["clip_bound"] == pytest.approx(c0 * math.exp(-0.2 * (b - 0.5)), rel=1e-5)
 
 
+@pytest.mark.slow
 def test_distributed_epsilon_uses_smallest_effective_multiplier(data):
     z, m = 1.2, 8
     history = sim.simulate(_config(privacy_mode="distributed", noise_multiplier=z,
@@ -227,6 +228,7 @@ def test_bad_mode_combinations_raise(kw, field):
         _config(**kw)
 
 
+@pytest.mark.slow
 def test_cli_run_central_writes_csv(tmp_path):
     from ldpsim.cli import main
     from ldpsim._src.privacy import accounting

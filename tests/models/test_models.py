@@ -52,7 +52,7 @@ def test_lenet5_same_equals_valid_on_zero_padded_32x32():
 
 @pytest.mark.parametrize("padding", ["SAME", "VALID"])
 @pytest.mark.parametrize("impl", IMPLS)
-@pytest.mark.parametrize("channels", [1, 3])
+@pytest.mark.parametrize("channels", [1, pytest.param(3, marks=pytest.mark.slow)])
 def test_conv2d_matches_lax_reference(impl, padding, channels):
     """Each formulation against lax.conv_general_dilated, in value and in both gradients."""
     kx, kw, kg = jax.random.split(jax.random.key(channels), 3)
@@ -94,7 +94,8 @@ def _value_and_grad(model, x, y):
 
 @pytest.mark.parametrize("conv, pool", [("mixed", "reshape"), ("mixed", "window"),
                                         ("xla", "reshape"), ("auto", "auto")])
-@pytest.mark.parametrize("shape, padding", [((28, 28, 1), "SAME"), ((32, 32, 3), "VALID")])
+@pytest.mark.parametrize("shape, padding", [((28, 28, 1), "SAME"),
+                                            pytest.param((32, 32, 3), "VALID", marks=pytest.mark.slow)])
 def test_lenet5_fast_path_matches_reference_in_value_and_gradient(conv, pool, shape, padding):
     """Every kept LeNet-5 formulation against the lax reference (xla conv, reduce_window)."""
     kx, ky = jax.random.split(KEY)
@@ -122,6 +123,7 @@ def test_auto_is_the_per_backend_policy():
     assert not {"conv2d", "im2col", "max_pool2x2", "CONV_IMPLS"} & set(ldpsim.models.__all__)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("impl", LENET_IMPLS)
 def test_lenet5_vmap_over_per_client_params(impl):
     model = get_model("lenet5", input_shape=(28, 28, 1), num_classes=10, conv_impl=impl)

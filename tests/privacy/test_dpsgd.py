@@ -138,7 +138,7 @@ def test_one_changed_micro_batch_moves_sum_by_2c_and_fraction_by_one_over_m():
     """The sensitivities the module docstring states, through dp_aggregate (no noise).
 
     Changing the data of one micro-batch of several examples (here: its gradient turned
-    around, as one added example can do, see tests/fl/test_central.py) moves the clipped
+    around, as one added example can do, see tests/fl/test_dpsgd_train.py) moves the clipped
     sum by exactly 2C, not C; and flips at most one unclipped indicator: β/M moves by 1/M.
     """
     C, M = 1.0, 4

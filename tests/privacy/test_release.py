@@ -110,12 +110,19 @@ def test_engine_central_floor_uses_the_sum_sensitivity(toy_data):
 # ------------------------------------------------------------------ results columns
 
 
+_SLOW = pytest.mark.slow   # one engine compilation per mode: the fast tier runs two
+
+
 @pytest.mark.parametrize("kw", [
-    {}, {"mechanism": "laplace", "epsilon": 2.0}, {"epsilon": math.inf},
+    {}, pytest.param({"mechanism": "laplace", "epsilon": 2.0}, marks=_SLOW),
+    pytest.param({"epsilon": math.inf}, marks=_SLOW),
     {"privacy_mode": "central", "noise_multiplier": 1.0},
-    {"privacy_mode": "central", "noise_multiplier": 0.5, "adaptive_clip": True},
-    {"privacy_mode": "distributed", "noise_multiplier": 1.0, "dropout_rate": 0.2},
-    {"privacy_mode": "mindspore"}, {"noise_mode": "aggregate"},
+    pytest.param({"privacy_mode": "central", "noise_multiplier": 0.5, "adaptive_clip": True},
+                 marks=_SLOW),
+    pytest.param({"privacy_mode": "distributed", "noise_multiplier": 1.0, "dropout_rate": 0.2},
+                 marks=_SLOW),
+    pytest.param({"privacy_mode": "mindspore"}, marks=_SLOW),
+    pytest.param({"noise_mode": "aggregate"}, marks=_SLOW),
 ])
 def test_every_results_column_is_classified(toy_data, kw):
     with warnings.catch_warnings():
