@@ -352,10 +352,6 @@ def plot_frontier(table, out=None):
     ±2 standard errors), exact theory (dashed), and the order d/(n·min(ε, ε²)) of the minimax
     lower bound with constant 1 (black dotted). ``table``: a frontier DataFrame or CSV path.
     Returns the matplotlib Figure (saved to ``out`` when given)."""
-    import matplotlib
-
-    if out is not None:
-        matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
     import pandas as pd
     from matplotlib.ticker import NullFormatter
