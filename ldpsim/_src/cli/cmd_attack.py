@@ -69,8 +69,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--epsilons", type=_floats, default=None,
                    help="comma-separated epsilon grid, inf allowed (default inf,1000,100,50,10,1)")
     p.add_argument("--mechanism", type=_names, default=["gaussian"],
-                   help="comma-separated local randomizers (default gaussian; see --help of "
-                        "the error for the list)")
+                   help="comma-separated local randomizers of ldpsim's registry (default "
+                        "gaussian; also laplace, and the report randomizers privunit2, "
+                        "privunitg, duchi, whose reports the server decodes)")
     p.add_argument("--examples", type=_ints, default=[1],
                    help="comma-separated examples per client B, each 1..8 (default 1)")
     p.add_argument("--clients", type=_ints, default=[1],
