@@ -25,8 +25,11 @@ import sys
 
 import jax
 
+# Training settings are given explicitly (the pre-defaults values), so that a change of the
+# per-dataset defaults (fl/defaults.py) does not read as a change of the engine.
 BASE = dict(dataset="synthetic", population=60, clients_per_round=12, rounds=3,
-            local_steps=2, batch_size=8, seed=3, devices=1)
+            local_steps=2, batch_size=8, client_optimizer="sgd", client_lr=0.05,
+            server_lr=1.0, seed=3, devices=1)
 
 CASES = {
     "noprivacy": dict(),
