@@ -93,3 +93,16 @@ def test_label_recovery_is_a_multiset_overlap():
     assert label_recovery([2], [3]) == 0.0
     assert label_recovery([1, 2, 3, 4], [4, 3, 2, 1]) == 1.0
     assert label_recovery([1, 1, 2, 5], [1, 2, 2, 7]) == 0.5
+
+
+def test_best_against_all_finds_another_clients_example():
+    """psnr_any / ssim_any: a reconstruction equal to the 2nd client's example scores
+    inf / 1 although it matches nothing of client 0."""
+    from ldpsim._src.attacks._experiment import _best_against_all
+
+    rng = np.random.default_rng(4)
+    all_x = rng.random((3, 1, 16, 16, 1)).astype(np.float32)   # n = 3 clients, B = 1
+    p, s = _best_against_all(all_x[1], all_x)
+    assert math.isinf(p) and s == pytest.approx(1.0, abs=1e-6)
+    p0 = float(psnr(all_x[1, 0], all_x[0, 0]))
+    assert p0 < 20.0
