@@ -78,6 +78,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     for flag, field, typ, choices, help_ in _OPTIONS:
         if field not in skip:
             quick = f"; quick sweep: {DEFAULT_RUN[field]}" if field in DEFAULT_RUN else ""
+            help_ = help_.replace("see 'training defaults' below", "listed by ldpsim run --help")
             help_ = f"{help_} (default: {run_default[field]}{quick})".replace("%", "%%")
             fixed.add_argument(flag, dest=f"set_{field}", type=typ, choices=choices, default=None, help=help_)
     fixed.add_argument("--delta", dest="set_delta", default=None,
