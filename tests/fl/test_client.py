@@ -162,6 +162,7 @@ def test_different_keys_shuffle_differently_and_same_key_reproduces():
     assert not np.allclose(leaf_a, leaf_c)
 
 
+@pytest.mark.slow
 def test_vmap_over_clients_matches_loop_lenet5():
     model = get_model("lenet5", input_shape=(28, 28, 1), num_classes=10)
     params = model.init(KEY, jnp.zeros((1, 28, 28, 1)))

@@ -50,7 +50,7 @@ def _close(a, b, rtol=1e-5, atol=1e-6):
         np.testing.assert_allclose(np.asarray(u), np.asarray(v), rtol=rtol, atol=atol)
 
 
-@pytest.mark.parametrize("name", ["sgd", "adam"])
+@pytest.mark.parametrize("name", ["sgd", pytest.param("adam", marks=pytest.mark.slow)])
 def test_without_noise_or_clipping_equals_local_update_partial_batches(name):
     """M = 1 and C never reached: the batch gradient itself, so exactly local_update (n=13, B=5)."""
     x, y = _data(13)
@@ -66,6 +66,7 @@ def test_without_noise_or_clipping_equals_local_update_partial_batches(name):
     assert int(m.num_steps) == 7
 
 
+@pytest.mark.slow
 def test_full_batches_many_micro_batches_equal_local_update():
     """Full batches split in equal chunks: the mean of chunk means is the batch mean."""
     x, y = _data(16)
@@ -144,6 +145,7 @@ def test_padding_exact_with_noise():
     np.testing.assert_allclose(ma.loss, mb.loss, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_empty_client_takes_no_step():
     x, y = _data(6)
     d, m = _dp(x, y, 0, jax.random.key(1), batch_size=2, local_steps=3, micro_batches=2,
@@ -153,6 +155,7 @@ def test_empty_client_takes_no_step():
         assert np.all(np.asarray(leaf) == 0)
 
 
+@pytest.mark.slow
 def test_clip_and_noise_are_traced_no_recompile():
     x, y = _data(8)
     traces = []
@@ -181,6 +184,7 @@ def test_bad_arguments():
         make_dp_client_update(micro_batches=2, clip_norm=1.0, noise_multiplier=-1.0)
 
 
+@pytest.mark.slow
 def test_plugs_into_the_round():
     """make_round_fn(client_update=...) runs DP-SGD clients: the round's new model is the
     example-weighted mean of the clients' dp_local_update deltas (keys as the engine documents:
