@@ -91,6 +91,8 @@ print(json.dumps(out))
 """
 
 
+# One child process runs every multi-device check (a fresh JAX, one compilation per mode):
+# the tests reading it are marked slow and run in CI; the fast tier keeps the layout checks.
 @pytest.fixture(scope="module")
 def four_devices() -> dict:
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
@@ -109,6 +111,7 @@ def four_devices() -> dict:
 RTOL, ATOL = 1e-5, 1e-6
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["gaussian", "laplace", "mindspore", "distributed"])
 def test_four_devices_give_the_one_device_history(four_devices, case):
     assert four_devices["device_count"] == 4
@@ -130,17 +133,20 @@ def test_four_devices_give_the_one_device_history(four_devices, case):
         assert r1["clients"] == 10
 
 
+@pytest.mark.slow
 def test_four_device_round_really_runs_on_four_devices(four_devices):
     assert four_devices["num_partitions"] == 4     # one SPMD program over 4 devices
     assert four_devices["all_reduce"]              # the cross-device psum of the sums
     assert four_devices["out_devices"] == 4        # new params replicated on all 4
 
 
+@pytest.mark.slow
 def test_auto_devices_on_cpu_fall_back_to_one_device_for_large_cohorts(four_devices):
     # m = 10 <= limit 10: all 4 devices; limit 9: one device; devices=4 given: 4.
     assert four_devices["auto_devices"] == [4, 1, 4]
 
 
+@pytest.mark.slow
 def test_four_device_round_params_equal_one_device(four_devices):
     p1, p4 = four_devices["params"]["1"], four_devices["params"]["4"]
     for a, b in zip(p1, p4):
