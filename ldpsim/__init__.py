@@ -27,7 +27,8 @@ Layers (dependencies point downwards only):
 * :mod:`ldpsim.data`, :mod:`ldpsim.models` -- datasets, partitions, flax models.
 * :mod:`ldpsim.fl` -- the simulation engine (one client written once, vmapped).
 * :mod:`ldpsim.sweep`, :mod:`ldpsim.plots`, :mod:`ldpsim.cli` -- what users run.
-* :mod:`ldpsim.audit` -- empirical privacy lower bounds.
+* :mod:`ldpsim.audit`, :mod:`ldpsim.attacks` -- empirical privacy lower bounds and gradient
+  inversion: what local DP protects, measured.
 
 Each public module re-exports its names explicitly (``__all__``); the implementation lives in
 the private package ``ldpsim._src`` (as optax does), whose layout may change without notice.
@@ -72,7 +73,13 @@ _EXPORTS["use_host_devices"] = ("ldpsim._src._devices", "use_host_devices")
 __all__ = ["LdpsimError", "__version__", *sorted(_EXPORTS)]
 
 
+#: The public modules, importable as attributes too (``ldpsim.privacy`` after ``import ldpsim``).
+_SUBMODULES = ("attacks", "audit", "cli", "data", "fl", "models", "plots", "privacy", "sweep")
+
+
 def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
     if name in _EXPORTS:
         module, attr = _EXPORTS[name]
         mod = importlib.import_module(module)
@@ -81,4 +88,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(list(globals()) + list(_EXPORTS))
+    return sorted(set(globals()) | set(_EXPORTS) | set(_SUBMODULES))
