@@ -557,7 +557,7 @@ def dpsgd_epsilon(
     example) adding or removing an example moves the clipped sum by at most C; with
     micro-batches of several examples one changed example moves its micro-batch's clipped
     gradient from g to g', up to 2C, so pass ``noise_multiplier / 2`` (as
-    :mod:`ldpsim._src.fl.central` does).
+    :mod:`ldpsim._src.fl.dpsgd.ledger` does).
     """
     z = check_nonnegative("noise_multiplier", noise_multiplier)
     m, n, k, delta = _check_sampled("batch_size", batch_size, "num_examples", num_examples,

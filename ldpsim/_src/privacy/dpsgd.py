@@ -35,7 +35,7 @@ fraction ``β̃ = β/M + N(0, σ_f²)`` (through ``C_{t+1}``). One example chang
 ``β`` by at most 1 and ``β/M`` by ``1/M`` (add/remove and replace-one alike): a Gaussian of
 multiplier ``σ_f·M``, released on the same batch as the value, so the step is one Gaussian
 with ``1/z² = (s·C_t/(b·m_t))² + 1/(σ_f·M)²``; ``σ_f = 0`` releases β exactly and no finite
-ε holds. :mod:`ldpsim._src.fl.central` records ``C_t`` per step and accounts exactly this; the
+ε holds. :mod:`ldpsim._src.fl.dpsgd.ledger` records ``C_t`` per step and accounts exactly this; the
 state exposes ``clip_norm`` (``C_t``) and ``noise_multiplier`` (``m_t``) for that purpose.
 
 All numeric hyperparameters live in the state as arrays, so a jitted train step
@@ -239,7 +239,7 @@ def noisy_sum_step(total: PyTree, unclipped: jax.typing.ArrayLike, divisor: Any,
     """The release of one DP step from the clipped sum: ``(total + N(0, (b·m_t)²))/divisor``
     and the next :class:`DPAggregateState` (key split, count, adaptive clip from the noisy
     ``unclipped`` fraction, noise decay). Shared by :func:`dp_aggregate` and the Poisson
-    trainer (:func:`ldpsim._src.fl.central.presummed_dp_aggregate`), so both follow one rule."""
+    trainer (:func:`ldpsim._src.fl.dpsgd.steps.presummed_dp_aggregate`), so both follow one rule."""
     clip = state.clip_norm
     key, noise_key, frac_key = jax.random.split(state.key, 3)
     bound = clip if noise_follows_clip else state.noise_norm_bound
