@@ -22,6 +22,7 @@ def test_preset_and_resolved_grid_are_printed_before_the_run(tmp_path, capsys):
     assert set(rows["population"]) == {2000} and set(rows["round"]) == {1}
 
 
+@pytest.mark.slow
 def test_flags_without_a_preset_use_the_run_defaults_and_say_so(tmp_path, capsys):
     out = tmp_path / "d.csv"
     rc = main(["sweep", "--clients", "5", "--seeds", "0", "--epsilon", "inf", "--rounds", "1",

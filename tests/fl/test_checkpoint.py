@@ -107,6 +107,7 @@ def test_lanes_resume(tmp_path):
     assert all(math.isfinite(h[-1]["epsilon_spent"]) for h in resumed)
 
 
+@pytest.mark.slow
 def test_interrupted_sweep_cell_continues_from_its_checkpoint(tmp_path):
     import pandas as pd
 

@@ -84,9 +84,9 @@ def test_matches_plain_reference_with_partial_batches(name):
 @pytest.mark.parametrize(
     "name, mode, n",
     [
-        ("sgd", {"local_steps": 4}, 7),
+        # one compilation each; the fast tier keeps one case
+        pytest.param("sgd", {"local_steps": 4}, 7, marks=pytest.mark.slow),
         ("sgd", {"local_epochs": 2}, 16),
-        # one compilation each; the fast tier keeps the two SGD cases
         pytest.param("momentum", {"local_epochs": 2}, 1, marks=pytest.mark.slow),
         pytest.param("adam", {"local_epochs": 2}, 7, marks=pytest.mark.slow),
         pytest.param("adam", {"local_steps": 4}, 16, marks=pytest.mark.slow),

@@ -90,6 +90,7 @@ def _step_multipliers(clip, *, noise=0.5, bound=1.0, s=2, z_fraction=Z_FRACTION)
     return 1.0 / np.sqrt((s * clip / (bound * noise)) ** 2 + 1.0 / z_fraction**2)
 
 
+@pytest.mark.slow
 def test_cli_poisson_adaptive_clipping_accounts_every_step(tmp_path, data_root, capsys):
     """The tiny real run (Linear adaptive clipping): ε is the composition of the recorded steps."""
     cfg = tmp_path / "small.toml"
@@ -163,6 +164,7 @@ def test_cli_poisson_adaptive_clipping_accounts_every_step(tmp_path, data_root, 
     assert "--from-trace" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_cli_shuffle_adaptive_clipping_charges_the_epochs_worst_step(tmp_path, data_root,
                                                                     capsys):
     cfg = tmp_path / "small.toml"

@@ -145,6 +145,7 @@ def test_central_epsilon_spent_is_dpfedavg_epsilon(data, sampling):
         assert row["sigma"] == pytest.approx(z * 0.5, rel=1e-6)
 
 
+@pytest.mark.slow
 def test_central_adaptive_uses_the_noise_split(data):
     from ldpsim._src.privacy.adaptive import adaptive_noise_split
 
