@@ -243,6 +243,7 @@ def test_laplace_engine_clips_l1(setup):
     assert np.linalg.norm(delta) < 0.01
 
 
+@pytest.mark.slow
 def test_client_dp_wiring_equals_engine_hook(setup):
     # DP-SGD clients with traced clip/multiplier equal the engine's client_update hook
     # with the same values bound (same keys), and differ from ordinary clients.
