@@ -361,7 +361,8 @@ def plot_frontier(table, out=None):
     if df.empty:
         raise LdpsimError("no frontier rows to plot")
     panels = sorted({(int(d), int(n)) for d, n in zip(df["dim"], df["clients"])})
-    cols = min(3, len(panels))
+    n_clients = len({n for _, n in panels})
+    cols = n_clients if n_clients <= 4 else min(3, len(panels))   # one row per d when it fits
     rows = -(-len(panels) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.8 * rows), squeeze=False)
     for ax, (d, n) in zip(axes.flat, panels):
