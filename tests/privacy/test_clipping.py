@@ -7,6 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import examples
+
 from ldpsim._src.privacy import clipping
 
 
@@ -22,7 +24,7 @@ def _flat(tree):
 shapes_st = st.lists(st.lists(st.integers(1, 6), min_size=0, max_size=3).map(tuple), min_size=1, max_size=4)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(seed=st.integers(0, 2**31 - 1), scale=st.floats(1e-6, 1e6), clip=st.floats(1e-3, 1e3),
        shapes=shapes_st)
 def test_global_clip_norm_and_direction(seed, scale, clip, shapes):
@@ -215,7 +217,7 @@ def _random_entries(data, n):
 clip_exp_st = st.floats(-30.0, 30.0)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(data=st.data(), shapes=shapes_st, clip_exp=clip_exp_st, ord=st.sampled_from([1, 2]))
 def test_bound_holds_for_every_finite_float32_input(data, shapes, clip_exp, ord):
     """Entries ±m·10^e with e in [-40, 38] (subnormals to float32 max), clip 10^[-30, 30]."""
@@ -228,7 +230,7 @@ def test_bound_holds_for_every_finite_float32_input(data, shapes, clip_exp, ord)
     _check_clipped(_flat(leaves), _flat(clipped), float(norm), clip, ord)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(data=st.data(), clip_exp=clip_exp_st, ord=st.sampled_from([1, 2]))
 def test_bound_holds_under_jit_vmap_property(data, clip_exp, ord):
     batch = {"a": jnp.asarray(_random_entries(data, 4 * 6).reshape(4, 6)),
