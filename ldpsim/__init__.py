@@ -12,14 +12,15 @@ The names a researcher composes are here, at the top level (loaded lazily, so th
     mech = ldpsim.mechanism.gaussian(epsilon=8.0, delta=1e-5, clip=1.0)
 
 Building blocks: :func:`clip_by_global_norm` (clip), :func:`gaussian_randomizer` /
-:func:`laplace_randomizer` and the :mod:`mechanism` objects (privatize one client, returning
-the one release type :class:`Privatized`), :func:`weighted_mean` (aggregate),
+:func:`laplace_randomizer` and the :mod:`ldpsim.mechanism` objects (privatize one client,
+returning :class:`Privatized` for additive noise and :class:`Report` for the report
+randomizers), :func:`weighted_mean` (aggregate),
 :func:`calibrate`, :func:`ldp_epsilon` / :func:`dpfedavg_epsilon` / :func:`dpsgd_epsilon`
-(account), :func:`make_round_fn` (a whole round as one pure function) and :mod:`modes`
+(account), :func:`make_round_fn` (a whole round as one pure function) and :mod:`ldpsim.modes`
 (where the noise goes).
 
 Devices: call ``ldpsim.use_host_devices()`` before anything imports JAX to run on one CPU
-device per core, as the ``ldpsim`` command does (:mod:`ldpsim._src._devices`).
+device per core, as the ``ldpsim`` command does.
 
 Layers (dependencies point downwards only):
 
@@ -54,9 +55,9 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "make_round_fn": ("ldpsim._src.fl.round", "make_round_fn"),
     "RoundHyper": ("ldpsim._src.fl.round", "RoundHyper"),
     "ServerState": ("ldpsim._src.fl.round", "ServerState"),
-    "modes": ("ldpsim._src.fl.modes", None),
-    "mechanism": ("ldpsim._src.privacy.mechanism", None),
+
     "Privatized": ("ldpsim._src.privacy.mechanism", "Privatized"),
+    "Report": ("ldpsim._src.privacy.mechanism", "Report"),
     "gaussian_randomizer": ("ldpsim._src.privacy.mechanism", "gaussian_randomizer"),
     "laplace_randomizer": ("ldpsim._src.privacy.mechanism", "laplace_randomizer"),
     "clip_by_global_norm": ("ldpsim._src.privacy.clipping", "clip_by_global_norm"),
@@ -74,7 +75,8 @@ __all__ = ["LdpsimError", "__version__", *sorted(_EXPORTS)]
 
 
 #: The public modules, importable as attributes too (``ldpsim.privacy`` after ``import ldpsim``).
-_SUBMODULES = ("attacks", "audit", "cli", "data", "fl", "models", "plots", "privacy", "sweep")
+_SUBMODULES = ("attacks", "audit", "cli", "data", "fl", "mechanism", "models", "modes", "plots",
+               "privacy", "sweep")
 
 
 def __getattr__(name: str) -> Any:

@@ -161,7 +161,7 @@ the accountant's ε. The threat models and their assumptions are stated in
 ``ldpsim._src.audit._pipeline``.
 """
 
-from ldpsim._src.audit._audit import MECHANISMS, PILOT_TRIALS, SELECTION_GRID, AuditReport, audit, audit_randomizer
+from ldpsim._src.audit._audit import MECHANISMS, AuditReport, audit, audit_randomizer
 from ldpsim._src.audit._bounds import (
     MAX_CANDIDATES,
     ORIENTATIONS,
@@ -175,24 +175,19 @@ from ldpsim._src.audit._bounds import (
     error_rates,
     evaluate_test,
     select_test,
-    structural_zeros,
     support_thresholds,
 )
 from ldpsim._src.audit._game import (
-    CHUNK_ELEMENTS,
-    DIRECT_THRESHOLDS,
     MAX_CHUNK,
     MAX_TRIALS,
     Game,
     Scores,
     count_above,
-    default_chunk,
     play,
     trial_keys,
 )
 from ldpsim._src.audit._mechanisms import (
     REPORT_RANDOMIZERS,
-    RR_TAG,
     audit_report_randomizer,
     from_local_mechanism,
     gaussian_mechanism,
@@ -231,8 +226,6 @@ from ldpsim._src.audit._pipeline import (
 from ldpsim._src.audit._power import TrialsNeeded, bound_at_quantile, gaussian_trials_needed
 
 __all__ = [
-    "CHUNK_ELEMENTS",
-    "DIRECT_THRESHOLDS",
     "GUESS_FRACTIONS",
     "MAX_CANDIDATES",
     "MAX_CHUNK",
@@ -240,11 +233,8 @@ __all__ = [
     "MECHANISMS",
     "OBSERVATIONS",
     "ORIENTATIONS",
-    "PILOT_TRIALS",
     "PLANTED_BUGS",
     "REPORT_RANDOMIZERS",
-    "RR_TAG",
-    "SELECTION_GRID",
     "AuditReport",
     "AuditResult",
     "CanaryPopulation",
@@ -265,7 +255,6 @@ __all__ = [
     "clopper_pearson_lower",
     "clopper_pearson_upper",
     "count_above",
-    "default_chunk",
     "epsilon_cap",
     "epsilon_lower_bound",
     "error_rates",
@@ -292,7 +281,6 @@ __all__ = [
     "scalar_laplace",
     "scalar_support",
     "select_test",
-    "structural_zeros",
     "support_thresholds",
     "trial_keys",
     "worst_case_pair",

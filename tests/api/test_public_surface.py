@@ -19,7 +19,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 PUBLIC = ["ldpsim", "ldpsim.privacy", "ldpsim.fl", "ldpsim.data", "ldpsim.models",
-          "ldpsim.sweep", "ldpsim.audit", "ldpsim.plots", "ldpsim.cli", "ldpsim.attacks"]
+          "ldpsim.sweep", "ldpsim.audit", "ldpsim.plots", "ldpsim.cli", "ldpsim.attacks",
+          "ldpsim.mechanism", "ldpsim.modes"]
 
 
 def _modules():

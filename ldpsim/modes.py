@@ -1,0 +1,41 @@
+"""Where the noise goes: each privacy mode as one object of pure functions.
+
+A :class:`RoundMechanism` tells the one round kernel (:func:`ldpsim.make_round_fn`) which
+local randomizer runs, how each client is clipped and scaled, who drops out, what the
+server adds, and how the mode's state adapts; the kernel never branches on a mode's name::
+
+    round_fn = ldpsim.make_round_fn(apply_fn=model.apply, mechanism=ldpsim.modes.local("gaussian"))
+
+Factories: :func:`local` (local DP with a registered randomizer), :func:`mindspore`
+(MindSpore Federated's ``DP_ENCRYPT``), :func:`central` (DP-FedAvg, fixed or adaptive
+clipping), :func:`distributed` (distributed DP with dropout), :func:`aggregated` (the exact
+aggregate-noise shortcut of a Gaussian mode) and :func:`with_client_training` (DP-SGD inside
+the clients, composed with any mode). :func:`plan` turns a configuration into its mode,
+traced knobs, results columns and accountant (:class:`PrivacyPlan`).
+"""
+
+from ldpsim._src.fl.modes import (
+    PRIVACY_MODES,
+    PrivacyPlan,
+    RoundMechanism,
+    aggregated,
+    central,
+    distributed,
+    local,
+    mindspore,
+    plan,
+    with_client_training,
+)
+
+__all__ = [
+    "PRIVACY_MODES",
+    "PrivacyPlan",
+    "RoundMechanism",
+    "aggregated",
+    "central",
+    "distributed",
+    "local",
+    "mindspore",
+    "plan",
+    "with_client_training",
+]
