@@ -23,7 +23,26 @@ labels optimised jointly), minimised by L-BFGS or Adam. Reconstructions are matc
 true examples (Hungarian, by PSNR) and scored by PSNR, SSIM and the label recovery rate.
 One CSV row per attacked client; the figure shows each epsilon's reconstructions of the
 first trial. Keys depend on the seed only, so every epsilon sees the same data and noise
-draws (scaled by its noise scale).
+draws (scaled by its noise scale): results at different epsilons of one seed are
+correlated (at large noise iDLG's labels are the same chance guess at every epsilon), so
+compare means over several --trials.
+
+CSV columns (one row per trial and cell):
+  model, method, optimizer, steps   the attacked model and the inversion settings
+  mechanism, epsilon, delta, neighbours, clip, noise_scale
+                                    the local randomizer (noise_scale: its sigma or b; 0 at
+                                    epsilon = inf)
+  examples, clients, seed           B examples per client, n clients summed, the trial's seed
+  psnr, ssim                        of client 0's reconstructions against its true examples
+                                    (matched one to one by PSNR; dB and [-1, 1])
+  label_acc                         fraction of client 0's labels recovered (chance: 1/classes
+                                    for B = 1)
+  match_loss                        the gradient-matching loss the inversion reached
+  release_norm                      L2 norm of what the server saw (the sum of n releases)
+  seconds                           wall time per trial of the cell (the cell's average)
+  psnr_any, ssim_any                best score of each reconstruction against ANY of the n*B
+                                    summed examples (with n > 1 the attack may recover
+                                    another client's example)
 """
 
 
@@ -143,14 +162,24 @@ def run(args: argparse.Namespace) -> int:
     writer = csv.DictWriter(out, fieldnames=COLUMNS)
     writer.writeheader()
 
+    cell_rows: list[dict] = []
+
     def on_row(row: dict) -> None:
         writer.writerow(row)
         out.flush()
-        if not args.no_progress and row["seed"] == seeds[-1]:
+        cell_rows.append(row)
+        if row["seed"] != seeds[-1]:
+            return
+        if not args.no_progress:   # means over the cell's trials, with the labels' chance
+            k = len(cell_rows)
+            mean = {c: sum(float(r[c]) for r in cell_rows) / k
+                    for c in ("psnr", "ssim", "label_acc")}
             print(f"[{time.perf_counter() - t0:7.1f}s] {row['mechanism']} eps={row['epsilon']:g} "
-                  f"B={row['examples']} n={row['clients']}: psnr {row['psnr']:.1f} dB, "
-                  f"ssim {row['ssim']:.3f}, labels {row['label_acc']:.2f} (last seed)",
+                  f"B={row['examples']} n={row['clients']}: mean over {k} trial(s) psnr "
+                  f"{mean['psnr']:.1f} dB, ssim {mean['ssim']:.3f}, labels "
+                  f"{mean['label_acc']:.2f} (chance {1 / model.num_classes:.2f})",
                   file=sys.stderr, flush=True)
+        cell_rows.clear()
 
     def on_skip(msg: str) -> None:
         print(f"ldpsim attack: skipped {msg}", file=sys.stderr, flush=True)

@@ -396,12 +396,14 @@ def plot_frontier(table, out=None):
     for ax in axes.flat[:len(panels)]:
         for h, lab in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(lab, h)
+    ncol = min(len(handles), 4 if cols > 1 else 2)   # one narrow panel: fewer columns
     fig.legend(list(handles.values()), list(handles), loc="lower center",
-               ncol=min(4, len(handles)), fontsize="small", frameon=False)
-    fig.suptitle("Mechanism frontier: measured (markers ±2 SE), exact theory (dashed), "
+               ncol=max(1, ncol), fontsize="small", frameon=False)
+    sep = " " if cols > 1 else "\n"
+    fig.suptitle(f"Mechanism frontier: measured (markers ±2 SE),{sep}exact theory (dashed), "
                  "lower-bound order (dotted)", fontsize="medium")
-    legend_rows = -(-len(handles) // 4)
+    legend_rows = -(-len(handles) // max(1, ncol))
     fig.tight_layout(rect=(0, 0.045 * legend_rows / rows, 1, 1))
-    if out is not None:
-        fig.savefig(out, dpi=120)
+    if out is not None:   # "tight": the saved canvas holds the title and the legend whole
+        fig.savefig(out, dpi=120, bbox_inches="tight")
     return fig
