@@ -29,7 +29,8 @@ Default grid: on GPU/TPU m ∈ {10³, 10⁴, 10⁵, 10⁶} × chunk ∈ {256, 10
 (which has no accelerator path worth measuring at that size) m = 10³ with chunk ∈ {1, 8, 64}.
 
 Through the ``device`` tool (dp-accounting is not in the device image: carry its wheel, see
-benchmarks/README.md)::
+the device tool's README, /work/.library/device/README.md, "a Python package missing
+ there")::
 
     python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl \\
       && PYTHONPATH=/tmp/site:. PYTHONUNBUFFERED=1 \\

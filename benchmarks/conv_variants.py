@@ -1,6 +1,6 @@
 """Every LeNet-5 convolution and max-pooling formulation ldpsim has measured, and their benchmark.
 
-``ldpsim.models`` keeps two formulations (``ldpsim/models/_layers.py``): ``"xla"``
+``ldpsim.models`` keeps two formulations (``ldpsim/_src/models/_layers.py``): ``"xla"``
 (``lax.conv_general_dilated`` + ``lax.reduce_window``: accelerators, and the reference)
 and ``"mixed"`` (CPU: conv1 channels-first patches, conv2 im2col, reshape-max pooling).
 The others were measured slower and live here, self-contained (nothing private from

@@ -12,7 +12,7 @@ from ldpsim._src import _interrupt
 
 ORDER = 40
 # ldpsim._src.fl.dpsgd.config.SAMPLINGS and DpsgdConfig's default, spelled out so that building the
-# parser does not import JAX (tests/test_dpsgd_train.py checks they agree).
+# parser does not import JAX (tests/fl/test_dpsgd_train.py checks they agree).
 SAMPLINGS = ("poisson", "shuffle")
 DEFAULT_SAMPLING = "poisson"
 

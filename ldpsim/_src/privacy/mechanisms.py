@@ -8,7 +8,7 @@ compiled program.
 
 Gaussian noise comes by default from :func:`ldpsim._src.privacy.sampling.normal_like`
 (``impl="fast"``: Threefry-2x32-20 bits + Box–Muller, several times faster than
-``jax.random.normal`` on CPU and validated in ``tests/test_sampling.py``) whenever the key
+``jax.random.normal`` on CPU and validated in ``tests/privacy/test_sampling.py``) whenever the key
 is a threefry key (JAX's default; other key types fall back to ``jax.random.normal``); the
 leaves take consecutive blocks of one counter range of the key. ``impl="jax"`` restores
 ``jax.random.normal`` with one key per leaf from ``jax.random.split(key, num_leaves)``.

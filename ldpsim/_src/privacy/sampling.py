@@ -11,7 +11,7 @@ Bits (every ``impl`` except ``"jax"``)
 Coordinate ``j`` of a draw is the Threefry-2x32 block cipher with 20 rounds
 (Salmon et al. 2011) -- the very function behind JAX's default ``threefry2x32``
 keys -- applied to the counter ``(TAG, j)`` under the key's two 32-bit words: 64
-bits per coordinate. The function is bit-for-bit JAX's (``tests/test_sampling.py``
+bits per coordinate. The function is bit-for-bit JAX's (``tests/privacy/test_sampling.py``
 checks it against ``jax.random.fold_in``); only the lowering differs: JAX emits a
 rolled 5-iteration loop on CPU that materialises every intermediate array, while
 here the 20 rounds are unrolled ``jnp.uint32`` add/rotate/xor operations that XLA
