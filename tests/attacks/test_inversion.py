@@ -77,6 +77,7 @@ def test_clipped_unnoised_release_is_still_recovered(tiny):
     assert float(psnr(rec.x[0], x[0])) > 40.0
 
 
+@pytest.mark.slow   # 5-17 CPU s of compilation; the fast tier covers its code elsewhere
 def test_dlg_with_joint_labels_recovers_an_unnoised_example(tiny):
     model, params = tiny
     x, y = _examples(3, 1)
@@ -123,6 +124,7 @@ def test_idlg_labels_exact_for_distinct_labels_tiny(tiny):
         assert sorted(np.asarray(recover_labels(g, K, 2)).tolist()) == sorted(np.asarray(y).tolist())
 
 
+@pytest.mark.slow   # 5-17 CPU s of compilation; the fast tier covers its code elsewhere
 def test_vmapped_attack_equals_per_client_attack(tiny):
     model, params = tiny
     xs, ys = zip(*[_examples(s, 1) for s in (11, 12, 13)])
@@ -138,6 +140,7 @@ def test_vmapped_attack_equals_per_client_attack(tiny):
         np.testing.assert_array_equal(batched.labels[i], single.labels)
 
 
+@pytest.mark.slow   # 5-17 CPU s of compilation; the fast tier covers its code elsewhere
 def test_attack_trials_sum_of_clients_shapes_and_keys(tiny):
     """attack_trials: trials vmapped; the n = 1 and the first client of n = 3 see the same
     θ and noise key, and summing more clients changes what the server sees."""

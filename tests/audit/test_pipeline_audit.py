@@ -274,6 +274,7 @@ def test_aggregate_view_sees_far_less():
     assert 0 <= a.epsilon_lb <= a.epsilon_claimed
 
 
+@pytest.mark.slow   # 5-17 CPU s of compilation; the fast tier covers its code elsewhere
 def test_laplace_pipeline_is_audited_as_pure_dp():
     """Laplace LDP: basic composition claims k·ε; the one-run bound runs at δ = 0 and the
     GDP route (a Gaussian assumption) is not computed."""
@@ -287,6 +288,7 @@ def test_laplace_pipeline_is_audited_as_pure_dp():
 # ----------------------------------------------------------------------------- CLI
 
 
+@pytest.mark.slow   # 5-17 CPU s of compilation; the fast tier covers its code elsewhere
 def test_cli_pipeline_prints_claim_against_bound(capsys):
     rc = main(["audit", "--pipeline", "--epsilon", "2", "--total-epsilon", "--rounds", "2",
                "--canaries", "200", "--population", "24", "--clients-per-round", "4",

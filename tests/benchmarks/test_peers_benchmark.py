@@ -14,6 +14,7 @@ from pathlib import Path
 
 import jax
 import numpy as np
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -29,6 +30,7 @@ def _load_runner():
 run = _load_runner()
 
 
+@pytest.mark.slow   # 5-17 CPU s of compilation; the fast tier covers its code elsewhere
 def test_ldpsim_side_is_the_stated_workload():
     round_fn, state, pop, ids, mask, hyper, info = run.ldpsim_setup(5)
     # LeNet-5 with biases, layer by layer as the docstring lists them.

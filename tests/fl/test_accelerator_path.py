@@ -79,6 +79,7 @@ def _cohort_scan(jaxpr, length):
     return None
 
 
+@pytest.mark.slow   # 5-17 CPU s of compilation; the fast tier covers its code elsewhere
 def test_chunks_of_1_64_and_256_give_the_same_round():
     model, params, pop, ids, mask, hyper = _problem()
     state = init_state(params, jax.random.key(5))

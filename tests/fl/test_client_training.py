@@ -128,6 +128,7 @@ def test_client_dp_plan_composes_with_every_mode():
             delta=cfg.delta, method="shuffle").epsilon
 
 
+@pytest.mark.slow   # 5-17 CPU s of compilation; the fast tier covers its code elsewhere
 def test_round_runs_dpsgd_clients_from_the_mechanism(setup):
     # The kernel takes the clients' trainer and its traced knobs from the composed object:
     # equal to the same trainer bound as a client_update hook (same keys); a new

@@ -76,6 +76,7 @@ def _problem():
     return x, y, params
 
 
+@pytest.mark.slow   # 5-17 CPU s of compilation; the fast tier covers its code elsewhere
 @pytest.mark.parametrize("impl", ["mixed", "xla"])
 def test_function_and_gradient_match_a_float64_numpy_network(impl):
     x, y, params = _problem()
@@ -108,6 +109,7 @@ def test_function_and_gradient_match_a_float64_numpy_network(impl):
                                            err_msg=f"{layer}.{name}{pos}")
 
 
+@pytest.mark.slow   # 5-17 CPU s of compilation; the fast tier covers its code elsewhere
 def test_vmap_over_per_client_params_equals_a_loop():
     x, _, _ = _problem()
     model = femnist_cnn(**SMALL)

@@ -217,6 +217,7 @@ def _random_entries(data, n):
 clip_exp_st = st.floats(-30.0, 30.0)
 
 
+@pytest.mark.slow   # 5-17 CPU s of compilation; the fast tier covers its code elsewhere
 @settings(max_examples=examples(150), deadline=None)
 @given(data=st.data(), shapes=shapes_st, clip_exp=clip_exp_st, ord=st.sampled_from([1, 2]))
 def test_bound_holds_for_every_finite_float32_input(data, shapes, clip_exp, ord):

@@ -224,6 +224,7 @@ def test_rr_decoder_is_unbiased_with_its_exact_variance():
     assert np.allclose(est.var(0), var, rtol=0.05)   # Bernoulli-based: 5 SE < 5 % at n = 4e4
 
 
+@pytest.mark.slow   # 5-17 CPU s of compilation; the fast tier covers its code elsewhere
 def test_privunit_at_lenet_size_is_unbiased_in_projection():
     """d = 61,706: the decoded projection on u averages to ‖x‖ (5 SE of the exact variance)."""
     d, n = 61_706, 256
@@ -292,6 +293,7 @@ def test_one_registry_entry_per_randomizer():
         mechanism.noise_std_factor("duchi")
 
 
+@pytest.mark.slow   # 5-17 CPU s of compilation; the fast tier covers its code elsewhere
 def test_decoded_release_in_the_engine_release_type():
     """decoded_release_fn: noisy = decode(report), noise = noisy − clipped, under jit(vmap);
     additive randomizers keep their own privatize (bit-identical)."""
@@ -378,6 +380,7 @@ def test_unknown_name_and_bad_k():
         mechanism.make("rr", epsilon=1.0, k=1)
 
 
+@pytest.mark.slow   # 5-17 CPU s of compilation; the fast tier covers its code elsewhere
 @pytest.mark.parametrize("name", ["privunit2", "privunitg", "duchi"])
 def test_input_above_the_clip_is_clipped_and_counted(name):
     m = mechanism.make(name, epsilon=2.0, dim=6, clip=0.5)
