@@ -161,7 +161,13 @@ the accountant's ε. The threat models and their assumptions are stated in
 ``ldpsim._src.audit._pipeline``.
 """
 
-from ldpsim._src.audit._audit import MECHANISMS, AuditReport, audit, audit_randomizer
+from ldpsim._src.audit._audit import (
+    MECHANISMS,
+    AuditReport,
+    audit,
+    audit_randomizer,
+    audit_report_randomizer,
+)
 from ldpsim._src.audit._bounds import (
     MAX_CANDIDATES,
     ORIENTATIONS,
@@ -188,7 +194,6 @@ from ldpsim._src.audit._game import (
 )
 from ldpsim._src.audit._mechanisms import (
     REPORT_RANDOMIZERS,
-    audit_report_randomizer,
     from_local_mechanism,
     gaussian_mechanism,
     identity_score,

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from ldpsim._src._checks import LdpsimError, check_choice, check_open_unit, check_positive, check_positive_int
@@ -238,7 +239,7 @@ def audit_randomizer(
 
     check_choice("mechanism", mechanism, MECHANISMS)
     if mechanism in _mechanisms.REPORT_RANDOMIZERS:   # PrivUnit2/G, Duchi et al., SignDS
-        return _mechanisms.audit_report_randomizer(
+        return audit_report_randomizer(
             mechanism, epsilon=epsilon, delta=delta, clip=clip, neighbours=neighbours, trials=trials,
             confidence=confidence, dim=dim, seed=seed, method=method, impl=impl,
             select_fraction=select_fraction, chunk_size=chunk_size, progress=progress)
@@ -318,3 +319,39 @@ def _describe(what: str, bound: float | None, result: AuditResult) -> str:
         if result.zero_by_support:
             text += f": {result.zero_by_support.upper()} = 0 exactly"
     return text
+
+
+def audit_report_randomizer(
+    name: str, *, epsilon: float, delta: float | None = None, clip: float = 1.0,
+    neighbours: str = "replace", trials: int = 1_000_000, confidence: float = 0.95,
+    dim: int | None = None, seed: int = 0, method: str | None = None, impl: str | None = None,
+    select_fraction: float = 0.5, chunk_size: int | None = None, progress=None,
+):
+    """:func:`ldpsim.audit.audit_randomizer` for PrivUnit2, PrivUnitG, Duchi et al. and SignDS:
+    the real randomizer (full-mechanism path) on :func:`report_game`'s pair, pure ε (δ = 0).
+
+    Raises:
+        LdpsimError: δ given (these are pure ε-LDP), a relation other than replace-one,
+            ``method``/``impl`` (not applicable), or bad arguments of the randomizer.
+    """
+    if delta not in (None, 0, 0.0):
+        raise LdpsimError(f"{name} is pure epsilon-LDP: delta must be omitted, got {delta!r}")
+    if neighbours != "replace":
+        raise LdpsimError(f"{name} is epsilon-LDP for any two inputs: neighbours must be 'replace', "
+                          f"got {neighbours!r}")
+    if method is not None or impl is not None:
+        raise LdpsimError(f"method and impl do not apply to {name}")
+    epsilon = check_positive("epsilon", epsilon)
+    dim = _mechanisms.REPORT_DIM[name] if dim is None else check_positive_int("dim", dim)
+    start = time.perf_counter()
+    mech, x0, x1, score, local, what = _mechanisms.report_game(name, epsilon=epsilon, dim=dim, clip=float(clip))
+    if chunk_size is None:   # the work per trial scales with the input's size, not the report's
+        chunk_size = int(max(1, min(check_positive_int("trials", trials), _game.CHUNK_ELEMENTS // (4 * dim))))
+    result = audit(mech, x0, x1, key=jax.random.key(int(seed)), trials=trials, delta=0.0,
+                          score=score, confidence=confidence, select_fraction=select_fraction,
+                          chunk_size=chunk_size, progress=progress)
+    gap = float(jnp.linalg.norm(x1 - x0))
+    return AuditReport(
+        name, local.epsilon, None, "replace", None if name == "signds" else float(clip), gap,
+        None, "full-mechanism", dim, f"ldpsim._src.privacy.{name}.privatize",
+        name, _describe(what, None, result), time.perf_counter() - start, result)

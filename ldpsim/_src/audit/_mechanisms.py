@@ -234,7 +234,7 @@ def scalar_support(x: float, scale: float, bound: float) -> tuple[float, float]:
 
 # ------------------------------------------------------- report randomizers (issue 16, item 2)
 
-#: ldpsim's randomizers beyond additive noise that :func:`audit_report_randomizer` plays.
+#: ldpsim's randomizers beyond additive noise that :func:`ldpsim._src.audit._audit.audit_report_randomizer` plays.
 REPORT_RANDOMIZERS = ("privunit2", "privunitg", "duchi", "signds")
 
 #: Default dimension of their full-mechanism game (SignDS: k = ⌊0.01·d⌋ = 2 at d = 200).
@@ -331,44 +331,3 @@ def report_game(name: str, *, epsilon: float, dim: int, clip: float = 1.0) -> tu
 
         what = "the exact log-likelihood ratio (top-k counts of the reported set against nu_th)"
     return mech, x0, x1, score, local, what
-
-
-def audit_report_randomizer(
-    name: str, *, epsilon: float, delta: float | None = None, clip: float = 1.0,
-    neighbours: str = "replace", trials: int = 1_000_000, confidence: float = 0.95,
-    dim: int | None = None, seed: int = 0, method: str | None = None, impl: str | None = None,
-    select_fraction: float = 0.5, chunk_size: int | None = None, progress=None,
-):
-    """:func:`ldpsim.audit.audit_randomizer` for PrivUnit2, PrivUnitG, Duchi et al. and SignDS:
-    the real randomizer (full-mechanism path) on :func:`report_game`'s pair, pure ε (δ = 0).
-
-    Raises:
-        LdpsimError: δ given (these are pure ε-LDP), a relation other than replace-one,
-            ``method``/``impl`` (not applicable), or bad arguments of the randomizer.
-    """
-    import time
-
-    from ldpsim._src.audit import _audit
-
-    if delta not in (None, 0, 0.0):
-        raise LdpsimError(f"{name} is pure epsilon-LDP: delta must be omitted, got {delta!r}")
-    if neighbours != "replace":
-        raise LdpsimError(f"{name} is epsilon-LDP for any two inputs: neighbours must be 'replace', "
-                          f"got {neighbours!r}")
-    if method is not None or impl is not None:
-        raise LdpsimError(f"method and impl do not apply to {name}")
-    epsilon = check_positive("epsilon", epsilon)
-    dim = REPORT_DIM[name] if dim is None else check_positive_int("dim", dim)
-    start = time.perf_counter()
-    mech, x0, x1, score, local, what = report_game(name, epsilon=epsilon, dim=dim, clip=float(clip))
-    if chunk_size is None:   # the work per trial scales with the input's size, not the report's
-        from ldpsim._src.audit import _game
-        chunk_size = int(max(1, min(check_positive_int("trials", trials), _game.CHUNK_ELEMENTS // (4 * dim))))
-    result = _audit.audit(mech, x0, x1, key=jax.random.key(int(seed)), trials=trials, delta=0.0,
-                          score=score, confidence=confidence, select_fraction=select_fraction,
-                          chunk_size=chunk_size, progress=progress)
-    gap = float(jnp.linalg.norm(x1 - x0))
-    return _audit.AuditReport(
-        name, local.epsilon, None, "replace", None if name == "signds" else float(clip), gap,
-        None, "full-mechanism", dim, f"ldpsim._src.privacy.{name}.privatize",
-        name, _audit._describe(what, None, result), time.perf_counter() - start, result)

@@ -370,7 +370,6 @@ _DECIDING = ("privacy_mode", "partition", "server_optimizer", "mechanism", "adap
 def sweep_given(args: argparse.Namespace) -> dict[str, str]:
     """field -> how the user set it (``--noise-multiplier``, ``--set dp_eps``, ``--axis
     mechanism``, ``population (in FILE)``), for ``ldpsim sweep``."""
-    from ldpsim._src.cli.cmd_sweep import _pairs
     from ldpsim._src.sweep.config import ALIASES
 
     given: dict[str, str] = {}
@@ -392,7 +391,7 @@ def sweep_given(args: argparse.Namespace) -> dict[str, str]:
         if key.startswith("set_") and value is not None:
             given[key[4:]] = option(key[4:])
     for flag, items in (("--axis", getattr(args, "axis", [])), ("--set", getattr(args, "set", []))):
-        for field, _ in _pairs(items, flag):
+        for field, _ in pairs(items, flag):
             given[ALIASES.get(field, field)] = f"{flag} {field}"
     return given
 
@@ -518,3 +517,14 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
                 or action.nargs == 0):  # a flag: off unless given
             return text
         return text + " (default: %(default)s)"
+
+
+def pairs(items, flag: str) -> list[tuple[str, str]]:
+    """``FIELD=VALUE`` items of ``flag`` (``--axis``, ``--set``) as (field, value) pairs."""
+    out = []
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip() or not value.strip():
+            raise LdpsimError(f"{flag} expects FIELD=VALUE, got {item!r}")
+        out.append((name.strip().replace("-", "_"), value.strip()))
+    return out

@@ -130,20 +130,9 @@ def _parse_scalar(text: str):
     return text
 
 
-def _pairs(items, flag: str) -> list[tuple[str, str]]:
-    from ldpsim._src._checks import LdpsimError
-
-    out = []
-    for item in items:
-        name, sep, value = item.partition("=")
-        if not sep or not name.strip() or not value.strip():
-            raise LdpsimError(f"{flag} expects FIELD=VALUE, got {item!r}")
-        out.append((name.strip().replace("-", "_"), value.strip()))
-    return out
-
-
 def build_config(args: argparse.Namespace):
     """(SweepConfig, out path, plots?) from the command line and an optional TOML file."""
+    from ldpsim._src.cli._guards import pairs
     from ldpsim._src.fl.config import SimulationConfig
     from ldpsim._src.sweep.config import SweepConfig, load_sweep_config, parse_list
 
@@ -167,7 +156,7 @@ def build_config(args: argparse.Namespace):
         value = getattr(args, f"grid_{axis}")
         if value is not None:
             grid[axis] = parse_list(value)
-    for field, values in _pairs(args.axis, "--axis"):
+    for field, values in pairs(args.axis, "--axis"):
         run.pop(field, None)
         grid[field] = [_parse_scalar(v) for v in parse_list(values)]
     for key, value in vars(args).items():
@@ -175,7 +164,7 @@ def build_config(args: argparse.Namespace):
             field = key[4:]
             grid.pop(field, None)
             run[field] = _parse_scalar(value) if isinstance(value, str) and field == "delta" else value
-    for field, value in _pairs(args.set, "--set"):
+    for field, value in pairs(args.set, "--set"):
         grid.pop(field, None)
         run[field] = _parse_scalar(value)
     if (args.config is None and args.grid_epsilon is None
