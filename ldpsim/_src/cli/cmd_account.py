@@ -41,7 +41,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = subparsers.add_parser(
         "account",
-        help="privacy accounting: epsilon of LDP / DP-FedAvg / DP-SGD training, or z for a target",
+        help="privacy accounting: epsilon of LDP / DP-FedAvg / DP-SGD training or z for a target; "
+             "what a local epsilon means centrally (shuffle, secagg)",
         description=(
             "Compute the (epsilon, delta) guarantee of a training run with dp_accounting "
             "(RDP or PLD), or the noise multiplier z that reaches a target epsilon."
