@@ -41,9 +41,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -116,20 +114,6 @@ def limits() -> dict:
             "jax": jax.__version__}
 
 
-def _spawn(args: list[str], timeout: float) -> dict | None:
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    try:
-        out = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True,
-                             env=env, timeout=timeout, check=True)
-    except subprocess.TimeoutExpired:
-        print(f"  timed out after {timeout:.0f} s: {' '.join(args)}", file=sys.stderr)
-        return None
-    except subprocess.CalledProcessError as err:
-        print(f"  failed: {' '.join(args)}\n{err.stderr[-1500:]}", file=sys.stderr)
-        return None
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--worker", nargs=2, type=int, metavar=("M", "CHUNK"), help=argparse.SUPPRESS)
@@ -157,7 +141,7 @@ def main(argv=None) -> int:
     if any(v < 1 for v in (args.ms or []) + (args.chunks or [])):
         p.error("--ms and --chunks take positive integers")
 
-    lim = _spawn(["--limits"], args.timeout)
+    lim = tp._spawn(["--limits"], args.timeout, script=__file__)
     if lim is None:
         return 1
     accel = lim["backend"] != "cpu"
@@ -176,8 +160,8 @@ def main(argv=None) -> int:
         for c in chunks:
             if c > m:
                 continue
-            r = _spawn(["--worker", str(m), str(c), "--repeats", str(args.repeats),
-                        "--budget", str(args.budget)], args.timeout)
+            r = tp._spawn(["--worker", str(m), str(c), "--repeats", str(args.repeats),
+                        "--budget", str(args.budget)], args.timeout, script=__file__)
             if r is None:
                 continue
             r["of_peak"] = r["rate"] * lim["train_mflops"] * 1e6 / (lim["matmul_tflops"] * 1e12)

@@ -211,7 +211,10 @@ def machine_limits() -> dict:
 # ----------------------------------------------------------------------------- driver
 
 
-def _spawn(args: list[str], timeout: float, host_devices: int | None = None) -> dict | None:
+def _spawn(args: list[str], timeout: float, host_devices: int | None = None,
+           script: str = __file__) -> dict | None:
+    """Run ``script`` (this file by default) with ``args`` in a fresh process; its last stdout
+    line parsed as JSON, or None (timed out or failed, said on stderr)."""
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     if host_devices is not None:   # must be set before the worker imports jax
         flags = [f for f in env.get("XLA_FLAGS", "").split()
@@ -220,7 +223,7 @@ def _spawn(args: list[str], timeout: float, host_devices: int | None = None) -> 
             flags + [f"--xla_force_host_platform_device_count={host_devices}"])
         args = [*args, "--devices", str(host_devices)]
     try:
-        out = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True,
+        out = subprocess.run([sys.executable, script, *args], capture_output=True, text=True,
                              env=env, timeout=timeout, check=True)
     except subprocess.TimeoutExpired:
         print(f"  timed out: {' '.join(args)}", file=sys.stderr)
