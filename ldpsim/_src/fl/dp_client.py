@@ -294,20 +294,8 @@ def event_epsilon(event: Any, count: int, delta: float) -> float:
     if isinstance(event, dp_accounting.LaplaceDpEvent):
         return accounting.ldp_epsilon("laplace", sensitivity=1.0, scale=event.noise_multiplier,
                                       rounds=count, method="basic").epsilon
-    if isinstance(event, dp_accounting.RandomizedResponseDpEvent):
-        # dp_accounting (0.6) PLDAccountant.compose(event, k) of this event returns the ε of
-        # ONE release whatever k, so the PLD is composed here, and capped by basic
-        # composition k·ε₀ (both are upper bounds; the PLD is the tighter at small δ·k).
-        # A randomized response event bounds any pure ε₀-DP release under replace-one
-        # (Kairouz, Oh & Viswanath 2015), which is how the report randomizers account.
-        from dp_accounting.pld import privacy_loss_distribution as _pld  # no circle: a heavy
-        # submodule loaded on first use only
-
-        p, k_b = float(event.noise_parameter), int(event.num_buckets)
-        eps0 = math.inf if p == 0 else math.log1p(k_b * (1.0 - p) / p)
-        one = _pld.from_randomized_response(p, k_b)
-        composed = one if count == 1 else one.self_compose(count)
-        return float(min(composed.get_epsilon_for_delta(delta), count * eps0))
+    if isinstance(event, dp_accounting.RandomizedResponseDpEvent):   # pure-ε report randomizers
+        return accounting.randomized_response_epsilon(event, count, delta)
     for accountant in (dp_accounting.pld.PLDAccountant(), dp_accounting.rdp.RdpAccountant()):
         if accountant.supports(event):
             accountant.compose(event, count)

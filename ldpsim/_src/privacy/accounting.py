@@ -161,6 +161,30 @@ class PldRangeWarning(UserWarning):
     """PLD accounting was out of range (ε in the thousands or more); the RDP bound is used."""
 
 
+def randomized_response_epsilon(event: dp_accounting.RandomizedResponseDpEvent, count: int,
+                                delta: float) -> float:
+    """ε at ``delta`` of ``count`` releases of a randomized-response event (replace-one).
+
+    The event of k-RR and, at ε₀, of every pure ε₀-LDP report randomizer (binary randomized
+    response dominates any ε₀-DP pair: Kairouz, Oh & Viswanath, ICML 2015). Its PLD is
+    self-composed here because dp_accounting 0.6's ``PLDAccountant.compose(event, k)`` of this
+    event returns the ε of ONE release whatever ``k``; the result is capped by basic
+    composition ``count·ε₀`` (both are upper bounds).
+    """
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
+    count = int(count)
+    if count == 0:
+        return 0.0
+    p, k = float(event.noise_parameter), int(event.num_buckets)
+    eps0 = math.inf if p == 0 else math.log1p(k * (1.0 - p) / p)
+    one = pld_lib.from_randomized_response(
+        noise_parameter=p, num_buckets=k, value_discretization_interval=_PLD_INTERVAL,
+        neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
+    composed = one if count == 1 else one.self_compose(count)
+    return float(min(composed.get_epsilon_for_delta(delta), count * eps0))
+
+
 def _epsilon_of(event, count: int, delta: float, method: str, neighbours: str = "add-remove") -> float:
     """ε at ``delta`` of ``event`` composed ``count`` times, by dp_accounting."""
     return _epsilon_and_method(event, count, delta, method, neighbours)[0]

@@ -212,12 +212,7 @@ class PrivacyLedger:
             return analytic_gaussian_epsilon(self.event.noise_multiplier / math.sqrt(k),
                                              self.delta)
         if isinstance(self.event, dp_accounting.RandomizedResponseDpEvent):
-            # dp_accounting 0.6.0: PLDAccountant.compose(rr_event, k) composes it once only.
-            one = _pld.from_randomized_response(
-                noise_parameter=self.event.noise_parameter, num_buckets=self.event.num_buckets,
-                value_discretization_interval=accounting._PLD_INTERVAL,
-                neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
-            return float(one.self_compose(k).get_epsilon_for_delta(self.delta))
+            return accounting.randomized_response_epsilon(self.event, k, self.delta)
         return accounting._epsilon_of(self.event, k, self.delta, "pld", self.neighbours)
 
     def _per_count(self, counts: np.ndarray) -> np.ndarray:
