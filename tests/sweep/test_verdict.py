@@ -1,9 +1,9 @@
 """accuracy_verdict on a small hand-made table: exact means, t-intervals, paired gaps, thresholds.
 
 The expected intervals are checked two ways: against numbers worked by hand (with two
-degrees of freedom the t quantile has the closed form (2p − 1)/√(2p(1 − p))) and against scipy's own t-tests (``ttest_1samp``, ``ttest_rel``,
-``ttest_ind(equal_var=False)`` and their ``confidence_interval``), which share no code with
-the module.
+degrees of freedom the t quantile has the closed form (2p − 1)/√(2p(1 − p))) and against
+scipy's own t-tests (``ttest_1samp``, ``ttest_rel``, ``ttest_ind(equal_var=False)`` and their
+``confidence_interval``), which share no code with the module.
 """
 
 from __future__ import annotations
@@ -26,37 +26,11 @@ from ldpsim.sweep import (
     total_epsilon,
     verdict_markdown,
 )
+from verdict_fakes import FINAL
+from verdict_fakes import verdict_table as _table
 
 T975_2 = 0.95 / math.sqrt(2 * 0.975 * 0.025)  # t_{0.975} with 2 degrees of freedom: 4.3027
 INF = math.inf
-# final accuracy (round 10) per (neighbours, epsilon, m): {seed: accuracy}
-FINAL = {
-    ("add-remove", INF, 10): {0: 0.90, 1: 0.92, 2: 0.94},
-    ("add-remove", INF, 100): {0: 0.95, 1: 0.95, 2: 0.96},
-    ("add-remove", INF, 1000): {0: 0.97, 1: 0.97, 2: 0.98},
-    ("add-remove", 10.0, 10): {0: 0.80, 1: 0.83, 2: 0.83},    # gaps -10, -9, -11 points
-    ("add-remove", 10.0, 100): {0: 0.94, 1: 0.955, 2: 0.955},  # mean within 1 point, CI not
-    ("add-remove", 10.0, 1000): {0: 0.969, 1: 0.971, 2: 0.978},  # within by mean and CI
-    ("replace", 10.0, 10): {3: 0.85, 4: 0.87},                  # no common seed: Welch
-    ("replace", 10.0, 100): {0: 0.95},                           # one seed: no interval
-}
-SIGMA = {("add-remove", 10.0): 2.0, ("replace", 10.0): 4.0}
-SENS = {"add-remove": 1.0, "replace": 2.0}
-
-
-def _table() -> pd.DataFrame:
-    rows = []
-    for (nb, eps, m), accs in FINAL.items():
-        for seed, acc in accs.items():
-            for rnd, a in ((5, acc - 0.3), (10, acc)):  # the earlier round must be ignored
-                private = math.isfinite(eps)
-                rows.append(dict(neighbours=nb, epsilon=eps, clients_per_round=m, seed=seed, round=rnd,
-                                 accuracy=a, sigma=SIGMA[(nb, eps)] if private else 0.0,
-                                 sensitivity=SENS[nb] if private else math.nan,
-                                 delta=1e-5 if private else math.nan, max_participation=rnd // 5,
-                                 epsilon_spent=(3.0 + m / 1000 if nb == "add-remove" else INF) if private else math.nan,
-                                 cell=f"clients_per_round={m};epsilon={eps:g};seed={seed}"))
-    return pd.DataFrame(rows)
 
 
 @pytest.fixture(scope="module")
