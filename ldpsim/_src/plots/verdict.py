@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from ldpsim._src._checks import LdpsimError
 from ldpsim._src.plots.figures import NO_PRIVACY_LABEL, _finish, _plain_log_ticks, eps_colors
@@ -63,15 +64,16 @@ def plot_accuracy_ci(verdict: Verdict, out: str | Path | None = None, *, title: 
     palette = eps_colors(cells["epsilon"])
     fig = Figure(figsize=(5.0 * len(settings) + 0.4, 4.6))
     axes = fig.subplots(1, len(settings), sharey=True, squeeze=False)[0]
+    n_series = cells["epsilon"].nunique()
     for ax, setting in zip(axes, settings):
         sub = cells[cells["setting"] == setting]
-        for eps, g in sub.groupby("epsilon", sort=True):
+        for k, (eps, g) in enumerate(sub.groupby("epsilon", sort=True)):
             g = g.sort_values("clients_per_round")
-            ax.errorbar(g["clients_per_round"], g["accuracy_mean"],
+            ax.errorbar(g["clients_per_round"] * _dodge(k, n_series), g["accuracy_mean"],
                         yerr=_yerr(g, "accuracy_mean", "accuracy_ci_low", "accuracy_ci_high"),
                         color=palette[float(eps)], marker="o", markersize=4, capsize=3, label=_eps_label(eps))
         if len(base):
-            ax.errorbar(base["clients_per_round"], base["accuracy_mean"],
+            ax.errorbar(base["clients_per_round"] * _dodge(n_series - 1, n_series), base["accuracy_mean"],
                         yerr=_yerr(base, "accuracy_mean", "accuracy_ci_low", "accuracy_ci_high"),
                         color="black", linestyle="--", marker="s", markersize=4, capsize=3, label=NO_PRIVACY_LABEL)
             ax.fill_between(base["clients_per_round"], base["accuracy_mean"] - verdict.tolerance,
@@ -90,6 +92,11 @@ def plot_accuracy_ci(verdict: Verdict, out: str | Path | None = None, *, title: 
     handles, labels = _merged_legend(axes)
     fig.legend(handles, labels, ncol=min(len(labels), 3), **_LEGEND_BELOW)
     return _finish(fig, out)
+
+
+def _dodge(k: int, n: int) -> float:
+    """Factor that shifts series k of n sideways on a log axis, so error bars do not overlap."""
+    return 10 ** (0.025 * (k - (n - 1) / 2))
 
 
 def _merged_legend(axes) -> tuple[list, list]:
@@ -138,13 +145,14 @@ def plot_curves_ci(curves: pd.DataFrame, out: str | Path | None = None, *,
                 style = "--" if math.isinf(eps) else "-"
                 ax.plot(g["round"], g["mean"], color=color, linestyle=style, label=_eps_label(eps))
                 if g["ci_low"].notna().any():
-                    ax.fill_between(g["round"], g["ci_low"], g["ci_high"], color=color, alpha=0.2, linewidth=0)
+                    ax.fill_between(g["round"], g["ci_low"], g["ci_high"], color=color, alpha=0.15, linewidth=0)
             ns = sorted(sub["n"].unique())
             n_text = "no runs" if not ns else f"{ns[0]} seed{'s' if ns[-1] > 1 else ''}" if len(ns) == 1 \
                 else f"{ns[0]}–{ns[-1]} seeds"
             ax.set_title(f"{setting_label(setting)}, m = {m:,} ({n_text})", fontsize="small")
             ax.grid(True, alpha=0.3)
             ax.set_ylim(0.0, 1.0)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             if i == len(settings) - 1:
                 ax.set_xlabel("round")
             if j == 0:
@@ -165,13 +173,13 @@ def plot_gap_table(verdict: Verdict, out: str | Path | None = None, *, title: st
 
     Each cell reads the mean gap in points with its interval below (``n = 1``: no
     interval) and is coloured by the mean gap (blue above, red below non-private; the
-    scale saturates at ±20 points).
+    colour scale runs from −20 (and below: the colour bar's arrow) to +5 points).
     """
     cells = verdict.cells[verdict.cells["setting"] != NON_PRIVATE]
     settings = _private_settings(verdict.cells["setting"])
     ms = sorted(verdict.cells["clients_per_round"].unique())
     eps_all = sorted(cells["epsilon"].unique())
-    fig = Figure(figsize=(1.5 * len(ms) * len(settings) + 1.8, 0.9 * len(eps_all) + 1.9))
+    fig = Figure(figsize=(1.5 * len(ms) * len(settings) + 1.8, max(3.4, 0.9 * len(eps_all) + 1.9)))
     axes = fig.subplots(1, len(settings), squeeze=False)[0]
     norm = TwoSlopeNorm(vmin=-20.0, vcenter=0.0, vmax=5.0)
     image = None
@@ -200,10 +208,11 @@ def plot_gap_table(verdict: Verdict, out: str | Path | None = None, *, title: st
         ax.set_xlabel("clients per round m")
         ax.set_ylabel("ε per round")
         ax.set_title(setting_label(setting), fontsize="medium")
-    fig.suptitle(title or "Gap to non-private at the same m, points of accuracy "
-                 f"(mean, [{verdict.confidence:.0%} interval], paired seeds)", fontsize="medium")
+    fig.suptitle(title or "Gap to non-private at the same m, points of accuracy\n"
+                 f"(mean, [{verdict.confidence:.0%} interval], paired by seed where possible, n = pairs or seeds)",
+                 fontsize="medium")
     fig.tight_layout()
     if image is not None:
-        bar = fig.colorbar(image, ax=list(axes), shrink=0.9, pad=0.02)
-        bar.set_label("gap (points; scale capped at −20)")
+        bar = fig.colorbar(image, ax=list(axes), shrink=0.9, pad=0.02, extend="min")  # arrow: capped
+        bar.set_label("gap (points)")
     return _finish(fig, out)
