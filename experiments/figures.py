@@ -5,8 +5,8 @@
     python experiments/figures.py --only seed000   # the figures whose name contains "seed000"
 
 Each figure is drawn from CSVs under ``--results`` (default ``experiments/results/``); a figure
-whose CSVs are absent is skipped with a message naming them (exit status 0), so the command
-works on a partial checkout. A figure that fails to draw is reported and the exit status is 1.
+whose CSVs are absent, or lack the runs it shows (a grid committed in part), is skipped with a
+message naming them (exit status 0), so the command works on a partial checkout. A figure that fails to draw is reported and the exit status is 1.
 The figures are written under ``--out`` (default ``experiments/figures/``, the folder the READMEs
 link to; its PNGs are the only committed images, see .gitignore).
 
@@ -60,8 +60,16 @@ def _seed000_accuracy(paths, out):
     return plot_accuracy_ci(accuracy_verdict(_read(paths), method=None), out)
 
 
-def _seed000_curves(paths, out):
-    return plot_curves_ci(accuracy_by_round(_read(paths)), out, clients=(1000, 10000))
+class SkipFigure(Exception):
+    """The CSVs are there but lack what this figure shows (e.g. a grid still running)."""
+
+
+def _seed000_curves(paths, out, clients=(1000, 10000)):
+    curves = accuracy_by_round(_read(paths))
+    if not set(clients) & set(curves["clients_per_round"]):
+        raise SkipFigure(f"no runs at clients_per_round {' or '.join(f'{m:,}' for m in clients)} yet "
+                         f"(the CSVs have {', '.join(f'{m:,}' for m in sorted(set(curves['clients_per_round'])))})")
+    return plot_curves_ci(curves, out, clients=clients)
 
 
 def _seed000_gap(paths, out):
@@ -140,6 +148,10 @@ def main(argv: list[str] | None = None) -> int:
         out = args.out / spec.name
         try:
             spec.draw(paths, out)
+        except SkipFigure as why:
+            print(f"skip  {spec.name}: {why}")
+            skipped += 1
+            continue
         except Exception as err:  # report and go on with the other figures
             print(f"FAIL  {spec.name}: {type(err).__name__}: {err}", file=sys.stderr)
             traceback.print_exc(limit=3)
@@ -148,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {out} (from {', '.join(p.name for p in paths)})")
         drawn += 1
     if not args.list:
-        print(f"{drawn} drawn, {skipped} skipped (CSV absent), {failed} failed")
+        print(f"{drawn} drawn, {skipped} skipped (CSV absent or lacking the runs), {failed} failed")
     return 1 if failed else 0
 
 

@@ -92,7 +92,13 @@ def test_figures_script_draws_what_it_has_and_skips_the_rest(tmp_path, capsys):
     seed000 = [s.name for s in script.FIGURES if s.name.startswith("seed000")]
     assert sorted(p.name for p in out.glob("*.png")) == sorted(seed000)
     assert "skip  noise_lenet5_eps50.png: no noise_lenet5_eps50.csv" in text
-    assert f"{len(seed000)} drawn, {len(script.FIGURES) - len(seed000)} skipped (CSV absent), 0 failed" in text
+    assert f"{len(seed000)} drawn, {len(script.FIGURES) - len(seed000)} skipped" in text and "0 failed" in text
+    # CSVs present but without the runs a figure shows: skipped too, not failed
+    table[table["clients_per_round"] == 10].to_csv(results / "seed000_converged_ms.csv", index=False)
+    (results / "seed000_converged_hon.csv").unlink()
+    assert script.main(["--results", str(results), "--out", str(out), "--only", "accuracy-vs-round"]) == 0
+    assert "skip  seed000_converged_accuracy-vs-round.png: no runs at clients_per_round 1,000 or 10,000 yet " \
+           "(the CSVs have 10)" in capsys.readouterr().out
     assert script.main(["--results", str(results), "--out", str(out), "--only", "nothing-like-this"]) == 2
 
 
