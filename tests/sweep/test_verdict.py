@@ -108,6 +108,18 @@ def test_smallest_m_within_one_point_by_mean_and_by_ci(verdict):
     assert honest.m_by_mean == 100 and math.isnan(honest.m_by_ci) and not honest.holds_above_ci
 
 
+def test_a_larger_m_with_one_seed_neither_confirms_nor_breaks_the_ci_threshold():
+    df = _table()
+    extra = df[(df["clients_per_round"] == 1000) & (df["seed"] == 0) & (df["neighbours"] == "add-remove")]
+    extra = extra.assign(clients_per_round=10000)
+    extra.loc[extra["epsilon"] == 10.0, "accuracy"] -= 0.05  # 5 points below non-private
+    th = accuracy_verdict(pd.concat([df, extra]), method=None).thresholds
+    th = th.set_index(["setting", "epsilon"]).loc[("add-remove", 10.0)]
+    assert th.tested == "10,100,1000,10000"
+    assert th.m_by_ci == 1000 and th.holds_above_ci      # m = 10,000 has no interval
+    assert th.m_by_mean == 100 and not th.holds_above_mean  # its mean is 5 points below
+
+
 def test_threshold_flags_a_larger_m_that_falls_outside_again():
     df = _table()
     df.loc[(df["epsilon"] == 10.0) & (df["clients_per_round"] == 1000) & (df["neighbours"] == "add-remove"),

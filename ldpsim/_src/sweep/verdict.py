@@ -226,7 +226,8 @@ class Verdict:
             missing), ``max_participation`` and ``epsilon_spent`` (largest over seeds).
         thresholds: one row per private (setting, ε): ``tested`` (the m with a baseline),
             ``m_by_mean``, ``m_by_ci`` (smallest m within tolerance; NaN if none),
-            ``holds_above_mean``, ``holds_above_ci`` (every larger tested m passes too).
+            ``holds_above_mean``, ``holds_above_ci`` (no larger tested m fails; a cell
+            without an interval, one seed, neither passes nor fails by CI).
         privacy: one row per private (setting, ε): see :func:`total_epsilon`.
         confidence: the intervals' confidence level.
         tolerance: the accuracy tolerance of the thresholds (0.01 = 1 point).
@@ -276,10 +277,11 @@ def _thresholds(cells: pd.DataFrame, tolerance: float) -> pd.DataFrame:
         g = g.sort_values("clients_per_round")
         row = dict(setting=setting, epsilon=eps, tested=",".join(str(m) for m in g["clients_per_round"]))
         for name, column in (("mean", "gap_mean"), ("ci", "gap_ci_low")):
-            ok = (g[column] >= -tolerance).to_numpy()  # NaN compares False
+            known = g[column].notna().to_numpy()  # no interval (one seed): neither in nor out
+            ok = known & (g[column] >= -tolerance).to_numpy()
             first = int(np.argmax(ok)) if ok.any() else None
             row[f"m_by_{name}"] = float(g["clients_per_round"].iloc[first]) if first is not None else math.nan
-            row[f"holds_above_{name}"] = bool(ok[first:].all()) if first is not None else False
+            row[f"holds_above_{name}"] = bool((ok | ~known)[first:].all()) if first is not None else False
         rows.append(row)
     return pd.DataFrame(rows, columns=["setting", "epsilon", "tested", "m_by_mean", "holds_above_mean",
                                        "m_by_ci", "holds_above_ci"])
@@ -436,7 +438,8 @@ def verdict_markdown(verdict: Verdict, *, settings: Sequence[str] | None = None)
     th = verdict.thresholds
     if not th.empty:
         out += ["", f"**Smallest m within {tol} point(s) of non-private** (by the gap's mean; by its "
-                f"{pct} interval's lower end; `*`: a larger tested m falls outside again; —: none)", "",
+                f"{pct} interval's lower end, which needs 2 seeds or more; `*`: a larger tested m falls outside "
+                "again; —: none)", "",
                 "| setting | ε | m tested | by mean | by CI lower end |", "|---|---|---|---|---|"]
         for r in th.itertuples(index=False):
             by_mean = _m(r.m_by_mean) + ("" if r.holds_above_mean or math.isnan(r.m_by_mean) else " *")
