@@ -103,9 +103,13 @@ def _filter(df: pd.DataFrame, where: Mapping[str, Any] | None) -> pd.DataFrame:
 
 
 def _run_columns(df: pd.DataFrame) -> list[str]:
+    """Columns that identify a run. A sweep's ``cell`` names only its grid axes, so tables
+    joined from pieces that differ in a fixed setting (e.g. ``neighbours``) reuse cell
+    names: the setting columns are part of the key too."""
+    settings = [c for c in SETTING_COLUMNS if c in df.columns]
     if "cell" in df.columns:
-        return ["cell"]
-    return [c for c in ("epsilon", "clients_per_round", "seed", *SETTING_COLUMNS) if c in df.columns]
+        return ["cell", *settings]
+    return [c for c in ("epsilon", "clients_per_round", "seed") if c in df.columns] + settings
 
 
 def _final_rows(df: pd.DataFrame) -> pd.DataFrame:
