@@ -140,7 +140,8 @@ def train_local_steps(params: Params, x: jax.Array, y: jax.Array, count: jax.Arr
                       loss_and_grad: Callable[..., tuple[jax.Array, Params]],
                       optimizer: optax.GradientTransformation, batch_size: int, key: jax.Array,
                       local_steps: int | None = None, local_epochs: int | None = None,
-                      unroll: int | bool | None = None) -> tuple[Params, ClientMetrics]:
+                      unroll: int | bool | None = None,
+                      peel_first_step: bool = True) -> tuple[Params, ClientMetrics]:
     """The local-step loop shared by :func:`local_update` and DP-SGD clients.
 
     Batching, masking, epoch permutations and the skipping of steps beyond the client's
@@ -181,8 +182,14 @@ def train_local_steps(params: Params, x: jax.Array, y: jax.Array, count: jax.Arr
     if unroll is None:
         unroll = True if slots <= _MAX_UNROLL else 1
     carry = (params, optimizer.init(params), jnp.zeros((), jnp.float32))
-    (local, _, loss_sum), _ = lax.scan(step, carry, jnp.arange(slots, dtype=jnp.int32),
-                                       unroll=unroll)
+    first = 0
+    if peel_first_step:
+        carry, _ = step(carry, jnp.int32(0))
+        first = 1
+    if slots > first:
+        carry, _ = lax.scan(step, carry, jnp.arange(first, slots, dtype=jnp.int32),
+                            unroll=unroll)
+    local, _, loss_sum = carry
     delta = jax.tree_util.tree_map(lambda a, b: a - b, local, params)
     metrics = ClientMetrics(loss=loss_sum / jnp.maximum(total, 1).astype(jnp.float32),
                             num_examples=n, num_steps=total)
