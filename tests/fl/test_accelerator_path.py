@@ -119,6 +119,10 @@ def test_the_program_batches_the_clients_of_a_chunk(chunk):
     per_client = [d for d in dots if not (d[0] and d[0][0] % chunk == 0)]
     assert not per_client, per_client
     assert any(lb and d[0][lb[0]] == chunk for *d, lb in dots), "no product batched over clients"
+    # Step 1 (peeled out of the step loop) multiplies the whole chunk's rows by the shared
+    # global weights: an unbatched 2-D weight against the chunk's [chunk, batch, features].
+    assert any(not lb and d[0][:2] == (chunk, BATCH) and len(d[1]) == 2 for *d, lb in dots), \
+        "step 1 is not one product over the chunk's rows"
 
 
 def test_the_compiled_program_has_no_per_client_loop():
