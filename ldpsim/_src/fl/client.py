@@ -23,6 +23,12 @@ The optimizer state starts fresh from ``optimizer.init(params)`` every round (as
 FedAvg, McMahan et al. 2017, arXiv:1602.05629, Algorithm 1 ``ClientUpdate``).
 Short step loops are unrolled: XLA's CPU backend runs a rolled ``lax.scan`` over a
 couple of steps far slower than the unrolled loop (PERF_NOTES.md, lesson 1).
+Step 1 is taken before the step loop (``peel_first_step``): every client of a vmapped
+chunk starts from the same global weights, so there ``vmap`` sees unbatched weights and
+the chunk's forward pass and input gradients are one product over clients x batch rows
+(only the weight gradients are per client); inside a loop the carried weights would be
+batched from step 1 on.  The same computation either way (benchmarks/README.md: a few
+per cent faster at the CPU's chunk of 1, more at wider chunks).
 """
 
 from __future__ import annotations
@@ -148,7 +154,9 @@ def train_local_steps(params: Params, x: jax.Array, y: jax.Array, count: jax.Arr
     own count are exactly those of :func:`local_update`; only the gradient differs:
     ``loss_and_grad(p, xb, yb, mask) -> (loss, grads)`` where ``grads`` is whatever
     ``optimizer.update`` expects (e.g. per-micro-batch gradients for
-    :func:`ldpsim._src.privacy.dpsgd.dp_aggregate`).
+    :func:`ldpsim._src.privacy.dpsgd.dp_aggregate`).  ``peel_first_step`` (default True)
+    takes step 1 outside the step scan (see the module docstring); False scans every
+    step (the same result up to float rounding).
     """
     max_examples = x.shape[0]
     slots = num_local_steps(max_examples=max_examples, batch_size=batch_size,
