@@ -103,9 +103,11 @@ def test_the_program_batches_the_clients_of_a_chunk(chunk):
     jaxpr = jax.make_jaxpr(fn)(init_state(params, jax.random.key(5)), pop, jnp.int32(3), ids,
                                mask, hyper).jaxpr
     lengths = _scan_lengths(jaxpr)
-    # The cohort loop runs once per chunk; the only other loop is over local steps.
+    # The cohort loop runs once per chunk; the only other loop is over the local steps
+    # after the first (step 1 is peeled out of it: its weights are the chunk's shared
+    # global weights).
     assert M // chunk in lengths
-    assert all(n in (M // chunk, STEPS) for n in lengths), lengths
+    assert all(n in (M // chunk, STEPS - 1) for n in lengths), lengths
     assert M not in lengths or chunk == 1
     # Inside the loop over chunks, every matrix product carries the chunk: as a batch
     # dimension (per-client weights) or folded into the rows (weights shared by the
@@ -117,6 +119,10 @@ def test_the_program_batches_the_clients_of_a_chunk(chunk):
     per_client = [d for d in dots if not (d[0] and d[0][0] % chunk == 0)]
     assert not per_client, per_client
     assert any(lb and d[0][lb[0]] == chunk for *d, lb in dots), "no product batched over clients"
+    # Step 1 (peeled out of the step loop) multiplies the whole chunk's rows by the shared
+    # global weights: an unbatched 2-D weight against the chunk's [chunk, batch, features].
+    assert any(not lb and d[0][:2] == (chunk, BATCH) and len(d[1]) == 2 for *d, lb in dots), \
+        "step 1 is not one product over the chunk's rows"
 
 
 def test_the_compiled_program_has_no_per_client_loop():

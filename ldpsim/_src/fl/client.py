@@ -23,6 +23,12 @@ The optimizer state starts fresh from ``optimizer.init(params)`` every round (as
 FedAvg, McMahan et al. 2017, arXiv:1602.05629, Algorithm 1 ``ClientUpdate``).
 Short step loops are unrolled: XLA's CPU backend runs a rolled ``lax.scan`` over a
 couple of steps far slower than the unrolled loop (PERF_NOTES.md, lesson 1).
+Step 1 is taken before the step loop (``peel_first_step``): every client of a vmapped
+chunk starts from the same global weights, so there ``vmap`` sees unbatched weights and
+the chunk's forward pass and input gradients are one product over clients x batch rows
+(only the weight gradients are per client); inside a loop the carried weights would be
+batched from step 1 on.  The same computation either way (benchmarks/README.md: a few
+per cent faster at the CPU's chunk of 1, more at wider chunks).
 """
 
 from __future__ import annotations
@@ -140,14 +146,17 @@ def train_local_steps(params: Params, x: jax.Array, y: jax.Array, count: jax.Arr
                       loss_and_grad: Callable[..., tuple[jax.Array, Params]],
                       optimizer: optax.GradientTransformation, batch_size: int, key: jax.Array,
                       local_steps: int | None = None, local_epochs: int | None = None,
-                      unroll: int | bool | None = None) -> tuple[Params, ClientMetrics]:
+                      unroll: int | bool | None = None,
+                      peel_first_step: bool = True) -> tuple[Params, ClientMetrics]:
     """The local-step loop shared by :func:`local_update` and DP-SGD clients.
 
     Batching, masking, epoch permutations and the skipping of steps beyond the client's
     own count are exactly those of :func:`local_update`; only the gradient differs:
     ``loss_and_grad(p, xb, yb, mask) -> (loss, grads)`` where ``grads`` is whatever
     ``optimizer.update`` expects (e.g. per-micro-batch gradients for
-    :func:`ldpsim._src.privacy.dpsgd.dp_aggregate`).
+    :func:`ldpsim._src.privacy.dpsgd.dp_aggregate`).  ``peel_first_step`` (default True)
+    takes step 1 outside the step scan (see the module docstring); False scans every
+    step (the same result up to float rounding).
     """
     max_examples = x.shape[0]
     slots = num_local_steps(max_examples=max_examples, batch_size=batch_size,
@@ -181,8 +190,14 @@ def train_local_steps(params: Params, x: jax.Array, y: jax.Array, count: jax.Arr
     if unroll is None:
         unroll = True if slots <= _MAX_UNROLL else 1
     carry = (params, optimizer.init(params), jnp.zeros((), jnp.float32))
-    (local, _, loss_sum), _ = lax.scan(step, carry, jnp.arange(slots, dtype=jnp.int32),
-                                       unroll=unroll)
+    first = 0
+    if peel_first_step:
+        carry, _ = step(carry, jnp.int32(0))
+        first = 1
+    if slots > first:
+        carry, _ = lax.scan(step, carry, jnp.arange(first, slots, dtype=jnp.int32),
+                            unroll=unroll)
+    local, _, loss_sum = carry
     delta = jax.tree_util.tree_map(lambda a, b: a - b, local, params)
     metrics = ClientMetrics(loss=loss_sum / jnp.maximum(total, 1).astype(jnp.float32),
                             num_examples=n, num_steps=total)
