@@ -3,8 +3,30 @@
 :func:`plot` draws one of :data:`KINDS` -- ``accuracy-vs-epsilon``,
 ``accuracy-vs-clients``, ``noise-vs-clients`` (with the theory line) and
 ``convergence`` -- with mean ± std bands over seeds, and saves PNG, SVG or PDF.
+:func:`plot_frontier` draws the mechanism frontier of :func:`ldpsim.privacy.frontier`
+(MSE of the decoded mean against ε, measured and theory, beside the minimax order).
+
+``plot_frontier`` is loaded on first use, so that importing this module does not import JAX.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 from ldpsim._src.plots.figures import KINDS, load_results, plot
 
-__all__ = ["KINDS", "load_results", "plot"]
+#: Names loaded on first use: name -> implementing module.
+_LAZY = {"plot_frontier": "ldpsim._src.privacy.frontier"}
+
+__all__ = ["KINDS", "load_results", "plot", "plot_frontier"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + list(_LAZY))
