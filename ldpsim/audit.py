@@ -69,8 +69,8 @@ invariance). So ``⟨M(x), v⟩`` is sufficient for the pair, and the game on th
 when ``x1 − x0`` lies along one axis, which is the L1 worst case.
 
 :func:`scalar_gaussian` and :func:`scalar_laplace` draw one scalar from the randomizer's own
-sampler. For the Gaussian that is :func:`ldpsim._src.privacy.sampling.normal`, the engine's
-default ``"fast"`` sampler, so its bounded tails are audited too. For Laplace it is
+sampler. For the Gaussian that is :func:`ldpsim.privacy.gaussian_noise` with the engine's
+default ``impl="fast"`` sampler, so its bounded tails are audited too. For Laplace it is
 ``jax.random.laplace``.
 
 For the axis pair, the 1-D scores equal the full randomizer's projected outputs with the
@@ -79,7 +79,7 @@ dense pair the rates agree statistically. Both are tested. The full-mechanism pa
 as this check: :func:`gaussian_mechanism` and :func:`laplace_mechanism` run the real
 randomizers on d-dimensional pytrees and project inside the kernel (:func:`projection_score`).
 :func:`from_local_mechanism` audits the engine's mechanism interface
-(:class:`ldpsim._src.privacy.mechanism.LocalMechanism`) the same way.
+(:class:`ldpsim.privacy.LocalMechanism`) the same way.
 
 Outputs a sampler cannot produce
 --------------------------------
@@ -88,12 +88,12 @@ With ``n`` evaluation trials, a black-box audit can never show more than
 for n = 10⁶ at 95 %). Sampling alone cannot refute a claim above that value, however wrong
 the claim is.
 
-Float samplers, however, have bounded tails: ``|z| ≤ 6.764`` for the default sampler
-(:data:`ldpsim._src.privacy.sampling.TAIL_BOUND`). Some outputs are therefore *impossible* under
+Float samplers, however, have bounded tails: ``|z| ≤ 6.764`` for the default sampler.
+Some outputs are therefore *impossible* under
 one input, not merely unobserved. ``support`` states intervals that contain every score by
 construction. When a test region lies outside one input's support, that error rate is
 exactly 0. Then ``ε_lb = inf`` as soon as the other rate's upper bound is below ``1 − δ``:
-no ε holds at this δ (see :func:`ldpsim._src.privacy.calibration.sampler_delta_floor`).
+no ε holds at this δ (see :func:`ldpsim.privacy.sampler_delta_floor`).
 :func:`audit_randomizer` derives the support from the sampler's tail bound, padded for
 float32 rounding. A sampled score outside the stated support raises an error.
 
@@ -157,8 +157,15 @@ canary clients whose updates are fixed directions, in ONE run. It computes the o
 ε_lb of Steinke, Nasr & Jagielski (2023, arXiv:2305.08846;
 :func:`one_run_epsilon_lower_bound`) and the Gaussian-DP route of Nasr et al. (2023,
 arXiv:2302.07956; :func:`gdp_mu_lower_bound`, :func:`gdp_epsilon`), and sets both against
-the accountant's ε. The threat models and their assumptions are stated in
-``ldpsim._src.audit._pipeline``.
+the accountant's ε. Two threat models (``observe=``): ``"reports"``, the LDP one, where
+the server is the adversary and sees every client's release each round (a canary's score
+is ``Σ_t ⟨report_{i,t}, u_i⟩``, the likelihood-ratio statistic for Gaussian noise); and
+``"aggregate"``, where only the global model after each round is seen (score
+``Σ_t ⟨W_{t+1} − W_t, u_i⟩``). Under ``"aggregate"`` ε_lb measures what the aggregate leaks,
+far less than the local claim, and the Gaussian-DP route is not computed (its canaries
+share one aggregate, so their outcomes are not independent). The Gaussian-DP route assumes
+a Gaussian trade-off curve: true for clipped Gaussian LDP composed over rounds, not a
+black-box guarantee.
 """
 
 from ldpsim._src.audit._audit import (

@@ -17,12 +17,17 @@ Public names, in the direction of dependency (the implementation lives in
 * :func:`run_loop` -- the one host loop of every driver.
 * :class:`Experiment` (nested frozen configs) and :class:`SimulationConfig` (the same
   settings flat: the CLI and TOML schema).
-* :func:`simulate_lanes`, :func:`build_data`, :func:`initial_state`, :func:`sample_cohort`
-  (``simulate`` itself is :func:`ldpsim.simulate`).
+* :func:`simulate_lanes`, :func:`build_data`, :func:`sample_cohort` (``simulate`` itself
+  is :func:`ldpsim.simulate`).
 * :func:`tensorboard_callback` -- a ``simulate(callback=)`` that writes TensorBoard logs.
 * :class:`DpsgdConfig`, :func:`train_dpsgd`, :func:`epsilon_by_epoch` -- centralised
   DP-SGD training (one model, the whole training set; MindArmour's ``DPModel``), on the
   same driver loop.
+
+One name for the initial server state: :func:`init_state` (parameters and key in, a
+:class:`ServerState` out). ``initial_state``, a second spelling that built the state
+``simulate`` starts from out of a configuration, still works with a
+:class:`DeprecationWarning`.
 
 Names are loaded lazily so that importing this module (e.g. for the CLI's ``--help``) does
 not import JAX.
@@ -31,6 +36,7 @@ not import JAX.
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import Any
 
 _EXPORTS = {
@@ -58,7 +64,6 @@ _EXPORTS = {
     "make_round_fn": "round",
     "run_loop": "loop",
     "build_data": "simulate",
-    "initial_state": "simulate",
     "sample_cohort": "simulate",
     "simulate_lanes": "simulate",
     "ClientMetrics": "client",
@@ -74,11 +79,22 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
+#: Names kept importable with a DeprecationWarning: name -> (module, what to use instead).
+_DEPRECATED = {
+    "initial_state": ("simulate", "ldpsim.fl.init_state(model.init(key, x), key) (what "
+                      "ldpsim.simulate starts from is fixed by the configuration's seed)"),
+}
+
 
 def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
         module = importlib.import_module(f"ldpsim._src.fl.{_EXPORTS[name]}")
         return getattr(module, name)
+    if name in _DEPRECATED:
+        module, instead = _DEPRECATED[name]
+        warnings.warn(f"ldpsim.fl.{name} is deprecated: use {instead}", DeprecationWarning,
+                      stacklevel=2)
+        return getattr(importlib.import_module(f"ldpsim._src.fl.{module}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -1,6 +1,8 @@
 """Pure maths of privacy: clipping, local randomizers, calibration, accounting, DP-SGD.
 
-Importable and useful on its own, without :mod:`ldpsim.fl`.
+Importable and useful on its own, without :mod:`ldpsim.fl`.  The frontier's figure is
+:func:`ldpsim.plots.plot_frontier` (``ldpsim.privacy.plot_frontier`` still works, with a
+:class:`DeprecationWarning`).
 """
 
 from ldpsim._src.privacy.calibration import (
@@ -80,9 +82,12 @@ from ldpsim._src.privacy.shuffling import (
     stronger_clone_applies,
 )
 from ldpsim._src.privacy.shuffling import closed_form_epsilon as shuffle_closed_form_epsilon
-from ldpsim._src.privacy.frontier import FrontierRow, frontier, frontier_cell, plot_frontier
+from ldpsim._src.privacy.frontier import FrontierRow, frontier, frontier_cell
 from ldpsim._src.privacy.frontier import lower_bound as frontier_lower_bound
 from ldpsim._src.privacy.frontier import winners as frontier_winners
+import warnings as _warnings
+
+from ldpsim._src.privacy import frontier as _frontier
 from ldpsim._src.privacy.mechanisms import (
     add_gaussian_noise,
     add_laplace_noise,
@@ -151,7 +156,6 @@ __all__ = [
     "mindspore_gaussian_sigma",
     "noise_study",
     "per_layer_bound",
-    "plot_frontier",
     "privunit2",
     "privunitg",
     "quantile_clip",
@@ -172,3 +176,16 @@ __all__ = [
     "stronger_clone_applies",
     "total_variance",
 ]
+
+
+#: Names that moved, kept importable with a DeprecationWarning: name -> (new home, object).
+_DEPRECATED = {"plot_frontier": ("ldpsim.plots.plot_frontier", _frontier.plot_frontier)}
+
+
+def __getattr__(name: str):
+    if name in _DEPRECATED:
+        new, obj = _DEPRECATED[name]
+        _warnings.warn(f"ldpsim.privacy.{name} is deprecated: use {new} (a figure belongs in "
+                       "ldpsim.plots)", DeprecationWarning, stacklevel=2)
+        return obj
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -9,6 +9,8 @@ checkout is used if it exists.  A test that needs the data *fails* in CI
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -36,10 +38,43 @@ def examples(n: int) -> int:
     return n if _in_ci() or not fast else max(10, n // 5)
 
 
+#: XLA option of the fast tier: LLVM's backend optimisation off.  The HLO (fusion, layout,
+#: the program the tests inspect) is unchanged; only the machine-code optimisation that is most
+#: of a CPU compilation's cost is skipped (the fast tier is ~1 compilation per test).  The
+#: full suite (CI) compiles with XLA's defaults, as users do.  An XLA_FLAGS that already sets
+#: the level wins.
+FAST_TIER_XLA_FLAG = "--xla_backend_optimization_level=0"
+
+
 def pytest_configure(config):
-    # Runs before collection in the main process and in every xdist worker.
+    # Runs before collection in the main process and in every xdist worker, before JAX starts.
     if "not slow" in (config.getoption("markexpr", "") or ""):
         os.environ["LDPSIM_FAST_TIER"] = "1"
+        flags = os.environ.get("XLA_FLAGS", "")
+        if "xla_backend_optimization_level" not in flags:
+            os.environ["XLA_FLAGS"] = f"{flags} {FAST_TIER_XLA_FLAG}".strip()
+        # One JAX compilation cache for this run, shared by the xdist workers and by tests
+        # that build the same program again: a compiled program is reused, never rebuilt.
+        # A new empty folder per run (made here by the controller, inherited by the workers,
+        # removed at the end), so a run's figures never depend on an earlier run.  A
+        # JAX_COMPILATION_CACHE_DIR you set yourself is used as it is and kept.
+        if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+            folder = tempfile.mkdtemp(prefix="ldpsim-fast-tier-jax-cache-")
+            config._ldpsim_jax_cache = folder
+            os.environ["JAX_COMPILATION_CACHE_DIR"] = folder
+            os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+            os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "-1"
+        # With -n, every test of a file runs in one worker: a module's fixtures and the
+        # compilations its tests share are paid once, not once per worker.  (The full suite
+        # keeps xdist's default, which spreads its few long end-to-end files.)
+        if getattr(config.option, "dist", "no") == "load":
+            config.option.dist = "loadfile"
+
+
+def pytest_unconfigure(config):
+    folder = getattr(config, "_ldpsim_jax_cache", None)
+    if folder:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

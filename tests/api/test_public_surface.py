@@ -88,3 +88,53 @@ def test_readme_examples_run(tmp_path, monkeypatch):
         block = block.replace("progress=True", "progress=False")
         exec(compile(block, "README.md", "exec"), namespace)  # noqa: S102
     assert 0.0 <= float(namespace["rows"][-1]["accuracy"]) <= 1.0
+
+
+def test_plot_frontier_lives_in_plots_and_the_old_name_warns():
+    import ldpsim.plots
+    import ldpsim.privacy
+
+    assert "plot_frontier" in ldpsim.plots.__all__
+    assert "plot_frontier" not in ldpsim.privacy.__all__
+    with pytest.warns(DeprecationWarning, match="ldpsim.plots.plot_frontier"):
+        old = ldpsim.privacy.plot_frontier
+    assert old is ldpsim.plots.plot_frontier
+
+
+def test_plots_does_not_import_jax_until_plot_frontier_is_used():
+    code = ("import sys, ldpsim.plots as p; a = 'jax' in sys.modules; p.plot_frontier; "
+            "print(a, 'jax' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "True"]
+
+
+def test_one_name_for_the_initial_server_state():
+    import ldpsim.fl
+    from ldpsim._src.fl import simulate
+
+    assert "init_state" in ldpsim.fl.__all__ and "initial_state" not in ldpsim.fl.__all__
+    with pytest.warns(DeprecationWarning, match="ldpsim.fl.init_state"):
+        old = ldpsim.fl.initial_state
+    assert old is simulate.initial_state
+
+
+def test_user_facing_text_names_no_private_module():
+    """README, docs, the notebooks and the public modules' docstrings cite public names."""
+    texts = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")),
+             *sorted((REPO / "notebooks").glob("*.ipynb"))]
+    for path in texts:
+        assert "_src" not in path.read_text(), path
+    for name in PUBLIC:   # saying where the private code lives is fine; citing a module in it is not
+        doc = importlib.import_module(name).__doc__ or ""
+        assert not re.search(r"ldpsim\._src\.\w+\.\w", doc), name
+
+
+def test_cli_help_names_no_private_module():
+    import argparse
+
+    from ldpsim._src.cli import build_parser
+
+    parser = build_parser()
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    for name, command in sub.choices.items():
+        assert "_src" not in command.format_help(), name

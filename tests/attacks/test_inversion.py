@@ -64,6 +64,7 @@ def test_unnoised_single_example_is_recovered_nearly_exactly(tiny):
         assert float(rec.loss) < 1e-8
 
 
+@pytest.mark.slow   # a further case of the recovery above (clip active)
 def test_clipped_unnoised_release_is_still_recovered(tiny):
     """The attacker clips its dummy gradient like the client: an active clip bound hides
     the gradient's norm but not the example."""

@@ -255,6 +255,7 @@ def test_planted_noise_bugs_exceed_the_claim(bug, correct_run):
     assert a.mu_lb > a.mu_claimed
 
 
+@pytest.mark.slow   # two 16-round runs; the other planted bugs stay fast
 def test_composition_bug_is_caught_by_the_one_run_bound():
     """Claiming one round's ε for 16 rounds: the one-run bound alone (no GDP assumption)
     refutes it."""

@@ -17,6 +17,7 @@ def _rows(path):
         return list(csv.DictReader(f))
 
 
+@pytest.mark.slow   # the CLI end to end: runs, resume, plot
 def test_csv_columns_resume_and_plot(tmp_path, capsys):
     out = tmp_path / "sub" / "frontier.csv"
     assert main(TINY + ["--out", str(out)]) == 0

@@ -191,6 +191,7 @@ def test_cli_shuffle_adaptive_clipping_charges_the_epochs_worst_step(tmp_path, d
     assert 0 < row["sampler_delta_floor"] < 1e-2
 
 
+@pytest.mark.slow   # real data, a learning check
 def test_no_dp_learns_without_epsilon(data_root):
     cfg = load_config(None, data_dir=str(data_root), dp=False, model="mlp", num_train=2048,
                       num_test=1000, epochs=1, batch_size=64, learning_rate=0.05)

@@ -91,6 +91,7 @@ def test_flat_options_that_do_not_apply_are_errors():
     SimulationConfig(client_dp=True, client_dp_clip=0.5)
 
 
+@pytest.mark.slow   # two whole runs (two configuration spellings)
 def test_nested_and_flat_give_the_same_history():
     data = toy_logreg_problem(24)
     exp = Experiment(data=Data(dataset="toy", population=24),

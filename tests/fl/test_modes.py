@@ -45,14 +45,20 @@ def _mech(mode="ldp", noise_mode="per-client", m=10, mechanism="gaussian",
     return modes.aggregated(mech) if noise_mode == "aggregate" else mech
 
 
+_KERNELS: dict = {}
+
+
 def _round(model, mode="ldp", noise_mode="per-client", m=10, mechanism="gaussian",
            adaptive_clip=False, **kw):
     """``(state, pstate, pop, t, ids, mask, hyper, phyper) -> (state, pstate, metrics)``:
     the round of ``mode`` with the mode's state and knobs passed on their own (``phyper``
     None: the local-DP knobs of ``hyper``)."""
-    fn = jax.jit(make_round_fn(apply_fn=model.apply,
-                               mechanism=_mech(mode, noise_mode, m, mechanism, adaptive_clip),
-                               local_steps=2, batch_size=4, chunk_size=4, **kw))
+    key = (id(model), mode, noise_mode, m, mechanism, adaptive_clip, tuple(sorted(kw.items())))
+    if key not in _KERNELS:   # tests of one mode share its compilations (compiling dominates)
+        _KERNELS[key] = jax.jit(make_round_fn(
+            apply_fn=model.apply, mechanism=_mech(mode, noise_mode, m, mechanism, adaptive_clip),
+            local_steps=2, batch_size=4, chunk_size=4, **kw))
+    fn = _KERNELS[key]
 
     def run(state, pstate, pop, t, ids, mask, hyper, phyper=None):
         hyper = hyper if phyper is None else hyper._replace(privacy=phyper)

@@ -3,6 +3,7 @@ aggregate noise, DP-SGD clients (ldpsim._src.fl.modes through the driver)."""
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -72,6 +73,7 @@ def test_each_mode_runs_and_names_itself(data, kw):
     assert history[1]["epsilon_spent"] >= history[0]["epsilon_spent"]
 
 
+@pytest.mark.slow   # two whole runs (two configurations)
 def test_default_rows_name_the_mode_and_match_the_aggregate_kernel(data):
     # Default engine (host-side mode columns) vs the same run in noise_mode="aggregate"
     # (computed in the kernel): same cohort, weights and clean updates in round 1.
@@ -293,10 +295,10 @@ def test_dp_local_update_partial_batch_is_mean_of_micro_batch_means():
     x = jnp.asarray(rng.normal(size=(4, 5)), jnp.float32)
     y = jnp.asarray(rng.integers(0, 3, size=4), jnp.int32)
     key, lr = jax.random.key(7), 0.5
-    kw = dict(apply_fn=model.apply, optimizer=optax.sgd(lr), batch_size=4, key=key,
-              local_steps=1)
-    delta, _ = dp_local_update(params, x, y, 3, micro_batches=2, clip_norm=1e6,
-                               noise_multiplier=0.0, **kw)
+    kw = dict(apply_fn=model.apply, optimizer=optax.sgd(lr), batch_size=4, local_steps=1)
+    # jitted: one compilation each, not one per operation
+    delta, _ = jax.jit(functools.partial(dp_local_update, micro_batches=2, **kw))(
+        params, x, y, 3, key=key, clip_norm=1e6, noise_multiplier=0.0)
     perm = np.asarray(_epoch_permutation(key, jnp.int32(0), jnp.int32(3), 4))
 
     def mean_loss(p, rows):
@@ -309,7 +311,7 @@ def test_dp_local_update_partial_batch_is_mean_of_micro_batch_means():
     flat = lambda t: np.concatenate([np.ravel(v) for v in jax.tree_util.tree_leaves(t)])  # noqa: E731
     np.testing.assert_allclose(flat(delta), flat(expected), rtol=1e-5, atol=1e-7)
     # ... which is not the batch mean over the 3 valid rows that local_update takes.
-    plain, _ = local_update(params, x, y, 3, **kw)
+    plain, _ = jax.jit(functools.partial(local_update, **kw))(params, x, y, 3, key=key)
     g_all = jax.grad(mean_loss)(params, perm[:3])
     np.testing.assert_allclose(flat(plain), -lr * flat(g_all), rtol=1e-5, atol=1e-7)
     assert not np.allclose(flat(delta), flat(plain), rtol=1e-3)

@@ -273,7 +273,7 @@ def audit_randomizer(
     scale = cal.sigma if mechanism == "gaussian" else cal.scale
     if mechanism == "gaussian":
         impl = sampling.resolve_impl(key, impl)
-        bound, sampler = sampling.TAIL_BOUND[impl], f"ldpsim._src.privacy.sampling.normal (impl={impl!r})"
+        bound, sampler = sampling.TAIL_BOUND[impl], f"ldpsim.privacy.gaussian_noise (impl={impl!r})"
     else:
         if impl is not None:
             raise LdpsimError("impl applies to the gaussian mechanism only")
@@ -353,5 +353,5 @@ def audit_report_randomizer(
     gap = float(jnp.linalg.norm(x1 - x0))
     return AuditReport(
         name, local.epsilon, None, "replace", None if name == "signds" else float(clip), gap,
-        None, "full-mechanism", dim, f"ldpsim._src.privacy.{name}.privatize",
+        None, "full-mechanism", dim, f"ldpsim.privacy.{name}(...).privatize",
         name, _describe(what, None, result), time.perf_counter() - start, result)

@@ -58,7 +58,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "test accuracy and epsilon after every epoch.",
         epilog=_EPILOG, formatter_class=HelpFormatter)
     p.add_argument("--config", type=Path,
-                   help="TOML config (keys of ldpsim._src.fl.dpsgd.config.DpsgdConfig)")
+                   help="TOML config (keys of ldpsim.fl.DpsgdConfig)")
     dp = p.add_mutually_exclusive_group()
     dp.add_argument("--no-dp", dest="dp", action="store_false", default=None,
                     help="train without clipping or noise (the non-private baseline)")
