@@ -33,6 +33,7 @@ import sys
 import time
 
 import pandas as pd
+from matplotlib.figure import Figure
 
 from ldpsim import simulate
 from ldpsim.fl import SimulationConfig, build_data
@@ -41,6 +42,7 @@ from ldpsim.privacy import trust_model_noise
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "results", "crossover_lenet5.csv")
 MODELS = ("central", "secagg", "shuffle", "local")
+D = 61706   # LeNet-5's parameters (the noise norm on the mean is σ̄·√d)
 LABELS = {"central": "central DP (trusted server)",
           "secagg": "secure aggregation + distributed noise",
           "shuffle": "local DP + shuffling", "local": "local DP alone"}
@@ -88,7 +90,7 @@ def done_cells(path: str) -> set:
         return set()
     with open(path) as f:
         rows = list(csv.DictReader(f))
-    return {(r["trust_model"], int(r["clients_per_round"])) for r in rows
+    return {(r["trust_model"], int(r["clients_per_round"]), int(r["seed"])) for r in rows
             if r.get("final") == "1"}
 
 
@@ -100,8 +102,8 @@ def run(args) -> None:
     writer, handle = None, None
     for m in clients:
         for model in models:
-            if (model, m) in finished:
-                print(f"skip {model} m={m} (in {args.out})", flush=True)
+            if (model, m, args.seed) in finished:
+                print(f"skip {model} m={m} seed {args.seed} (in {args.out})", flush=True)
                 continue
             cfg, extra = config_for(model, m, args)
             if data is None:
@@ -134,25 +136,41 @@ def load(path: str) -> pd.DataFrame:
     return pd.read_csv(path)
 
 
-def crossover(df, points: float = 0.01) -> dict:
-    """Smallest m at which each model's final accuracy is within ``points`` of central DP's
-    at the same m (None: not reached at the m run)."""
+def finals(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per (trust model, m): the final accuracy's mean, std and seed count over the
+    seeds run, with the model's noise (σ̄ = noise std on the mean, ε₀ per report) and the
+    worst client's participations."""
     fin = df[df["final"] == 1]
+    g = fin.groupby(["trust_model", "clients_per_round"])
+    out = g.agg(accuracy=("accuracy", "mean"), std=("accuracy", "std"),
+                seeds=("seed", "nunique"), sigma_mean=("sigma_mean_theory", "first"),
+                local_epsilon=("local_epsilon", "first"), local_delta=("local_delta", "first"),
+                participations=("max_participation", "max"), rounds=("round", "max"))
+    return out.reset_index()
+
+
+def crossover(df: pd.DataFrame, points: float = 0.01, above: float = 0.5) -> dict:
+    """Per model, the smallest m run from which on (that m and every larger m run) its mean
+    final accuracy is within ``points`` of central DP's at the same m, counting only the m
+    where central DP learns (accuracy ≥ ``above``: at chance every model is "within 1
+    point"). None: not reached at the m run."""
+    fin = finals(df)
     central = fin[fin.trust_model == "central"].set_index("clients_per_round")["accuracy"]
+    ms = sorted(m for m in central.index if central[m] >= above)
     out = {}
     for model in MODELS:
         g = fin[fin.trust_model == model].set_index("clients_per_round")["accuracy"]
-        ok = [m for m in sorted(g.index) if m in central.index
-              and g[m] >= central[m] - points]
-        out[model] = ok[0] if ok else None
+        run = [m for m in ms if m in g.index]
+        close = [g[m] >= central[m] - points for m in run]
+        out[model] = next((run[i] for i in range(len(run)) if all(close[i:])), None)
     return out
 
 
-def table(df) -> str:
-    fin = df[df["final"] == 1].sort_values(["clients_per_round"])
+def table(df: pd.DataFrame) -> str:
+    fin = finals(df)
     ms = sorted(fin.clients_per_round.unique())
-    lines = ["| trust model | " + " | ".join(f"m = {m:,}" for m in ms) + " | within 1 pt of central |",
-             "|---|" + "---|" * (len(ms) + 1)]
+    lines = ["| trust model | " + " | ".join(f"m = {m:,}" for m in ms)
+             + " | within 1 pt of central from |", "|---|" + "---|" * (len(ms) + 1)]
     cross = crossover(df)
     for model in MODELS:
         g = fin[fin.trust_model == model].set_index("clients_per_round")
@@ -162,19 +180,44 @@ def table(df) -> str:
                 cells.append("–")
                 continue
             r = g.loc[m]
-            cells.append(f"{r.accuracy:.3f} (σ̄ {r.sigma_mean_theory * math.sqrt(61706):.2g}, "
-                         f"ε₀ {r.local_epsilon:.3g})" if model != "central" else
-                         f"{r.accuracy:.3f} (σ̄ {r.sigma_mean_theory * math.sqrt(61706):.2g})")
+            acc = (f"{r.accuracy:.3f} ± {r['std']:.3f}" if r.seeds > 1 else f"{r.accuracy:.3f}")
+            noise = f"σ̄√d {r.sigma_mean * math.sqrt(D):.2g}"
+            if model in ("local", "shuffle"):
+                noise += f", ε₀ {r.local_epsilon:.3g}"
+            cells.append(f"{acc} ({noise})")
         c = cross[model]
         lines.append(f"| {LABELS[model]} | " + " | ".join(cells) + " | "
                      + (f"m = {c:,}" if c else f"not at m ≤ {max(ms):,}") + " |")
     return "\n".join(lines)
 
 
-def plot(df, out: str) -> None:
-    from matplotlib.figure import Figure
+def predicted_crossover(df: pd.DataFrame, model: str, *, tolerated_dropout: float = 0.1
+                        ) -> tuple[int, float]:
+    """NOT measured: the smallest m (to 2 significant digits, bisection on a log scale up to
+    10⁹) at which ``model``'s noise on the mean, σ̄·√d, falls to central DP's at the largest
+    m run (where central DP has converged): the m from which the model sees no more noise
+    than central DP did where it converged. Returns ``(m, reference σ̄·√d)``."""
+    fin = finals(df)
+    central = fin[fin.trust_model == "central"].sort_values("clients_per_round").iloc[-1]
+    ref = central.sigma_mean * math.sqrt(D)
+    eps, delta = float(df.target_epsilon.iloc[0]), float(df.target_delta.iloc[0])
+    kw = {"dropout": tolerated_dropout} if model == "secagg" else {}
 
-    fin = df[df["final"] == 1]
+    def noise(m: int) -> float:
+        return trust_model_noise(model, target_epsilon=eps, delta=delta, clients=m,
+                                 **kw).sigma_mean * math.sqrt(D)
+
+    lo, hi = 1, 10 ** 9
+    if noise(hi) > ref:
+        return -1, ref
+    while hi > 1.01 * lo + 1:
+        mid = int(math.sqrt(lo * hi))
+        lo, hi = (mid, hi) if noise(mid) > ref else (lo, mid)
+    return int(float(f"{hi:.2g}")), ref
+
+
+def plot(df: pd.DataFrame, out: str) -> None:
+    fin = finals(df)
     fig = Figure(figsize=(6.4, 4.4))
     ax = fig.add_subplot()
     styles = {"central": ("black", "s", "-"), "secagg": ("tab:blue", "o", "--"),
@@ -184,18 +227,19 @@ def plot(df, out: str) -> None:
         if g.empty:
             continue
         color, marker, ls = styles[model]
-        ax.plot(g.clients_per_round, g.accuracy, marker=marker, linestyle=ls, color=color,
-                label=LABELS[model], markersize=5)
+        ax.errorbar(g.clients_per_round, g.accuracy, yerr=g["std"].fillna(0.0), marker=marker,
+                    linestyle=ls, color=color, label=LABELS[model], markersize=5, capsize=2)
+    ax.axhline(0.1, color="grey", linestyle=":", linewidth=1, label="chance (10 classes)")
     ms = sorted(fin.clients_per_round.unique())
     ax.set_xscale("log")
     ax.set_xticks(ms)
     ax.set_xticklabels([f"{m:,}" for m in ms])
     ax.minorticks_off()
-    eps, delta = fin.target_epsilon.iloc[0], fin.target_delta.iloc[0]
-    rounds = int(fin["round"].max())
+    eps, delta = df.target_epsilon.iloc[0], df.target_delta.iloc[0]
     ax.set_xlabel("clients per round m")
-    ax.set_ylabel(f"test accuracy after {rounds} rounds")
-    ax.set_title(f"MNIST LeNet-5 at equal central ε = {eps:g} per round (δ = {delta:g})")
+    ax.set_ylabel(f"test accuracy after {int(fin.rounds.max())} rounds")
+    ax.set_title(f"MNIST LeNet-5, equal central ε = {eps:g} per round (δ = {delta:g}, "
+                 "replace one)", fontsize=10)
     ax.grid(True, alpha=0.3)
     ax.legend(loc="best", fontsize=8)
     fig.savefig(out, dpi=150, bbox_inches="tight")
@@ -223,7 +267,12 @@ def main(argv=None) -> None:
         df = load(args.out)
         if args.table:
             print(table(df))
-            print(crossover(df))
+            print("measured:", crossover(df))
+            for model in ("local", "shuffle"):
+                m, ref = predicted_crossover(df, model,
+                                             tolerated_dropout=args.tolerated_dropout)
+                print(f"predicted (noise on the mean <= central's {ref:.3g} at its largest m):"
+                      f" {model} m ~ {m:,}")
         if args.plot:
             plot(df, args.plot)
         return
