@@ -117,3 +117,18 @@ def test_bad_values_name_the_option(kw, match):
 def test_usable_from_a_sweep_table():
     cfg = make_config({"epsilon": 1.0, "stop_at_epsilon": 4.0, "stop_policy": "run"})
     assert cfg.stop_at_epsilon == 4.0 and cfg.stop_policy == "run"
+
+
+def test_mindspore_mode_keeps_every_client_to_one_participation(data):
+    # dp_eps 10 per round (exactly, at dp_delta): a budget of 12 fits one participation.
+    cfg = SimulationConfig(dataset="toy", model="logreg", population=N, clients_per_round=M,
+                           rounds=6, privacy_mode="mindspore", dp_eps=10.0, local_steps=1,
+                           batch_size=4, client_lr=0.5, chunk_size=4, eval_every=2, seed=1,
+                           stop_at_epsilon=12.0)
+    rows = sim.simulate(cfg, data=data)
+    counts, per_round = _replay(6, 1, 1, "client")
+    assert [r["round"] for r in rows][-1] == len(per_round)
+    assert rows[-1]["max_participation"] == 1
+    assert rows[-1]["ledger_epsilon_max"] == rows[-1]["epsilon_spent"] == pytest.approx(10.0,
+                                                                                      rel=1e-6)
+    assert rows[-1]["retired_clients"] == int(counts.sum())
