@@ -94,12 +94,34 @@ def done_cells(path: str) -> set:
             if r.get("final") == "1"}
 
 
+def append(path: str, rows: list[dict]) -> None:
+    """Append ``rows`` to the CSV at ``path``; if its header differs (a newer engine added
+    columns), rewrite it with the new header, missing values NaN."""
+    fields = list(rows[0])
+    old: list[dict] = []
+    if os.path.exists(path):
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            if reader.fieldnames != fields:
+                old = list(reader)
+                fields += [c for c in reader.fieldnames if c not in fields]
+            else:
+                with open(path, "a", newline="") as g:
+                    csv.DictWriter(g, fieldnames=fields).writerows(rows)
+                return
+    tmp = path + ".tmp"
+    with open(tmp, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields, restval="nan")
+        writer.writeheader()
+        writer.writerows(old + rows)
+    os.replace(tmp, path)
+
+
 def run(args) -> None:
     clients = [int(c) for c in args.clients.split(",")]
     models = args.models.split(",")
     finished = done_cells(args.out)
     data = None
-    writer, handle = None, None
     for m in clients:
         for model in models:
             if (model, m, args.seed) in finished:
@@ -123,13 +145,7 @@ def run(args) -> None:
                 raise SystemExit(f"engine sigma {rows[0]['sigma']} != {extra['sigma_client']}")
             for i, row in enumerate(rows):
                 row["final"] = int(i == len(rows) - 1)
-            new = not os.path.exists(args.out)
-            handle = open(args.out, "a", newline="")
-            writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-            if new:
-                writer.writeheader()
-            writer.writerows(rows)
-            handle.close()
+            append(args.out, rows)
 
 
 def load(path: str) -> pd.DataFrame:
