@@ -15,7 +15,7 @@ amplification by sampling. The four models' noise for that target:
            reports are centrally (ε, δ)-DP (Feldman-McMillan-Talwar clones bound)
 
 The client setting is experiments/seed000_converged.toml's (MNIST, 20,000 IID clients of 3
-images, 3 local SGD steps of batch 3, lr 0.1, FedAvgM 1.0/0.9, clip 1, noise_mode aggregate
+images, 3 local SGD steps of batch 3, lr 0.1, FedAvg server lr 2, clip 1, noise_mode aggregate
 — exact for all four: every model's noise is Gaussian and summed).
 
     nice -n 10 python experiments/crossover_lenet5.py                 # run (resumes)
@@ -47,11 +47,14 @@ LABELS = {"central": "central DP (trusted server)",
           "secagg": "secure aggregation + distributed noise",
           "shuffle": "local DP + shuffling", "local": "local DP alone"}
 
-#: experiments/seed000_converged.toml's [run] (the client setting), noise_mode aggregate.
+#: experiments/seed000_converged.toml's [run] (the client setting and plain FedAvg with server
+#: lr 2), noise_mode aggregate. ``--server fedavgm``: FedAvgM (lr 1, momentum 0.9), the
+#: setting of results/crossover_lenet5_fedavgm.csv.
 BASE = dict(dataset="mnist", model="lenet5", partition="iid", population=20000,
             clip=1.0, local_steps=3, batch_size=3, client_lr=0.1, client_optimizer="sgd",
-            server_optimizer="fedavgm", server_lr=1.0, server_momentum=0.9,
             weighting="examples", sampling="uniform", noise_mode="aggregate")
+SERVERS = {"fedavg": dict(server_optimizer="fedavg", server_lr=2.0),
+           "fedavgm": dict(server_optimizer="fedavgm", server_lr=1.0, server_momentum=0.9)}
 
 EXTRA = ("trust_model", "target_epsilon", "target_delta", "central_epsilon_round",
          "local_epsilon", "local_delta", "sigma_client", "sigma_mean_theory",
@@ -64,7 +67,7 @@ def config_for(model: str, m: int, args) -> tuple[SimulationConfig, dict]:
     if model == "secagg":
         kw["dropout"] = args.tolerated_dropout
     noise = trust_model_noise(**kw)
-    common = dict(BASE, clients_per_round=m, rounds=args.rounds, eval_every=args.eval_every,
+    common = dict(BASE, **SERVERS[args.server], clients_per_round=m, rounds=args.rounds, eval_every=args.eval_every,
                   seed=args.seed, delta=args.delta)
     if model == "central":
         cfg = SimulationConfig(**common, privacy_mode="central",
@@ -271,6 +274,9 @@ def main(argv=None) -> None:
     p.add_argument("--rounds", type=int, default=40)
     p.add_argument("--eval-every", type=int, default=5)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--server", choices=tuple(SERVERS), default="fedavg",
+                   help="fedavg: plain FedAvg, server lr 2 (seed000_converged.toml); "
+                        "fedavgm: FedAvgM lr 1, momentum 0.9")
     p.add_argument("--tolerated-dropout", type=float, default=0.1,
                    help="secagg: worst-case dropout its noise is calibrated for")
     p.add_argument("--dropout", type=float, default=0.05,
