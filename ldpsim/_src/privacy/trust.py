@@ -31,10 +31,9 @@ participation pattern for every model, :class:`ldpsim._src.privacy.ledger.Privac
     the numerical "clones" bound of Feldman, McMillan & Talwar (FOCS 2021,
     arXiv:2012.12803; :func:`~ldpsim._src.privacy.shuffling.shuffle_epsilon`) at
     ``δ_s = split·δ``. The Gaussian randomizer is (ε₀, δ₀)-DP, not pure: by the same
-    paper's reduction for approximate-DP local randomizers (Lemma 3.7 with Theorem 3.8:
-    each (ε₀, δ₀)-DP randomizer is within total variation ``(1 + e^{-ε₀}/2)·δ₀``... of an
-    ε₀-DP one), the shuffled output is ``(ε, δ_s + (e^ε + 1)(1 + e^{-ε₀}/2)·n·δ₀)``-DP,
-    so ldpsim sets ``δ₀ = (1 − split)·δ / ((e^ε + 1)(1 + e^{-ε₀}/2)·n)`` and the total is
+    paper's extension to approximate-DP local randomizers (arXiv:2012.12803, Theorem 3.8,
+    which reduces each (ε₀, δ₀)-DP randomizer to an ε₀-DP one close in total variation), the
+    shuffled output is ``(ε, δ_s + (e^ε + 1)(1 + e^{-ε₀}/2)·n·δ₀)``-DP, so ldpsim sets ``δ₀ = (1 − split)·δ / ((e^ε + 1)(1 + e^{-ε₀}/2)·n)`` and the total is
     δ. ε₀ is found by bisection on the monotone map ε₀ ↦ central ε (to 1e-6 relative,
     rounded down), starting from ε₀ = ε (always valid: shuffling never hurts). For
     ``n = 1`` and small n amplification is small and ε₀ ≈ ε (at a smaller δ₀: the
@@ -166,8 +165,9 @@ def trust_model_noise(model: str, *, target_epsilon: float, delta: float, client
         A :class:`TrustModelNoise`. Equal ``target_epsilon`` and ``delta`` across models
         is "equal central ε" in the sense of the module docstring.
 
-    Example: ε = 1, δ = 1e-5, n = 1000, C = 1: central σ_sum = 2·3.73 (analytic), local
-    σ per client the same (so σ_sum √1000 times larger), secagg σ per client σ_sum/√1000.
+    Example: ε = 1, δ = 1e-5, n = 1000, C = 1: central σ_sum = 7.461 (analytic, Δ = 2),
+    local σ per client the same (so its σ_sum, 235.9, is √1000 times larger), secagg σ per
+    client 7.461/√1000 = 0.2359.
     """
     check_choice("model", model, TRUST_MODELS)
     target = check_positive("target_epsilon", target_epsilon)
