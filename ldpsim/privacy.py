@@ -82,6 +82,12 @@ from ldpsim._src.privacy.shuffling import (
     stronger_clone_applies,
 )
 from ldpsim._src.privacy.shuffling import closed_form_epsilon as shuffle_closed_form_epsilon
+from ldpsim._src.privacy.trust import (
+    TRUST_MODELS,
+    TrustModelNoise,
+    shuffle_local_epsilon,
+    trust_model_noise,
+)
 from ldpsim._src.privacy.frontier import FrontierRow, frontier, frontier_cell
 from ldpsim._src.privacy.frontier import lower_bound as frontier_lower_bound
 from ldpsim._src.privacy.frontier import winners as frontier_winners
@@ -101,6 +107,8 @@ __all__ = [
     "CalibrationShortfallWarning",
     "ClassicGaussianRangeWarning",
     "FrontierRow",
+    "TRUST_MODELS",
+    "TrustModelNoise",
     "LdpAccountant",
     "LocalMechanism",
     "MechanismParams",
@@ -169,12 +177,14 @@ __all__ = [
     "shuffle_closed_form_epsilon",
     "shuffle_delta",
     "shuffle_epsilon",
+    "shuffle_local_epsilon",
     "shuffle_pld",
     "shuffle_report",
     "shuffle_rounds_epsilon",
     "signds",
     "stronger_clone_applies",
     "total_variance",
+    "trust_model_noise",
 ]
 
 

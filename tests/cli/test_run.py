@@ -60,3 +60,24 @@ def test_help_lists_every_config_field_with_its_default(capsys):
     for field in dataclasses.fields(SimulationConfig):
         assert "--" + field.name.replace("_", "-") in text, field.name
     assert text.count("(default:") >= len(dataclasses.fields(SimulationConfig))
+
+
+def test_stop_at_epsilon_ends_the_run_before_the_budget(tmp_path):
+    # Laplace epsilon 1 per round: k participations are exactly k; budget 1.5 = one each.
+    out = tmp_path / "budget.csv"
+    rc = main(ARGS + ["--rounds", "6", "--mechanism", "laplace", "--epsilon", "1",  # last wins
+                      "--stop-at-epsilon", "1.5", "--stop-policy", "run", "--eval-every", "4",
+                      "--out", str(out)])
+    assert rc == 0
+    df = pd.read_csv(out)
+    assert df["round"].iloc[-1] < 6 and (df["ledger_epsilon_max"] == 1.0).all()
+    assert df["retired_clients"].iloc[-1] == df["clients"].sum()
+
+
+@pytest.mark.parametrize("bad", [["--epsilon", "1", "--stop-at-epsilon", "0"],
+                                 ["--epsilon", "1", "--stop-policy", "run"],
+                                 ["--epsilon", "1", "--stop-at-epsilon", "0.5"]])
+def test_bad_budget_exits_2_with_one_line(bad, capsys):
+    assert main(ARGS + bad) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "stop_" in err[0]

@@ -178,3 +178,34 @@ def test_rdp_ledger_matches_documented_multiplier():
     acc = RdpAccountant()
     acc.compose(dp_accounting.GaussianDpEvent(2.0 / math.sqrt(4)))
     assert led.epsilons()[0] == pytest.approx(acc.get_epsilon(1e-5), rel=1e-9)
+
+
+def test_accountant_ledger_uses_the_given_function_and_shared_counts():
+    calls = []
+
+    def acc(k):
+        calls.append(k)
+        return 0.75 * k
+
+    counts = np.zeros(5, np.int64)
+    led = PrivacyLedger(5, accountant=acc, delta=1e-5, target_epsilon=1.6, counts=counts)
+    counts[[0, 0, 3]] += 1                 # the caller's counter is the ledger's
+    np.add.at(counts, [0, 3], 1)
+    assert led.counts is counts
+    assert led.epsilons().tolist() == [1.5, 0.0, 0.0, 1.5, 0.0]
+    assert led.allowed().tolist() == [False, True, True, False, True]
+    assert led.max_epsilon() == 1.5 and led.method == "accountant"
+    assert sorted(calls) == [1, 2, 3]      # once per distinct count (3: allowed)
+
+
+@pytest.mark.parametrize("counts", [np.zeros(4, np.int64), np.zeros(5, np.int32), [0] * 5])
+def test_bad_shared_counts_are_named(counts):
+    with pytest.raises(LdpsimError, match="counts must be an int64 NumPy array of shape"):
+        PrivacyLedger(5, epsilon0=1.0, counts=counts)
+
+
+def test_accountant_is_one_of_the_sources():
+    with pytest.raises(LdpsimError, match="exactly one of"):
+        PrivacyLedger(3, epsilon0=1.0, accountant=lambda k: k)
+    with pytest.raises(LdpsimError, match="accountant must be a function"):
+        PrivacyLedger(3, accountant=2.0)

@@ -29,7 +29,9 @@ user-level epsilon_spent by RDP with q = m/N, optional --adaptive-clip true), di
 (per-client share of the central noise, --dropout-rate reports the shortfall). --noise-mode
 aggregate draws the noise sum once (exact in distribution, Gaussian only; a simulation
 shortcut: no client holds its own noise, so it models the server's view, not the clients').
---client-dp true
+--stop-at-epsilon E keeps a per-client ledger and stops clients (--stop-policy client) or
+the run (run) before any client's epsilon exceeds E (columns ledger_epsilon_max/_mean,
+retired_clients). --client-dp true
 trains each client with DP-SGD (client_dp_epsilon column), combinable with every mode.
   ldpsim run --privacy-mode central --noise-multiplier 1.0 --clip 0.5 --out central.csv
 
@@ -144,6 +146,16 @@ _OPTIONS = (
     ("--client-dp-clip", "client_dp_clip", float, None, "DP-SGD micro-batch clip bound"),
     ("--client-dp-noise-multiplier", "client_dp_noise_multiplier", float, None,
      "DP-SGD noise multiplier (std z*C on the clipped sum)"),
+    # Per-client budget (ldpsim._src.privacy.ledger through the driver).
+    ("--stop-at-epsilon", "stop_at_epsilon", float, None,
+     "per-client budget E (ldp, mindspore): a ledger keeps each client's spent epsilon "
+     "from its own participations and no client's exceeds E (see --stop-policy); None: "
+     "no budget"),
+    ("--stop-policy", "stop_policy", str, ("client", "run"),
+     "with --stop-at-epsilon: client = leave out of each cohort the clients whose next "
+     "participation would exceed E (decided from participation counts only, never the "
+     "data); run = end the run before the first round that would exceed E for a sampled "
+     "client"),
 )
 
 

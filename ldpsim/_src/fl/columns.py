@@ -74,6 +74,12 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "max_participation": ("release", "most rounds any one client has taken part in"),
     "epsilon_spent": ("release", "the accountant's epsilon so far (see the privacy docs)"),
     "client_dp_epsilon": ("release", "DP-SGD clients: sample-level epsilon of the worst client"),
+    "ledger_epsilon_max": ("release", "stop_at_epsilon: the per-client ledger's largest spent "
+                                      "epsilon (NaN without a budget)"),
+    "ledger_epsilon_mean": ("release", "stop_at_epsilon: the population-mean spent epsilon of "
+                                       "the per-client ledger (NaN without a budget)"),
+    "retired_clients": ("release", "stop_at_epsilon: clients whose next participation would "
+                                   "exceed the budget (participation counts only)"),
     "wall_time": ("setting", "seconds since the start of the run (compilation included)"),
     # --- diagnostics (need client data or the noise; never released)
     "noise_norm": ("diagnostic", "norm of the aggregated noise (the noise is never known "
@@ -107,7 +113,7 @@ def columns_of_kind(kind: str) -> tuple[str, ...]:
 
 
 _INT_COLUMNS = ("clients_per_round", "population", "seed", "round", "nonfinite_clients",
-                "clients", "survivors", "max_participation")
+                "clients", "survivors", "max_participation", "retired_clients")
 _STR_COLUMNS = ("dataset", "model", "mechanism", "neighbours", "privacy_mode", "noise_mode")
 
 #: The typed results row: one per evaluated round, with exactly the :data:`COLUMNS` keys

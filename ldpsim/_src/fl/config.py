@@ -32,6 +32,7 @@ PARTITIONS = ("iid", "dirichlet", "shards", "natural", "sampled")  # ldpsim.data
 PRIVACY_MODES = ("ldp", "mindspore", "central", "distributed")  # ldpsim._src.fl.modes.PRIVACY_MODES
 NOISE_MODES = ("per-client", "aggregate")                       # ldpsim._src.fl.modes.NOISE_MODES
 MINDSPORE_CLIP_RULES = ("running-min", "overwrite")
+STOP_POLICIES = ("client", "run")
 
 
 _ADAPTIVE_FIELDS = ("target_quantile", "clip_learning_rate", "clipped_count_stddev")
@@ -62,6 +63,7 @@ _APPLICABLE = {
     "client_dp_micro_batches": (lambda c: c.client_dp, "with client_dp=true"),
     "client_dp_clip": (lambda c: c.client_dp, "with client_dp=true"),
     "client_dp_noise_multiplier": (lambda c: c.client_dp, "with client_dp=true"),
+    "stop_policy": (lambda c: c.stop_at_epsilon is not None, "with stop_at_epsilon"),
 }
 
 
@@ -163,6 +165,18 @@ class SimulationConfig:
         client_dp_clip: DP-SGD clip bound of each micro-batch gradient (> 0).
         client_dp_noise_multiplier: DP-SGD noise multiplier z ≥ 0 (noise std z·C on the
             sum of clipped micro-batch gradients).
+        stop_at_epsilon: a per-client budget E > 0 (``None``: none). A per-client ledger
+            (:class:`ldpsim._src.privacy.ledger.PrivacyLedger`) keeps each client's spent
+            ε from its own participations, by the accountant of ``epsilon_spent``; no
+            client's ε ever exceeds E. ``"ldp"`` and ``"mindspore"`` only (their rounds
+            are per-client releases; central/distributed ε is not per client), private
+            runs only; one participation must fit in E.
+        stop_policy: with ``stop_at_epsilon``: ``"client"`` (default) leaves out of each
+            cohort the clients whose next participation would exceed E (the round runs
+            with the others; the run ends if none is left in a cohort) or ``"run"`` ends
+            the run before the first round in which a sampled client would exceed it.
+            Either decision uses the participation counts only (public: who reported),
+            never the data, so it releases nothing and changes no client's guarantee.
     """
 
     dataset: str = "synthetic"
@@ -212,6 +226,8 @@ class SimulationConfig:
     client_dp_micro_batches: int = 1
     client_dp_clip: float = 1.0
     client_dp_noise_multiplier: float = 0.0
+    stop_at_epsilon: float | None = None
+    stop_policy: str = "client"
 
     def __post_init__(self) -> None:
         for name in ("dataset", "model"):
@@ -315,11 +331,31 @@ class SimulationConfig:
             raise LdpsimError(f"clip must be finite for privacy_mode={self.privacy_mode!r} "
                               f"(the noise is z·clip), got {self.clip!r}")
         self._check_applicable()
+        self._check_budget()
         if self.adaptive_clip:
             from ldpsim._src.privacy.adaptive import adaptive_noise_split
 
             adaptive_noise_split(self.noise_multiplier, self.clients_per_round,
                                  self.clipped_count_stddev)
+
+    def _check_budget(self) -> None:
+        """``stop_at_epsilon`` / ``stop_policy``: a finite budget, of a per-client mode."""
+        check_choice("stop_policy", self.stop_policy, STOP_POLICIES)
+        if self.stop_at_epsilon is None:
+            return
+        if isinstance(self.stop_at_epsilon, bool):
+            raise LdpsimError(f"stop_at_epsilon must be a number > 0, got "
+                              f"{self.stop_at_epsilon!r}")
+        object.__setattr__(self, "stop_at_epsilon",
+                           check_positive("stop_at_epsilon", self.stop_at_epsilon))
+        if self.privacy_mode not in ("ldp", "mindspore"):
+            raise LdpsimError(
+                f"stop_at_epsilon applies to privacy_mode 'ldp' or 'mindspore' (per-client "
+                f"releases), got privacy_mode={self.privacy_mode!r}: a central/distributed "
+                f"run's epsilon is not per client; choose --rounds for its budget")
+        if self.privacy_mode == "ldp" and not self.private:
+            raise LdpsimError(f"stop_at_epsilon={self.stop_at_epsilon!r} needs a private run; "
+                              f"epsilon is {self.epsilon!r} (no noise, no epsilon spent)")
 
     def _check_applicable(self) -> None:
         """An option set away from its default where the chosen mode does not use it is an
@@ -335,6 +371,8 @@ class SimulationConfig:
                 context += f", adaptive_clip={self.adaptive_clip}"
             if name.startswith("client_dp_"):
                 context = f"client_dp={self.client_dp}"
+            if name == "stop_policy":
+                context = "no stop_at_epsilon"
             raise LdpsimError(f"{name}={value!r} does not apply: it is used {where}, and this "
                               f"run has {context}; remove it or choose the mode that uses it")
 

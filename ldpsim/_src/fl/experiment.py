@@ -94,6 +94,8 @@ class LocalDP:
     neighbours: str = _FLAT["neighbours"]
     calibration: str = _FLAT["calibration"]
     noise_mode: str = _FLAT["noise_mode"]
+    stop_at_epsilon: float | None = _FLAT["stop_at_epsilon"]
+    stop_policy: str = _FLAT["stop_policy"]
 
 
 @_frozen
@@ -107,6 +109,8 @@ class MindSpore:
     clip_rule: str = _FLAT["mindspore_clip_rule"]
     neighbours: str = _FLAT["mindspore_neighbours"]
     noise_mode: str = _FLAT["noise_mode"]
+    stop_at_epsilon: float | None = _FLAT["stop_at_epsilon"]
+    stop_policy: str = _FLAT["stop_policy"]
 
 
 @_frozen
@@ -156,11 +160,13 @@ Privacy = Union[LocalDP, MindSpore, CentralDP, DistributedDP]
 _PRIVACY = {
     LocalDP: ("ldp", {"epsilon": "epsilon", "delta": "delta", "clip": "clip",
                       "mechanism": "mechanism", "neighbours": "neighbours",
-                      "calibration": "calibration", "noise_mode": "noise_mode"}),
+                      "calibration": "calibration", "noise_mode": "noise_mode",
+                      "stop_at_epsilon": "stop_at_epsilon", "stop_policy": "stop_policy"}),
     MindSpore: ("mindspore", {"epsilon": "dp_eps", "delta": "dp_delta",
                               "norm_clip": "dp_norm_clip", "clip_rule": "mindspore_clip_rule",
                               "neighbours": "mindspore_neighbours",
-                              "noise_mode": "noise_mode"}),
+                              "noise_mode": "noise_mode", "stop_at_epsilon": "stop_at_epsilon",
+                              "stop_policy": "stop_policy"}),
     CentralDP: ("central", {"noise_multiplier": "noise_multiplier", "clip": "clip",
                             "delta": "delta"}),
     DistributedDP: ("distributed", {"noise_multiplier": "noise_multiplier", "clip": "clip",

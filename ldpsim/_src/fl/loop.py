@@ -5,7 +5,8 @@ several vmapped runs) and :func:`ldpsim._src.fl.dpsgd.train.train_dpsgd` (centra
 epochs), so that progress bars, the report schedule and callbacks behave the same way in
 both: a report is made every ``report_every`` steps and after the last one; each of its
 rows is passed to ``callback`` as soon as it exists; a callback that returns ``False``
-stops the loop after that report (the rows so far are returned).
+stops the loop after that report (the rows so far are returned); ``stop_before`` ends it
+before a step (a privacy budget), reporting the last step done if it had no report yet.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ def run_loop(steps: int, step: Callable[[Any, int], Any], carry: Any, *,
              desc: str = "rounds", unit: str = "round",
              postfix: Callable[[Row], dict] | None = None, start: int = 0,
              done: list[Row] | None = None,
-             checkpoint: Callable[[Any, int, list[Row], bool], None] | None = None
+             checkpoint: Callable[[Any, int, list[Row], bool], None] | None = None,
+             stop_before: Callable[[Any, int], bool] | None = None
              ) -> list[Row]:
     """Run ``carry = step(carry, i)`` for ``i < steps``, reporting on schedule.
 
@@ -49,6 +51,10 @@ def run_loop(steps: int, step: Callable[[Any, int], Any], carry: Any, *,
             callback sees the whole history.
         checkpoint: ``(carry, next_step, rows, final)`` called after each step once its
             report and callbacks are done (``final``: the loop ends or stops there).
+        stop_before: ``(carry, i) -> bool`` asked before step ``i``; ``True`` ends the loop
+            there: step ``i − 1``, if it ran in this call and had no report, is reported
+            first (the last row is always the last step done), then ``checkpoint`` is
+            called with ``final``.
 
     Returns:
         Every reported row, in order (``done`` first).
@@ -66,6 +72,16 @@ def run_loop(steps: int, step: Callable[[Any, int], Any], carry: Any, *,
                    desc=f"{desc} (compiling)" if start < steps else desc)
     try:
         for i in range(start, steps):
+            if stop_before is not None and stop_before(carry, i):
+                if i > start and i % report_every != 0:   # step i - 1 has no row yet
+                    new = report(carry, i - 1)
+                    rows.extend(new)
+                    for row in new:
+                        if callback is not None:
+                            callback(row)
+                if checkpoint is not None:
+                    checkpoint(carry, i, rows, True)
+                break
             carry = step(carry, i)
             if bar is not None and i == start:
                 bar.set_description(desc, refresh=False)

@@ -40,6 +40,7 @@ from ldpsim._src.fl.round import (RoundHyper, ServerState, init_state, make_eval
                                   make_round_fn)
 from ldpsim._src.models import get_model, resolve_model_name
 from ldpsim._src.privacy.adaptive import global_change_norm
+from ldpsim._src.privacy.ledger import PrivacyLedger
 
 PyTree = Any
 
@@ -246,7 +247,9 @@ def simulate(config: SimulationConfig | Experiment, *, progress: bool = False,
         clip_bound, noise_sum_std, survivors, noise_variance_fraction,
         unclipped_fraction), model_change_norm (‖W_{t+1} − W_t‖₂), max_participation
         (most rounds any one client has taken part in so far), epsilon_spent,
-        client_dp_epsilon and wall_time (seconds since the start, compilation included).
+        client_dp_epsilon, ledger_epsilon_max, ledger_epsilon_mean, retired_clients
+        (``stop_at_epsilon``, below) and wall_time (seconds since the start, compilation
+        included).
 
         sampler_delta_floor: no δ below it is delivered, because the float noise
         sampler's tails are bounded (:func:`ldpsim._src.privacy.calibration.sampler_delta_floor`);
@@ -275,8 +278,21 @@ def simulate(config: SimulationConfig | Experiment, *, progress: bool = False,
         :func:`ldpsim._src.fl.dp_client.dp_client_epsilon` with ``method="shuffle"``); NaN
         without DP-SGD clients.
 
+        ``stop_at_epsilon = E`` (``"ldp"``/``"mindspore"``): a per-client
+        :class:`~ldpsim._src.privacy.ledger.PrivacyLedger` over the participation counts,
+        with the accountant of epsilon_spent, so that no client's ε exceeds E. Before each
+        round, ``stop_policy="client"`` drops from the sampled cohort every client whose
+        next participation would exceed E (the round runs with the rest; the run ends
+        when a cohort has no one left), ``"run"`` ends the run before the first round in
+        which a sampled client would exceed E; the last round done is then reported.
+        Both decisions read participation counts only (who reported, public), never the
+        data. ledger_epsilon_max / ledger_epsilon_mean: the ledger's largest and
+        population-mean spent ε (NaN without a budget); retired_clients: clients whose
+        next participation would exceed E (0 without a budget).
+
     Raises:
-        LdpsimError: bad configuration or data.
+        LdpsimError: bad configuration or data; ``stop_at_epsilon`` below the ε of one
+            participation; ``stop_at_epsilon`` with several lanes.
     """
     return simulate_lanes([config], progress=progress, callback=callback, data=data,
                           checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every)[0]
@@ -354,6 +370,7 @@ def simulate_lanes(configs: Sequence[SimulationConfig | Experiment], *, progress
     bases = [_run_columns(c, model.name, n_clients, p) for c, p in zip(configs, plans)]
     participation = np.zeros(n_clients, np.int64)
     change_norm = _lane_change_norm if lanes else _change_norm
+    ledger = _budget_ledger(configs, plans[0], participation)
 
     def local_params(params):
         # Evaluated once, on one local device (not redundantly on every mesh device).
@@ -361,10 +378,22 @@ def simulate_lanes(configs: Sequence[SimulationConfig | Experiment], *, progress
             return params
         return jax.tree_util.tree_map(lambda a: a.addressable_data(0), params)
 
-    def step(carry, t):
-        state, _, _, min_fraction = carry
+    def cohort(t):
         ids, mask = sample_cohort(c0.seed, t, n_clients, c0.clients_per_round,
                                   c0.sampling, capacity)
+        if ledger is not None and c0.stop_policy == "client":
+            mask = mask & ledger.allowed(ids)   # counts only: data-independent
+        return ids, mask
+
+    def stop_before(carry, t):
+        ids, mask = sample_cohort(c0.seed, t, n_clients, c0.clients_per_round,
+                                  c0.sampling, capacity)
+        allowed = ledger.allowed(ids[mask])
+        return not allowed.all() if c0.stop_policy == "run" else not allowed.any()
+
+    def step(carry, t):
+        state, _, _, min_fraction = carry
+        ids, mask = cohort(t)
         new_state, rm = round_fn(state, population, jnp.int32(t), ids, mask, hyper)
         participation[ids[mask]] += 1
         min_fraction = jnp.minimum(min_fraction, rm.noise_variance_fraction)
@@ -379,6 +408,7 @@ def simulate_lanes(configs: Sequence[SimulationConfig | Experiment], *, progress
         acc, loss, change, rm, min_fraction = jax.device_get(
             (acc, loss, change, rm, min_fraction))
         k_max = int(participation.max())
+        budget = _budget_columns(ledger)
         elapsed = time.perf_counter() - start
         rows = []
         for i, (base, p) in enumerate(zip(bases, plans)):
@@ -391,6 +421,7 @@ def simulate_lanes(configs: Sequence[SimulationConfig | Experiment], *, progress
             row["max_participation"] = k_max
             row["epsilon_spent"] = p.epsilon_of(k_max, t + 1, float(lane(min_fraction)))
             row["client_dp_epsilon"] = p.client_epsilon_of(k_max)
+            row.update(budget)
             row["wall_time"] = elapsed
             rows.append(row)
         return rows
@@ -407,8 +438,41 @@ def simulate_lanes(configs: Sequence[SimulationConfig | Experiment], *, progress
     rows = run_loop(c0.rounds, step, carry, report=report,
                     report_every=c0.eval_every, callback=callback, progress=progress,
                     postfix=lambda row: {"accuracy": f"{row['accuracy']:.4f}"},
-                    start=first, done=done, checkpoint=save)
+                    start=first, done=done, checkpoint=save,
+                    stop_before=None if ledger is None else stop_before)
     return [rows[i::len(configs)] for i in range(len(configs))]
+
+
+def _budget_ledger(configs: Sequence[SimulationConfig], plan: modes.PrivacyPlan,
+                   participation: np.ndarray) -> PrivacyLedger | None:
+    """The per-client ledger of ``stop_at_epsilon`` over the driver's participation counts,
+    with the plan's accountant (the ε of epsilon_spent, per participation count)."""
+    c0 = configs[0]
+    if c0.stop_at_epsilon is None:
+        return None
+    if len(configs) > 1:
+        raise LdpsimError("stop_at_epsilon needs one run per program (each lane would "
+                          "exclude other clients); run the configurations one by one")
+    delta = c0.dp_delta if c0.privacy_mode == "mindspore" else c0.delta
+    ledger = PrivacyLedger(len(participation), accountant=lambda k: plan.epsilon_of(k, k, 1.0),
+                           delta=delta, target_epsilon=c0.stop_at_epsilon,
+                           counts=participation)
+    one = ledger.epsilon_of_count(1)
+    if not one <= c0.stop_at_epsilon:
+        raise LdpsimError(f"stop_at_epsilon={c0.stop_at_epsilon!r} is below the epsilon of one "
+                          f"participation ({one:.6g} at delta={delta:g}): no client could take "
+                          "part; raise it or lower the per-round epsilon")
+    return ledger
+
+
+def _budget_columns(ledger: PrivacyLedger | None) -> dict:
+    """ledger_epsilon_max / _mean and retired_clients of a report (NaN, NaN, 0 without one)."""
+    if ledger is None:
+        return {"ledger_epsilon_max": math.nan, "ledger_epsilon_mean": math.nan,
+                "retired_clients": 0}
+    return {"ledger_epsilon_max": ledger.max_epsilon(),
+            "ledger_epsilon_mean": float(ledger.epsilons().mean()),
+            "retired_clients": int((~ledger.allowed()).sum())}
 
 
 def _run_columns(config: SimulationConfig, model_name: str, population: int,

@@ -21,6 +21,9 @@ What one participation releases (one per ledger):
 * ``pld``: a ``dp_accounting`` privacy-loss distribution of one participation, composed
   ``k`` times with ``self_compose`` — e.g. one shuffled round,
   :func:`ldpsim._src.privacy.shuffling.shuffle_pld`.
+* ``accountant``: any function ``k ↦ ε`` of ``k`` participations (non-decreasing in
+  ``k``, 0 at 0), e.g. the one behind a simulation's ``epsilon_spent`` column, so that
+  the ledger and the run report the same ε (the engine's ``stop_at_epsilon``).
 * ``epsilon0``: a pure ε₀-DP randomizer (PrivUnit, randomized response, Laplace, ...):
   ``k`` participations are exactly ``k·ε₀``-DP (basic composition, δ = 0; Dwork & Roth 2014,
   Thm. 3.16), which is tight at δ = 0.
@@ -31,7 +34,9 @@ spent, :meth:`PrivacyLedger.allowed` the clients that may still take part once m
 without exceeding it, and :meth:`PrivacyLedger.run_exhausted` says whether the run should
 stop (``"any"`` client exhausted, or ``"all"``).
 
-The engine (ldpsim/_src/fl, not part of this module) would call, each round::
+The engine (:func:`ldpsim._src.fl.simulate.simulate` with ``stop_at_epsilon``) keeps one
+ledger over its participation counts (``counts=``) with the run's own accountant; by hand,
+each round::
 
     ledger = PrivacyLedger(num_clients, event=mechanism.dp_event(params), delta=1e-5,
                            target_epsilon=8.0)         # once, before round 0
@@ -46,7 +51,7 @@ The engine (ldpsim/_src/fl, not part of this module) would call, each round::
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
 
 import dp_accounting
 import numpy as np
@@ -83,6 +88,10 @@ class PrivacyLedger:
             mechanisms state it) or ``"replace"`` (default, and required, for
             ``RandomizedResponseDpEvent``).
         target_epsilon: optional budget per client (> 0).
+        accountant: instead of ``event``/``epsilon0``/``pld``, a function ``k -> ε`` (at
+            ``delta``, which is then only reported; default NaN).
+        counts: an int64 array of shape ``(num_clients,)`` to use as the participation
+            counts (shared, not copied: e.g. a driver's counter); default zeros.
 
     Example:
         >>> import dp_accounting
@@ -96,11 +105,13 @@ class PrivacyLedger:
 
     def __init__(self, num_clients: int, *, event: Any = None, epsilon0: float | None = None,
                  pld: Any = None, delta: float | None = None, method: str | None = None,
-                 neighbours: str | None = None, target_epsilon: float | None = None) -> None:
+                 neighbours: str | None = None, target_epsilon: float | None = None,
+                 accountant: Callable[[int], float] | None = None,
+                 counts: np.ndarray | None = None) -> None:
         self.num_clients = check_positive_int("num_clients", num_clients)
-        if sum(x is not None for x in (event, epsilon0, pld)) != 1:
+        if sum(x is not None for x in (event, epsilon0, pld, accountant)) != 1:
             raise LdpsimError("give exactly one of event (a dp_accounting DpEvent), "
-                              "epsilon0 (pure epsilon per participation) or pld")
+                              "epsilon0 (pure epsilon per participation), pld or accountant")
         is_rr = isinstance(event, dp_accounting.RandomizedResponseDpEvent)
         neighbours = neighbours or ("replace" if is_rr else "add-remove")
         self.neighbours = check_choice("neighbours", neighbours, ("add-remove", "replace"))
@@ -109,9 +120,25 @@ class PrivacyLedger:
                               "'replace' (any two inputs of one client)")
         self.target_epsilon = (None if target_epsilon is None
                                else check_positive("target_epsilon", target_epsilon))
-        self.counts = np.zeros(self.num_clients, dtype=np.int64)
+        if counts is None:
+            counts = np.zeros(self.num_clients, dtype=np.int64)
+        elif not (isinstance(counts, np.ndarray) and counts.dtype == np.int64
+                  and counts.shape == (self.num_clients,)):
+            raise LdpsimError(f"counts must be an int64 NumPy array of shape "
+                              f"({self.num_clients},), got {type(counts).__name__} "
+                              f"{getattr(counts, 'dtype', '')} {getattr(counts, 'shape', '')}")
+        self.counts = counts
         self._cache: dict[int, float] = {0: 0.0}
         self.pld = None
+        self._accountant = accountant
+        if accountant is not None:
+            if not callable(accountant):
+                raise LdpsimError(f"accountant must be a function k -> epsilon, got "
+                                  f"{type(accountant).__name__}")
+            self.event, self.epsilon0 = None, None
+            self.method = "accountant"
+            self.delta = math.nan if delta is None else check_open_unit("delta", delta)
+            return
         if pld is not None:
             if not isinstance(pld, _pld.PrivacyLossDistribution):
                 raise LdpsimError(f"pld must be a dp_accounting PrivacyLossDistribution, got "
@@ -202,6 +229,8 @@ class PrivacyLedger:
         return self._cache[k]
 
     def _compute(self, k: int) -> float:
+        if self._accountant is not None:
+            return float(self._accountant(k))
         if self.epsilon0 is not None:
             return k * self.epsilon0
         if self.pld is not None:
