@@ -47,7 +47,8 @@ COLUMNS: dict[str, tuple[str, str]] = {
                                "NaN for report randomizers)"),
     "sigma": ("setting", "noise std per coordinate (Laplace: scale b; report randomizers: the "
                          "root mean per-coordinate variance of one decoded report at the "
-                         "worst-case input norm C)"),
+                         "worst-case input norm C; SignDS: sqrt(h/d)*sign_global_lr, the "
+                         "root mean square of its reconstruction)"),
     "clients_per_round": ("setting", "m, clients per round (expected m under Poisson sampling)"),
     "population": ("setting", "N, clients in the population"),
     "seed": ("setting", "seed of the run"),
