@@ -310,6 +310,11 @@ def guarantee(row: Mapping[str, Any]) -> dict[str, Any]:
         statement = (f"user-level ({_fmt(eps)}, {_fmt(delta)})-DP after {rounds} rounds "
                      f"({mode} DP-FedAvg, noise multiplier {_fmt(rec.get('noise_multiplier'))}, "
                      f"{rec.get('neighbours')} neighbours, sensitivity {_fmt(rec.get('sensitivity'))})")
+    elif isinstance(delta, float) and math.isnan(delta):   # pure epsilon-LDP (delta unused)
+        statement = (f"local DP per client: pure {_fmt(rec.get('epsilon'))}-LDP per round "
+                     f"({rec.get('mechanism')}, {rec.get('neighbours')} neighbours); "
+                     f"epsilon_spent {_fmt(eps)} (pure composition, delta 0) for the "
+                     f"most-sampled client after {rounds} rounds ({mode})")
     else:
         statement = (f"local DP per client: ({_fmt(rec.get('epsilon'))}, {_fmt(delta)}) per round, "
                      f"{rec.get('neighbours')} neighbours (sensitivity "

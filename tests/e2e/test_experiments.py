@@ -50,3 +50,21 @@ def test_quick_and_full_differ_only_in_size():
     assert differ == {"rounds"}
     assert quick.base["rounds"] < full.base["rounds"]
     assert len(quick.cells()) < len(full.cells()) == 4 * 4 * 3
+
+
+def test_mechanisms_config_compares_every_randomizer_at_equal_epsilon():
+    from ldpsim._src.fl.config import MECHANISMS
+
+    config, out, _ = _config("mechanisms_lenet5.toml")
+    assert config.grid["mechanism"] == tuple(sorted(MECHANISMS))
+    assert config.grid["clients_per_round"] == (1000,) and max(config.grid["epsilon"]) <= 16
+    base = config.base
+    # the client and server setting of seed000_converged.toml, replace-one neighbours
+    assert (base["dataset"], base["model"], base["population"]) == ("mnist", "lenet5", 20000)
+    assert (base["local_steps"], base["batch_size"], base["client_lr"]) == (3, 3, 0.1)
+    assert (base["server_optimizer"], base["server_lr"]) == ("fedavg", 2.0)
+    assert base["neighbours"] == "replace" and base["noise_mode"] == "per-client"
+    assert out == Path("results") / "mechanisms_lenet5.csv"
+    runner = EngineRunner()
+    for cell in config.cells():
+        runner.check(cell)

@@ -106,3 +106,25 @@ def test_unknown_mechanism_is_a_clear_error():
         mechanism.privatize_fn("duchi")
     with pytest.raises(LdpsimError):
         mechanism.noise_std_factor("rr")
+
+
+@pytest.mark.parametrize("name", ["gaussian", "laplace", "privunit2", "duchi", "signds"])
+def test_mean_variance_is_the_exact_total_variance_over_d(name):
+    """What the round's theory_noise_norm sums: d * mean_variance = total_variance exactly
+    (input dependent for the report randomizers; (factor*scale)^2 for additive noise)."""
+    d = 14
+    kw = dict(epsilon=2.0, clip=1.0) | ({"delta": 1e-5} if name == "gaussian" else {})
+    kw |= {} if name in ("gaussian", "laplace") else {"dim": d}
+    if name == "signds":
+        kw = dict(epsilon=2.0, dim=400, sign_k=0.05)
+    m = mechanism.make(name, **kw)
+    n = 400 if name == "signds" else d
+    x = {"w": jnp.linspace(-0.2, 0.3, n - 2), "b": jnp.array([0.1, -0.05])}
+    mv = float(mechanism.mean_variance_fn(name)(m.params, x))
+    assert mv * n == pytest.approx(float(mechanism.total_variance(m, x)), rel=1e-5)
+    if name in mechanism.ADDITIVE:
+        assert mv == pytest.approx(float(m.noise_std(m.params)) ** 2, rel=1e-5)
+    assert mechanism.VECTOR == ("gaussian", "laplace", "none", "privunit2", "privunitg",
+                                "duchi", "signds")
+    with pytest.raises(LdpsimError, match="privatizes categories"):
+        mechanism.mean_variance_fn("rr")

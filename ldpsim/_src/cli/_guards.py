@@ -140,6 +140,10 @@ def check_seed(value: Any, what: str = "--seed") -> None:
 _MINDSPORE = ("dp_eps", "dp_delta", "dp_norm_clip", "mindspore_clip_rule", "mindspore_neighbours")
 _ADAPTIVE = ("target_quantile", "clip_learning_rate", "clipped_count_stddev")
 _CLIENT_DP = ("client_dp_micro_batches", "client_dp_clip", "client_dp_noise_multiplier")
+_SIGNDS = ("sign_k", "sign_thr_ratio", "sign_global_lr", "sign_dim_out")
+#: Options that apply to some local randomizers only: with a ``mechanism`` grid axis, such an
+#: option is kept for the cells whose mechanism uses it (an error only if none does).
+PER_MECHANISM = ("delta", "calibration", "norm_epsilon") + _SIGNDS
 IDX_DATASETS = ("mnist", "fashion_mnist")
 
 
@@ -159,13 +163,15 @@ def _rules() -> dict[str, tuple[Callable[[Mapping[str, Any]], bool], Callable[[M
         "epsilon": (mode_is("ldp"), lambda p: f"{mode_ctx(p)}: it is the per-round local epsilon "
                     "of --privacy-mode ldp (mindspore: --dp-eps; central/distributed: "
                     "--noise-multiplier)"),
-        "delta": (lambda p: _mode(p) != "mindspore" and not (_mode(p) == "ldp" and p.get("mechanism") == "laplace"),
-                  lambda p: ("--mechanism laplace (pure epsilon-DP, no delta)" if _mode(p) == "ldp"
-                             else f"{mode_ctx(p)} (use --dp-delta)")),
+        "delta": (lambda p: _mode(p) != "mindspore" and not (
+                      _mode(p) == "ldp" and p.get("mechanism", "gaussian") != "gaussian"),
+                  lambda p: (f"--mechanism {p.get('mechanism')} (pure epsilon-DP, no delta)"
+                             if _mode(p) == "ldp" else f"{mode_ctx(p)} (use --dp-delta)")),
         "clip": (lambda p: _mode(p) != "mindspore",
                  lambda p: f"{mode_ctx(p)}: clients clip to their adaptive C_t (--dp-norm-clip)"),
         "calibration": (lambda p: _mode(p) == "ldp" and p.get("mechanism", "gaussian") == "gaussian",
-                        lambda p: (f"{mode_ctx(p)}" if _mode(p) != "ldp" else "--mechanism laplace")
+                        lambda p: (f"{mode_ctx(p)}" if _mode(p) != "ldp"
+                                   else f"--mechanism {p.get('mechanism')}")
                         + ": it calibrates the Gaussian sigma of --privacy-mode ldp"),
         "neighbours": (mode_is("ldp"), lambda p: f"{mode_ctx(p)}: it is the relation of --privacy-mode "
                        "ldp (mindspore: --mindspore-neighbours; central/distributed: set by --sampling)"),
@@ -189,6 +195,14 @@ def _rules() -> dict[str, tuple[Callable[[Mapping[str, Any]], bool], Callable[[M
                         lambda p: f"--dataset {p.get('dataset')}: it chooses the reader of "
                         "mnist and fashion_mnist only"),
     }
+    rules["norm_epsilon"] = (
+        lambda p: _mode(p) == "ldp" and p.get("mechanism") in ("privunit2", "privunitg"),
+        lambda p: f"--mechanism {p.get('mechanism', 'gaussian')}: it splits the epsilon of "
+        "--mechanism privunit2 and privunitg")
+    for name in _SIGNDS:
+        rules[name] = (lambda p: _mode(p) == "ldp" and p.get("mechanism") == "signds",
+                       lambda p: f"--mechanism {p.get('mechanism', 'gaussian')}: it is a "
+                       "setting of --mechanism signds")
     for name in _MINDSPORE:
         rules[name] = (mode_is("mindspore"), lambda p: f"{mode_ctx(p)}: it is used by "
                        "--privacy-mode mindspore only")
@@ -361,7 +375,8 @@ def check_run_args(args: argparse.Namespace) -> None:
 
 #: Grid axes of ``ldpsim sweep`` with their flags; an axis is required, so its default
 #: value (epsilon = inf where the mode has no local epsilon) is never refused.
-_SWEEP_AXIS_FLAGS = {"epsilon": "--epsilon", "clients_per_round": "--clients", "seed": "--seeds"}
+_SWEEP_AXIS_FLAGS = {"epsilon": "--epsilon", "clients_per_round": "--clients", "seed": "--seeds",
+                     "mechanism": "--mechanism"}
 #: Settings that decide which options apply; when one is a grid axis, errors name the cell.
 _DECIDING = ("privacy_mode", "partition", "server_optimizer", "mechanism", "adaptive_clip",
              "client_dp", "dataset")
@@ -409,6 +424,8 @@ def check_sweep_args(args: argparse.Namespace, config: Any, out: os.PathLike | s
     defaults = run_defaults()
     given = sweep_given(args)
     per_cell = any(k in config.grid for k in _DECIDING)
+    used_somewhere = {k for k in PER_MECHANISM for c in cells
+                      if RULES[k][0]({**defaults, **c.params})}
     runner = EngineRunner()
     skip = getattr(args, "no_memory_check", False)
     for cell in cells:
@@ -416,6 +433,8 @@ def check_sweep_args(args: argparse.Namespace, config: Any, out: os.PathLike | s
         check_data_dir(params.get("data_dir"), given.get("data_dir", "--data-dir"))
         typed = {k for k in given if k in defaults
                  and not (k in _SWEEP_AXIS_FLAGS and params.get(k) == defaults[k])}
+        if "mechanism" in config.grid:   # used by another cell's mechanism: not an error
+            typed -= {k for k in PER_MECHANISM if k in used_somewhere}
         try:
             not_applicable(params, typed, name_of=lambda f: given.get(f, option(f)))
         except LdpsimError as err:

@@ -22,7 +22,11 @@ examples:
 privacy: every client clips its update to C and adds noise calibrated for (epsilon, delta)
 per round (local DP). --neighbours replace (default) uses sensitivity 2C; add-remove uses C
 (MindSpore Federated's convention). --epsilon inf adds no noise (updates are still clipped
-unless --clip inf).
+unless --clip inf). --mechanism privunit2, privunitg, duchi or signds: each client sends a
+pure epsilon-LDP report of its clipped update instead (replace-one, delta unused); the
+server decodes the reports (unbiased, SignDS aside) and averages them; epsilon_spent is the
+pure composition k*epsilon over the worst client's k rounds.
+  ldpsim run --mechanism privunit2 --epsilon 8 --rounds 20
 
 privacy modes: --privacy-mode mindspore (MindSpore Federated DP_ENCRYPT), central (DP-FedAvg,
 user-level epsilon_spent by RDP with q = m/N, optional --adaptive-clip true), distributed
@@ -79,9 +83,25 @@ _OPTIONS = (
     ("--clients-per-round", "clients_per_round", int, None, "cohort size m per round"),
     ("--rounds", "rounds", int, None, "federated rounds"),
     ("--epsilon", "epsilon", float, None, "per-round local epsilon; inf = no privacy"),
-    ("--delta", "delta", float, None, "delta of the Gaussian mechanism"),
-    ("--clip", "clip", float, None, "clip bound C (L2 for gaussian, L1 for laplace)"),
-    ("--mechanism", "mechanism", str, ("gaussian", "laplace"), "local randomizer"),
+    ("--delta", "delta", float, None, "delta of the Gaussian mechanism (the pure epsilon-LDP "
+     "mechanisms laplace, privunit2, privunitg, duchi, signds do not use it)"),
+    ("--clip", "clip", float, None, "clip bound C (L2; L1 for laplace; unused by signds)"),
+    ("--mechanism", "mechanism", str,
+     ("gaussian", "laplace", "privunit2", "privunitg", "duchi", "signds"),
+     "local randomizer: additive noise (gaussian, laplace) or a pure epsilon-LDP report "
+     "randomizer whose reports the server decodes (privunit2, privunitg: direction + private "
+     "norm; duchi: L2-ball vector mechanism; signds: MindSpore's SignDS, --epsilon is its "
+     "sign_eps in (0, 100])"),
+    ("--norm-epsilon", "norm_epsilon", float, None,
+     "privunit2/privunitg: the part of --epsilon spent on the norm (None: the split "
+     "minimising the worst-case variance)"),
+    ("--sign-k", "sign_k", float, None, "signds: top-k fraction of coordinates, in (0, 0.25]"),
+    ("--sign-thr-ratio", "sign_thr_ratio", float, None,
+     "signds: threshold ratio of the output size search, in [0.5, 1]"),
+    ("--sign-global-lr", "sign_global_lr", float, None,
+     "signds: the server's reconstruction step per reported index (> 0)"),
+    ("--sign-dim-out", "sign_dim_out", int, None,
+     "signds: indices reported per client, in [0, 50] (0: computed as MindSpore does)"),
     ("--neighbours", "neighbours", str, ("replace", "add-remove"),
      "neighbouring relation: replace = sensitivity 2C, add-remove = C"),
     ("--calibration", "calibration", str, ("analytic", "classic", "mindspore"),
@@ -271,10 +291,11 @@ def run(args: argparse.Namespace) -> int:
         budget = f"user-level, noise multiplier {last['noise_multiplier']:g}"
     else:
         budget = f"epsilon {last['epsilon']:g} per round"
+    at_delta = ("(pure, delta 0)" if math.isnan(last["delta"])
+                else f"at delta {last['delta']:g}")
     print(f"privacy: {last['privacy_mode']} {last['mechanism']}, {budget}, sigma "
           f"{last['sigma']:.4g}, {last['neighbours']} neighbours, sensitivity "
-          f"{last['sensitivity']:.4g}; epsilon_spent {last['epsilon_spent']:.4g} at delta "
-          f"{last['delta']:g}")
+          f"{last['sensitivity']:.4g}; epsilon_spent {last['epsilon_spent']:.4g} {at_delta}")
     print(f"diagnostics (simulation only, not released): noise_norm {last['noise_norm']:.4g}, "
           f"snr {last['snr']:.4g}, clip_fraction {last['clip_fraction']:.3g}, "
           f"nonfinite_clients {last['nonfinite_clients']}")

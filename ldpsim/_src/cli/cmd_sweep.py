@@ -9,6 +9,10 @@ from pathlib import Path
 
 ORDER = 30
 
+#: ``--mechanism`` choices (ldpsim._src.fl.config.MECHANISMS; kept here so that --help
+#: does not import the engine).
+MECHANISMS = ("gaussian", "laplace", "privunit2", "privunitg", "duchi", "signds")
+
 #: The quick default sweep (no --config, no grid flags): synthetic data, multinomial logistic
 #: regression (FedProx's model for this data; d = 610, so at m = 1,000 the averaged local noise
 #: of eps = 10 is already below the clean update, and the figures show it cancelling), one
@@ -38,9 +42,10 @@ another --out or pass --overwrite. OUT.manifest.json beside the CSV records the 
 the command line, versions, devices, data checksums, times, status and each finished cell's
 privacy guarantee (earlier invocations of a resumed sweep under earlier_sessions).
 
-grid axes take comma-separated lists (epsilon accepts inf = no privacy); --axis FIELD=V1,V2
-adds any other run setting as an axis (e.g. --axis mechanism=gaussian,laplace or
---axis neighbours=replace,add-remove). Fixed settings: the run options below, or
+grid axes take comma-separated lists (epsilon accepts inf = no privacy); --mechanism
+gaussian,laplace,privunit2 compares local randomizers at each epsilon (options of one
+randomizer, such as --delta for gaussian, apply to its cells); --axis FIELD=V1,V2 adds any
+other run setting as an axis (e.g. --axis neighbours=replace,add-remove). Fixed settings: the run options below, or
 --set FIELD=VALUE; --delta also accepts 1/population or 1/clients_per_round.
 """
 
@@ -70,11 +75,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                       help=f"clients per round (default {DEFAULT_GRID['clients_per_round']})")
     grid.add_argument("--seeds", "--seed", dest="grid_seed", default=None,
                       help=f"root seeds (default {DEFAULT_GRID['seed']})")
+    grid.add_argument("--mechanism", "--mechanisms", dest="grid_mechanism", default=None,
+                      metavar="M1,M2",
+                      help="local randomizers to compare, a grid axis: "
+                           + ", ".join(MECHANISMS) + " (default: gaussian, as a fixed setting)")
     grid.add_argument("--axis", action="append", default=[], metavar="FIELD=V1,V2",
                       help="another run setting as an axis (repeatable)")
     fixed = p.add_argument_group("fixed run settings (default: the config file, else the quick sweep / "
                                  "SimulationConfig defaults)")
-    skip = {"epsilon", "clients_per_round", "seed", "delta"}
+    skip = {"epsilon", "clients_per_round", "seed", "delta", "mechanism"}
     run_default = run_defaults()
     for flag, field, typ, choices, help_ in _OPTIONS:
         if field not in skip:
@@ -144,7 +153,8 @@ def build_config(args: argparse.Namespace):
         plots = args.plots or bool(meta.get("plots", False))
         name = meta.get("name")
     else:
-        given = any(getattr(args, f"grid_{a}") is not None for a in DEFAULT_GRID) or args.axis
+        given = (any(getattr(args, f"grid_{a}") is not None for a in DEFAULT_GRID) or args.axis
+                 or args.grid_mechanism is not None)
         bare = not given and not any(v is not None for k, v in vars(args).items() if k.startswith("set_")) \
             and not args.set
         preset = args.preset or ("quick" if bare else None)
@@ -156,6 +166,9 @@ def build_config(args: argparse.Namespace):
         value = getattr(args, f"grid_{axis}")
         if value is not None:
             grid[axis] = parse_list(value)
+    if args.grid_mechanism is not None:   # a grid axis, even with one value
+        run.pop("mechanism", None)
+        grid["mechanism"] = parse_list(args.grid_mechanism)
     for field, values in pairs(args.axis, "--axis"):
         run.pop(field, None)
         grid[field] = [_parse_scalar(v) for v in parse_list(values)]

@@ -36,13 +36,19 @@ COLUMNS: dict[str, tuple[str, str]] = {
     # --- settings
     "dataset": ("setting", "dataset name"),
     "model": ("setting", "model name"),
-    "mechanism": ("setting", "local randomizer: gaussian, laplace or none"),
+    "mechanism": ("setting", "local randomizer: gaussian, laplace, privunit2, privunitg, duchi, "
+                             "signds (report randomizers: the server decodes each report), or "
+                             "none"),
     "neighbours": ("setting", "neighbouring relation of the guarantee: replace or add-remove"),
     "epsilon": ("setting", "per-round local epsilon the noise is calibrated for"),
-    "delta": ("setting", "delta of the guarantee"),
+    "delta": ("setting", "delta of the guarantee (NaN: pure epsilon-DP, delta unused)"),
     "clip": ("setting", "clip bound C"),
-    "sensitivity": ("setting", "sensitivity the noise is calibrated to (2C replace, C add/remove)"),
-    "sigma": ("setting", "noise std per coordinate (Laplace: scale b)"),
+    "sensitivity": ("setting", "sensitivity the noise is calibrated to (2C replace, C add/remove; "
+                               "NaN for report randomizers)"),
+    "sigma": ("setting", "noise std per coordinate (Laplace: scale b; report randomizers: the "
+                         "root mean per-coordinate variance of one decoded report at the "
+                         "worst-case input norm C; SignDS: sqrt(h/d)*sign_global_lr, the "
+                         "root mean square of its reconstruction)"),
     "clients_per_round": ("setting", "m, clients per round (expected m under Poisson sampling)"),
     "population": ("setting", "N, clients in the population"),
     "seed": ("setting", "seed of the run"),
@@ -70,7 +76,6 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "clients": ("release", "participants in the round (the cohort, public to the server)"),
     "n_eff": ("release", "(sum w)^2 / sum w^2 of the aggregation weights (weights by "
                          "example count are reported to the server in the clear)"),
-    "theory_noise_norm": ("release", "s * sqrt(d / n_eff), the predicted aggregated noise norm"),
     "max_participation": ("release", "most rounds any one client has taken part in"),
     "epsilon_spent": ("release", "the accountant's epsilon so far (see the privacy docs)"),
     "client_dp_epsilon": ("release", "DP-SGD clients: sample-level epsilon of the worst client"),
@@ -82,8 +87,18 @@ COLUMNS: dict[str, tuple[str, str]] = {
                                    "exceed the budget (participation counts only)"),
     "wall_time": ("setting", "seconds since the start of the run (compilation included)"),
     # --- diagnostics (need client data or the noise; never released)
-    "noise_norm": ("diagnostic", "norm of the aggregated noise (the noise is never known "
-                                 "to a deployed server)"),
+    "noise_norm": ("diagnostic", "||decoded aggregate - clean aggregate||: the error of the "
+                                 "weighted mean of what the server decodes (additive: the "
+                                 "released updates) against the weighted mean of the clean "
+                                 "clipped updates, i.e. the norm of the aggregated noise (never "
+                                 "known to a deployed server)"),
+    "theory_noise_norm": ("diagnostic", "sqrt(E||decoded aggregate - clean aggregate||^2) from "
+                                        "each mechanism's exact variance for each client's "
+                                        "input: sqrt(sum_k w_k^2 tr Var_k + ||sum_k w_k "
+                                        "bias_k||^2) / sum_k w_k (bias: SignDS's decoder "
+                                        "only); s * sqrt(d / n_eff) for additive noise of "
+                                        "per-coordinate std s. Input dependent for report "
+                                        "randomizers, so a diagnostic"),
     "signal_norm": ("diagnostic", "norm of the aggregated clean clipped updates"),
     "snr": ("diagnostic", "signal_norm / noise_norm"),
     "cosine": ("diagnostic", "cosine between the noisy and the clean aggregate"),

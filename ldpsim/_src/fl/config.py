@@ -20,7 +20,12 @@ from ldpsim._src._checks import (
     check_unit_interval,
 )
 
-MECHANISMS = ("gaussian", "laplace")
+#: The local randomizers of ``privacy_mode="ldp"`` (the vector randomizers of
+#: :data:`ldpsim._src.privacy.mechanism.REGISTRY`, clip-only ``"none"`` aside: ε = inf).
+MECHANISMS = ("gaussian", "laplace", "privunit2", "privunitg", "duchi", "signds")
+#: The pure ε-LDP report randomizers (δ unused; ``neighbours="replace"`` only).
+REPORT_MECHANISMS = ("privunit2", "privunitg", "duchi", "signds")
+_SIGNDS_FIELDS = ("sign_k", "sign_thr_ratio", "sign_global_lr", "sign_dim_out")
 NEIGHBOURS = ("replace", "add-remove")
 CALIBRATIONS = ("analytic", "classic", "mindspore")
 CLIENT_OPTIMIZERS = ("sgd", "momentum", "adam")
@@ -60,6 +65,10 @@ _APPLICABLE = {
                             "by privacy_mode='mindspore'"),
     "mindspore_neighbours": (lambda c: c.privacy_mode == "mindspore",
                              "by privacy_mode='mindspore'"),
+    "norm_epsilon": (lambda c: c.mechanism in ("privunit2", "privunitg"),
+                     "by mechanism='privunit2' and 'privunitg' (the epsilon of the norm)"),
+    **{name: (lambda c: c.mechanism == "signds", "by mechanism='signds'")
+       for name in _SIGNDS_FIELDS},
     "client_dp_micro_batches": (lambda c: c.client_dp, "with client_dp=true"),
     "client_dp_clip": (lambda c: c.client_dp, "with client_dp=true"),
     "client_dp_noise_multiplier": (lambda c: c.client_dp, "with client_dp=true"),
@@ -95,10 +104,23 @@ class SimulationConfig:
         rounds: number of federated rounds.
         epsilon: per-client, per-round local DP budget; ``math.inf`` disables privacy
             (no clipping noise; updates are still clipped when ``clip`` is finite).
-        delta: δ of the Gaussian mechanism (ignored by Laplace).
+        delta: δ of the Gaussian mechanism (ignored by the pure ε-LDP randomizers: Laplace,
+            PrivUnit2, PrivUnitG, Duchi et al., SignDS, whose ε_spent is pure, δ = 0).
         clip: clip bound C of each client update: L2 for Gaussian, L1 for Laplace.
             ``inf`` (no clipping) is allowed only without privacy (ε = inf).
-        mechanism: ``"gaussian"`` ((ε, δ)-LDP) or ``"laplace"`` (ε-LDP).
+        mechanism: the local randomizer of ``privacy_mode="ldp"``: ``"gaussian"``
+            ((ε, δ)-LDP), ``"laplace"`` (ε-LDP), or a pure ε-LDP report randomizer whose
+            report the server decodes (:data:`REPORT_MECHANISMS`): ``"privunit2"``
+            (Bhowmick et al. 2018), ``"privunitg"`` (Asi, Feldman & Talwar 2022), both with
+            a private scalar norm (ε split: ``norm_epsilon``), ``"duchi"`` (Duchi, Jordan &
+            Wainwright 2018, L2 ball) or ``"signds"`` (MindSpore's SignDS, ``epsilon`` is its
+            ``sign_eps`` in (0, 100]; biased decoder). Replace-one neighbours only.
+        norm_epsilon: PrivUnit2/PrivUnitG: the part of ``epsilon`` spent on the norm
+            (None: the split minimising the worst-case variance).
+        sign_k, sign_thr_ratio, sign_global_lr, sign_dim_out: SignDS's settings with
+            MindSpore's defaults and ranges (top-k fraction in (0, 0.25], threshold ratio in
+            [0.5, 1], the server's reconstruction step > 0, output size in [0, 50], 0 =
+            computed).
         neighbours: ``"replace"`` (sensitivity 2C, the correct LDP relation, default) or
             ``"add-remove"`` (sensitivity C, as MindSpore calibrates).
         calibration: Gaussian calibration: ``"analytic"`` (Balle & Wang 2018), ``"classic"``
@@ -193,6 +215,11 @@ class SimulationConfig:
     delta: float = 1e-5
     clip: float = 1.0
     mechanism: str = "gaussian"
+    norm_epsilon: float | None = None
+    sign_k: float = 0.01
+    sign_thr_ratio: float = 0.6
+    sign_global_lr: float = 0.1
+    sign_dim_out: int = 0
     neighbours: str = "replace"
     calibration: str = "analytic"
     local_steps: int | None = None         # None: per-dataset default (fl/defaults.py)
@@ -320,6 +347,13 @@ class SimulationConfig:
             raise LdpsimError(
                 f"privacy_mode={self.privacy_mode!r} adds Gaussian noise; mechanism must be "
                 f"'gaussian', got {self.mechanism!r}")
+        if self.mechanism in REPORT_MECHANISMS and self.neighbours != "replace":
+            raise LdpsimError(
+                f"mechanism={self.mechanism!r} is pure epsilon-LDP for any two inputs "
+                f"(replace-one); neighbours must be 'replace', got {self.neighbours!r}")
+        if self.mechanism == "signds" and self.private and not self.epsilon <= 100:
+            raise LdpsimError(f"mechanism='signds': epsilon is MindSpore's sign_eps, valid "
+                              f"range (0, 100]; got {self.epsilon!r}")
         if self.adaptive_clip and self.privacy_mode != "central":
             raise LdpsimError(f"adaptive_clip applies to privacy_mode='central' only, got "
                               f"privacy_mode={self.privacy_mode!r}")

@@ -8,6 +8,10 @@ that the aggregated noise ``z̄ = S_ξ/Σw`` and the aggregated clean update
 Theory (ALGORITHMS §5.1–5.2): with i.i.d. per-coordinate noise of standard deviation s
 (σ for Gaussian, √2·b for Laplace) and weights w, ``z̄`` has per-coordinate std
 ``s·√(Σw²)/Σw = s/√n_eff`` with ``n_eff = (Σw)²/Σw²``, so ``‖z̄‖ ≈ s·√(d/n_eff)``.
+A report randomizer (PrivUnit, Duchi et al., SignDS) has a decoding error ``ξ_k =
+decoded_k − u_k`` whose variance depends on the client's input; the round passes
+``s² = Σ w_k² s_k²/Σ w_k²`` with ``s_k²`` the exact mean per-coordinate variance of client
+k's release, so the same formula gives ``√(E‖z̄‖²) = √(Σ w_k² tr Var_k)/Σw``.
 """
 
 from __future__ import annotations
@@ -60,7 +64,9 @@ class RoundMetrics(NamedTuple):
     """Per-round metrics (scalars; all computed exactly from the round's sums).
 
     Attributes:
-        noise_norm: ‖z̄‖, norm of the aggregated noise.
+        noise_norm: ‖z̄‖, norm of the aggregated noise: the error of the decoded aggregate
+            against the clean (clipped) aggregate, for every randomizer (a report
+            randomizer's "noise" is its decoding error, ``decoded − clipped``).
         signal_norm: ‖ū‖, norm of the aggregated clean clipped update.
         snr: signal_norm / noise_norm (inf without noise).
         cosine: cosine between the noisy aggregate ū + z̄ and the clean aggregate ū.
@@ -71,7 +77,10 @@ class RoundMetrics(NamedTuple):
             privatized zero substitute; a diagnostic of the simulation, never released).
         clients: participants in the round (cohort size, padding excluded).
         n_eff: (Σw)²/Σw², the effective number of clients of the weighted mean.
-        theory_noise_norm: s·√(d/n_eff) (ALGORITHMS §5), s the per-coordinate noise std.
+        theory_noise_norm: √(E‖z̄‖²) = s·√(d/n_eff) (ALGORITHMS §5), s² the weighted mean
+            per-coordinate variance ``Σw_k²s_k²/Σw_k²`` of the clients' releases (additive:
+            (factor·scale)²; report randomizers: exact for each client's input); the round
+            adds a biased decoder's ``‖Σw_k bias_k‖/Σw`` in quadrature.
         train_loss: mean local training loss over finite participants.
         clip_bound: the round's clip bound (a mode with per-client bounds: their mean over
             the included clients).

@@ -14,8 +14,11 @@ The modes (factories below; :func:`plan` builds the one a
 accounting):
 
 :func:`local` (``"ldp"``)
-    Local DP, the default engine: each client clips to C (L2; L1 for Laplace) and adds
-    noise from the registered local randomizer (:mod:`ldpsim._src.privacy.mechanism`).
+    Local DP, the default engine: each client clips to C (L2; L1 for Laplace) and applies
+    a registered local randomizer (:mod:`ldpsim._src.privacy.mechanism`): additive noise
+    (Gaussian, Laplace; knob :class:`LocalHyper`) or a report randomizer (PrivUnit2,
+    PrivUnitG, Duchi et al., SignDS; knob :class:`ReportHyper`, its calibrated params),
+    whose report the server decodes before aggregating.
 :func:`mindspore` (``"mindspore"``)
     MindSpore Federated ``DP_ENCRYPT`` (ALGORITHMS §1): client k clips to its own
     adaptive bound C_k,t (:func:`ldpsim._src.privacy.adaptive.mindspore_clip`) and adds
@@ -56,7 +59,7 @@ import dp_accounting
 import jax
 import jax.numpy as jnp
 
-from ldpsim._src._checks import check_open_unit, check_positive
+from ldpsim._src._checks import LdpsimError, check_open_unit, check_positive
 from ldpsim._src.fl import dp_client
 from ldpsim._src.fl.config import SimulationConfig
 from ldpsim._src.privacy import accounting, adaptive, calibration, sampling, server_dp
@@ -65,7 +68,8 @@ from ldpsim._src.privacy import mechanism as mechanism_lib
 PyTree = Any
 
 __all__ = ["CentralHyper", "DistributedHyper", "LocalHyper", "MindSporeHyper",
-           "NOISE_MODES", "PRIVACY_MODES", "PrivacyPlan", "RoundMechanism", "aggregated",
+           "NOISE_MODES", "PRIVACY_MODES", "PrivacyPlan", "ReportHyper", "RoundMechanism",
+           "aggregated",
            "central", "central_epsilon", "distributed", "local", "mindspore",
            "mindspore_sigma_per_clip", "noise_scale", "plan", "server_key",
            "with_client_training"]
@@ -92,6 +96,14 @@ class LocalHyper(NamedTuple):
     """``"ldp"``: the randomizer's noise scale (Gaussian σ, Laplace b; 0 = no noise)."""
 
     scale: jax.Array
+
+
+class ReportHyper(NamedTuple):
+    """``"ldp"`` with a report randomizer: its calibrated params (the mechanism's own pytree
+    of float32 scalars, e.g. :class:`~ldpsim._src.privacy.privunit2.PrivUnit2Params`; its
+    static fields, such as the dimension, are part of the compiled program)."""
+
+    params: PyTree
 
 
 class MindSporeHyper(NamedTuple):
@@ -122,6 +134,10 @@ class DistributedHyper(NamedTuple):
 # ----------------------------------------------------------------------------- the object
 
 
+def _additive_params(clip: jax.Array, scale: jax.Array, phyper: PyTree) -> PyTree:
+    return mechanism_lib.MechanismParams(clip, scale)
+
+
 class RoundMechanism(NamedTuple):
     """Everything the round kernel needs to know about a privacy mode (pure functions).
 
@@ -135,9 +151,10 @@ class RoundMechanism(NamedTuple):
             ``"distributed"``), with ``"+aggregate"`` for the shortcut.
         randomizer: the local randomizer each client applies (a name in
             :data:`ldpsim._src.privacy.mechanism.REGISTRY`; ``"none"`` clips only).
-        noise_std_factor: per-coordinate std of a client's noise per unit of its scale
-            (:func:`ldpsim._src.privacy.mechanism.noise_std_factor`); the round's noise
-            variance on the sum is ``Σ_k w_k² (factor·scale_k)²``.
+        noise_std_factor: additive randomizers: per-coordinate std of a client's noise per
+            unit of its scale (:func:`ldpsim._src.privacy.mechanism.noise_std_factor`); the
+            round's noise variance on the sum is ``Σ_k w_k² (factor·scale_k)²`` unless
+            ``client_noise_var`` is given (0 for report randomizers).
         weighted: FedAvg weights (the engine's ``weighting``) or one vote per client.
         fixed_denominator: divide the sum by this m (DP-FedAvg's f̃_f), else by Σw.
         per_client_clip: clients have their own bounds (the reported clip bound is
@@ -156,6 +173,16 @@ class RoundMechanism(NamedTuple):
             :class:`~ldpsim._src.fl.dp_client.ClientTraining` (ordinary training unless
             composed with DP-SGD clients by :func:`with_client_training`); its traced
             knobs are ``RoundHyper.client``.
+        client_params: ``(clip[k], scale[k], phyper) -> params`` of the randomizer for one
+            client (vmapped): ``MechanismParams(clip, scale)`` for additive noise (default),
+            the calibrated params in :class:`ReportHyper` for a report randomizer.
+        client_noise_var: ``(params, update) -> scalar``: the mean per-coordinate variance
+            of the client's decoded release for its input
+            (:func:`ldpsim._src.privacy.mechanism.mean_variance_fn`, exact and input
+            dependent), or None: ``(noise_std_factor·scale)²``.
+        client_mean: ``(params, update) -> E[decoded release]`` exactly, for a randomizer
+            whose decoder is biased (SignDS: its bias enters the theory of the aggregate's
+            error), or None (unbiased: the clipped update).
     """
 
     name: str
@@ -172,6 +199,9 @@ class RoundMechanism(NamedTuple):
     update: Callable[..., tuple[PyTree, jax.Array, jax.Array]] | None = None
     noise_fraction: Callable[[jax.Array], jax.Array] | None = None
     client: dp_client.ClientTraining = dp_client.PLAIN
+    client_params: Callable[..., PyTree] = _additive_params
+    client_noise_var: Callable[[PyTree, PyTree], jax.Array] | None = None
+    client_mean: Callable[[PyTree, PyTree], PyTree] | None = None
 
 
 def _no_state(num_clients: int, clip: float) -> tuple:
@@ -186,18 +216,38 @@ def _full(ids: jax.Array, value: jax.Array) -> jax.Array:
     return jnp.full(ids.shape, value, jnp.float32)
 
 
+def _report_params(clip, scale, phyper: ReportHyper) -> PyTree:
+    return phyper.params
+
+
 @functools.cache
 def local(randomizer: str = "gaussian") -> RoundMechanism:
-    """``"ldp"``: every client applies the local randomizer ``randomizer`` with the run's
-    clip bound and :class:`LocalHyper` scale."""
-    factor = mechanism_lib.noise_std_factor(randomizer)   # validates the name
+    """``"ldp"``: every client applies the local randomizer ``randomizer`` (a vector
+    randomizer of :data:`ldpsim._src.privacy.mechanism.REGISTRY`): additive noise with the
+    run's clip bound and :class:`LocalHyper` scale, or a report randomizer with the
+    calibrated params of :class:`ReportHyper`, whose reports the server decodes.
 
-    def client_scales(state, ids, clip, phyper: LocalHyper):
-        return _full(ids, clip), _full(ids, phyper.scale)
+    Raises:
+        LdpsimError: an unknown name, or a randomizer of categories (``"rr"``).
+    """
+    entry = mechanism_lib.entry(randomizer)   # validates the name
+    if entry.input != "vector":
+        raise LdpsimError(f"the round privatizes model updates; {randomizer!r} privatizes "
+                          f"categories (vector randomizers: {', '.join(mechanism_lib.VECTOR)})")
 
-    return RoundMechanism(name="ldp", randomizer=randomizer, noise_std_factor=factor,
+    def client_scales(state, ids, clip, phyper):
+        scale = phyper.scale if entry.additive else 0.0
+        return _full(ids, clip), _full(ids, scale)
+
+    extra = {} if entry.additive else dict(
+        client_params=_report_params,
+        client_noise_var=mechanism_lib.mean_variance_fn(randomizer),
+        client_mean=None if entry.unbiased else entry.mean)
+    return RoundMechanism(name="ldp", randomizer=randomizer,
+                          noise_std_factor=float(entry.noise_std_factor or 0.0),
                           weighted=True, fixed_denominator=None, per_client_clip=False,
-                          init=_no_state, round_clip=_fixed_clip, client_scales=client_scales)
+                          init=_no_state, round_clip=_fixed_clip, client_scales=client_scales,
+                          **extra)
 
 
 @functools.cache
@@ -303,6 +353,9 @@ def aggregated(mech: RoundMechanism) -> RoundMechanism:
         ValueError: the clients' randomizer is not Gaussian (the shortcut is exact for
             Gaussian noise only).
     """
+    if mech.client_noise_var is not None:
+        raise ValueError(f"noise_mode='aggregate' is exact for Gaussian noise only, got the "
+                         f"report randomizer {mech.randomizer!r}")
     if mech.server_noise is not None or mech.noise_std_factor == 0.0:   # nothing to move
         return mech
     if mech.randomizer != "gaussian":
@@ -358,13 +411,21 @@ class PrivacyPlan(NamedTuple):
 
 
 def noise_scale(config: SimulationConfig) -> tuple[float, float, str]:
-    """``(sigma, sensitivity, mechanism)`` of an ``"ldp"`` run via
+    """``(sigma, sensitivity, mechanism)`` of an additive-noise ``"ldp"`` run via
     :func:`ldpsim._src.privacy.calibration.calibrate`: ``sigma`` is the Gaussian std or the
-    Laplace scale; ε = inf gives ``(0, nan, "none")``."""
+    Laplace scale; ε = inf gives ``(0, nan, "none")``.
+
+    Raises:
+        LdpsimError: ``config.mechanism`` is a report randomizer (it has no noise scale:
+            :func:`local_randomizer` calibrates it).
+    """
     if not config.private:
         return 0.0, math.nan, "none"
+    if config.mechanism not in calibration.MECHANISMS:
+        raise LdpsimError(f"noise_scale: {config.mechanism!r} adds no noise of a scale; "
+                          f"calibrate it with local_randomizer(config, dim)")
     cal = calibration.calibrate(config.mechanism,
-                                **_RANDOMIZER_OPTIONS[config.mechanism](config))
+                                **_RANDOMIZER_OPTIONS[config.mechanism](config, None))
     scale = cal.sigma if cal.sigma is not None else cal.scale
     return float(scale), float(cal.sensitivity), config.mechanism
 
@@ -465,11 +526,23 @@ def _accountant(event: Any, delta: float) -> Callable[[int], float]:
         lambda k: dp_client.event_epsilon(event, k, delta))
 
 
-#: Each local randomizer's factory options, read from the configuration (host table).
-_RANDOMIZER_OPTIONS: dict[str, Callable[[SimulationConfig], dict]] = {
-    "gaussian": lambda c: dict(epsilon=c.epsilon, delta=c.delta, clip=c.clip,
-                               neighbours=c.neighbours, method=c.calibration),
-    "laplace": lambda c: dict(epsilon=c.epsilon, clip=c.clip, neighbours=c.neighbours),
+def _privunit_options(c: SimulationConfig, dim: int | None) -> dict:
+    return dict(epsilon=c.epsilon, dim=dim, clip=c.clip, norm_epsilon=c.norm_epsilon)
+
+
+#: Each local randomizer's factory options, read from the configuration and the model's
+#: dimension d (host table; the report randomizers are calibrated for d).
+_RANDOMIZER_OPTIONS: dict[str, Callable[[SimulationConfig, int | None], dict]] = {
+    "gaussian": lambda c, d: dict(epsilon=c.epsilon, delta=c.delta, clip=c.clip,
+                                  neighbours=c.neighbours, method=c.calibration),
+    "laplace": lambda c, d: dict(epsilon=c.epsilon, clip=c.clip, neighbours=c.neighbours),
+    "privunit2": _privunit_options,
+    "privunitg": _privunit_options,
+    "duchi": lambda c, d: dict(epsilon=c.epsilon, dim=d, clip=c.clip),
+    # SignDS: --epsilon is MindSpore's sign_eps; it releases an order, so clip is unused
+    "signds": lambda c, d: dict(epsilon=c.epsilon, dim=d, sign_k=c.sign_k,
+                                sign_thr_ratio=c.sign_thr_ratio,
+                                sign_global_lr=c.sign_global_lr, sign_dim_out=c.sign_dim_out),
 }
 
 #: Pure ε-DP claims no δ; a sampler floor above this is still reported (ε ≳ 3.6 for
@@ -477,18 +550,49 @@ _RANDOMIZER_OPTIONS: dict[str, Callable[[SimulationConfig], dict]] = {
 _PURE_DP_WARN_DELTA = 1e-6
 
 
-def local_randomizer(config: SimulationConfig) -> mechanism_lib.LocalMechanism:
+def local_randomizer(config: SimulationConfig,
+                     dim: int | None = None) -> mechanism_lib.LocalMechanism:
     """The :class:`~ldpsim._src.privacy.mechanism.LocalMechanism` an ``"ldp"`` run's
-    clients apply (:func:`~ldpsim._src.privacy.mechanism.clip_only` for ε = inf)."""
+    clients apply (:func:`~ldpsim._src.privacy.mechanism.clip_only` for ε = inf), calibrated
+    from ``config`` (``--epsilon``; PrivUnit's ``norm_epsilon``; SignDS's ``sign_*``
+    settings) and, for a report randomizer, the model's dimension ``dim``.
+
+    Raises:
+        LdpsimError: a report randomizer without ``dim``, or the factory's own errors
+            (ε out of the mechanism's range, a dimension too small), naming the value.
+    """
     if not config.private:
         return mechanism_lib.clip_only(clip=config.clip, neighbours=config.neighbours)
+    if config.mechanism not in calibration.MECHANISMS and dim is None:
+        raise LdpsimError(f"mechanism {config.mechanism!r} is calibrated for the model's "
+                          f"dimension: pass dim (plan(..., dim=d))")
     with warnings.catch_warnings():   # noise_scale, called first, has issued them
         warnings.simplefilter("ignore")
         return mechanism_lib.make(config.mechanism,
-                                  **_RANDOMIZER_OPTIONS[config.mechanism](config))
+                                  **_RANDOMIZER_OPTIONS[config.mechanism](config, dim))
 
 
-def _plan_ldp(config: SimulationConfig, population: int) -> PrivacyPlan:
+def _plan_report(config: SimulationConfig, dim: int | None) -> PrivacyPlan:
+    """``"ldp"`` with a report randomizer (PrivUnit2, PrivUnitG, Duchi et al., SignDS):
+    pure ε-LDP per round for any two inputs (replace-one), so δ is not used; ε_spent is
+    the pure composition ``k·ε`` of the worst-case client's ``k`` participations, from the
+    randomizer's dp event (binary randomized response at ε, which dominates every ε-DP
+    pair) composed at δ = 0."""
+    lm = local_randomizer(config, dim)
+    acc = _accountant(lm.dp_event(lm.params), 0.0)
+    columns = {"mechanism": lm.name, "neighbours": lm.neighbours, "epsilon": config.epsilon,
+               "delta": math.nan, "clip": config.clip, "sensitivity": math.nan,
+               # root mean per-coordinate variance of one decoded report at ‖x‖ = C
+               "sigma": float(lm.noise_std(lm.params)),
+               "noise_multiplier": math.nan, "sampler_delta_floor": math.nan}
+    return PrivacyPlan(local(lm.name), ReportHyper(lm.params), columns,
+                       lambda row: {"clip_bound": config.clip},
+                       lambda k, t, frac: acc(k))
+
+
+def _plan_ldp(config: SimulationConfig, population: int, dim: int | None = None) -> PrivacyPlan:
+    if config.private and config.mechanism not in calibration.MECHANISMS:
+        return _plan_report(config, dim)
     sigma, sens, randomizer = noise_scale(config)
     lm = local_randomizer(config)
     mech = local(lm.name)
@@ -514,7 +618,8 @@ def _plan_ldp(config: SimulationConfig, population: int) -> PrivacyPlan:
                        _with_floor(epsilon_of, floor, claimed, not pure))
 
 
-def _plan_mindspore(config: SimulationConfig, population: int) -> PrivacyPlan:
+def _plan_mindspore(config: SimulationConfig, population: int, dim: int | None = None
+                    ) -> PrivacyPlan:
     mech = mindspore(config.mindspore_clip_rule == "running-min")
     a = mindspore_sigma_per_clip(config.dp_eps, config.dp_delta,
                                  neighbours=config.mindspore_neighbours)
@@ -537,7 +642,7 @@ def _plan_mindspore(config: SimulationConfig, population: int) -> PrivacyPlan:
                        row_columns, epsilon_of)
 
 
-def _plan_sum(config: SimulationConfig, population: int, *,
+def _plan_sum(config: SimulationConfig, population: int, dim: int | None = None, *,
               distributed_mode: bool) -> PrivacyPlan:
     """central and distributed: user-level DP of the (noisy) sum, accounted by RDP."""
     m = config.clients_per_round
@@ -581,7 +686,7 @@ def _plan_sum(config: SimulationConfig, population: int, *,
                        _with_floor(ideal, floor, config.delta, True))
 
 
-_PLANS: dict[str, Callable[[SimulationConfig, int], PrivacyPlan]] = {
+_PLANS: dict[str, Callable[[SimulationConfig, int, int | None], PrivacyPlan]] = {
     "ldp": _plan_ldp, "mindspore": _plan_mindspore,
     "central": functools.partial(_plan_sum, distributed_mode=False),
     "distributed": functools.partial(_plan_sum, distributed_mode=True),
@@ -599,15 +704,17 @@ def _client_training(config: SimulationConfig) -> dp_client.ClientTraining:
 
 
 def plan(config: SimulationConfig, population: int, *,
-         smallest_client: int = 1) -> PrivacyPlan:
+         smallest_client: int = 1, dim: int | None = None) -> PrivacyPlan:
     """The :class:`PrivacyPlan` of ``config`` for a population of ``population`` clients
     (calibration, the mode's kernel object and knobs, its columns and its accountant),
     composed with the clients' local training (:func:`with_client_training`).
 
     ``smallest_client``: the fewest examples any client holds (> 0): the worst case of
-    the clients' sample-level accounting (DP-SGD clients).
+    the clients' sample-level accounting (DP-SGD clients). ``dim``: the model's number of
+    parameters d, needed by the report randomizers (PrivUnit2, PrivUnitG, Duchi et al.,
+    SignDS are calibrated for d).
     """
-    base = _PLANS[config.privacy_mode](config, population)
+    base = _PLANS[config.privacy_mode](config, population, dim)
     mech = _NOISE_MODES[config.noise_mode](base.mechanism)
     training = _client_training(config)
     knobs = training.knobs(config.client_dp_clip, config.client_dp_noise_multiplier)

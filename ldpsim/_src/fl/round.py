@@ -6,8 +6,10 @@ A round (:func:`make_round_fn`)::
       -> ldpsim._src.fl.sharding.map_cohort: on each of D devices (D = 1: no sharding),
          lax.scan over chunks of that device's contiguous 1/D of the cohort:
            gather the chunk's data from the population
-           vmap over the chunk: local training + the mode's local randomizer
+           vmap over the chunk: local training + the mode's local randomizer, decoded
+             (the server's estimate of each clipped update: itself for additive noise)
            accumulate Σw·clipped, Σw·noise, Σw, Σw², Σw²s², counts   (memory O(chunk × model))
+             (noise = decoded − clipped; s² the client's exact per-coordinate variance)
          then psum of the per-device sums over the mesh
       -> the mode's server noise, Δ̄ = (Σw·clipped + Σw·noise) / (Σw or fixed m),
          server optimizer step, the mode's state update (adaptive clip), metrics
@@ -136,15 +138,19 @@ def chunk_sums(w: jax.Array, include: jax.Array, mask: jax.Array, priv: Any,
 class _ModeSums(NamedTuple):
     """Per-chunk sums the mode needs beyond :class:`~ldpsim._src.fl.metrics.CohortSums`."""
 
-    noise_var: jax.Array    # Σ w² s² (s: each client's per-coordinate noise std)
+    noise_var: jax.Array    # Σ w² s² (s²: each client's mean per-coordinate noise variance)
     bits: jax.Array         # Σ quantile bits (unclipped clients, ±½ encoding)
     survivors: jax.Array    # clients in the aggregate
     clip: jax.Array         # Σ of their clip bounds
+    bias: Any = ()          # Σ w (E[decoded] − clipped): a biased decoder only (SignDS)
 
     @classmethod
-    def zeros(cls) -> "_ModeSums":
+    def zeros(cls, params: PyTree = None) -> "_ModeSums":
+        """``params``: the model, when the decoder is biased (its bias is model-shaped)."""
         z = jnp.zeros((), jnp.float32)
-        return cls(z, z, jnp.zeros((), jnp.int32), z)
+        bias = () if params is None else jax.tree_util.tree_map(
+            lambda p: jnp.zeros(jnp.shape(p), jnp.float32), params)
+        return cls(z, z, jnp.zeros((), jnp.int32), z, bias)
 
 
 def make_round_fn(*, apply_fn: Callable,
@@ -160,8 +166,10 @@ def make_round_fn(*, apply_fn: Callable,
     Args:
         apply_fn: the model's ``(params, x) -> logits``.
         mechanism: the privacy mode, a :class:`~ldpsim._src.fl.modes.RoundMechanism`; a
-            randomizer name (``"gaussian"``, ``"laplace"``, ``"none"``) is short for
-            ``modes.local(name)``, local DP.
+            randomizer name (``"gaussian"``, ``"laplace"``, ``"none"``, ``"privunit2"``,
+            ``"privunitg"``, ``"duchi"``, ``"signds"``) is short for ``modes.local(name)``,
+            local DP (a report randomizer's ``hyper.privacy`` is a
+            :class:`~ldpsim._src.fl.modes.ReportHyper`).
         client_optimizer: ``"sgd"``, ``"momentum"`` or ``"adam"``.
         server_optimizer: ``"fedavg"``, ``"fedavgm"``, ``"fedadam"``, ``"fedyogi"``.
         server_momentum: FedAvgM momentum.
@@ -199,7 +207,8 @@ def make_round_fn(*, apply_fn: Callable,
     if client_update is not None:
         def train(params, x, y, count, knobs, **kw):  # noqa: F811
             return client_update(params, x, y, count, **kw)
-    privatize = mechanism_lib.privatize_fn(mech.randomizer)
+    # every vector randomizer as (key, update, params) -> decoded release (additive: itself)
+    privatize = mechanism_lib.decoded_release_fn(mech.randomizer)
     n_devices = sharding.resolve_devices(devices)
     client_weighting = weighting if mech.weighted else "uniform"
 
@@ -209,26 +218,35 @@ def make_round_fn(*, apply_fn: Callable,
         delta, cm = train(params, x, y, count, hyper.client, apply_fn=apply_fn, optimizer=opt,
                           batch_size=batch_size, key=train_key, local_steps=local_steps,
                           local_epochs=local_epochs)
-        release = privatize(noise_key, delta, mechanism_lib.MechanismParams(clip, scale))
-        return release, cm.loss
+        mparams = mech.client_params(clip, scale, hyper.privacy)
+        release = privatize(noise_key, delta, mparams)
+        if mech.client_noise_var is None:   # additive: iid noise of std factor·scale
+            var = jnp.square(mech.noise_std_factor * scale)
+        else:                               # exact, for this client's input
+            var = mech.client_noise_var(mparams, delta)
+        bias = ()
+        if mech.client_mean is not None:    # a biased decoder: E[decoded] − clipped
+            bias = jax.tree_util.tree_map(jnp.subtract, mech.client_mean(mparams, delta),
+                                          release.clipped)
+        return release, cm.loss, var, bias
 
     def chunk_fn(operands, c_ids, c_mask):
         params, key, round_idx, population, pstate, round_clip, hyper = operands
         x, y, counts = population.gather(c_ids)
         keys = jax.vmap(lambda c: client_key(key, round_idx, c))(c_ids)
         clip, scale = mech.client_scales(pstate, c_ids, round_clip, hyper.privacy)
-        priv, loss = jax.vmap(one_client, in_axes=(None, 0, 0, 0, 0, 0, 0, None))(
+        priv, loss, var, bias = jax.vmap(one_client, in_axes=(None, 0, 0, 0, 0, 0, 0, None))(
             params, x, y, counts, keys, clip, scale, hyper)
         include = c_mask   # a non-finite update enters as its privatized zero substitute
         if mech.keep is not None:
             include = include & mech.keep(keys, hyper.privacy)
         w = server_lib.aggregation_weights(counts, include, client_weighting)
-        std = mech.noise_std_factor * scale
         extra = _ModeSums(
-            noise_var=jnp.sum(w * w * std * std),
+            noise_var=jnp.sum(w * w * var),
             bits=jnp.sum(adaptive.quantile_bits(priv.release_norm, clip, include)),
             survivors=jnp.sum(include, dtype=jnp.int32),
-            clip=jnp.sum(include.astype(jnp.float32) * clip))
+            clip=jnp.sum(include.astype(jnp.float32) * clip),
+            bias=server_lib.weighted_sum(w, bias))
         return chunk_sums(w, include, c_mask, priv, loss, counts), extra
 
     def round_fn(state: ServerState, population, round_idx, cohort_ids, cohort_mask,
@@ -238,7 +256,8 @@ def make_round_fn(*, apply_fn: Callable,
         mask = jnp.asarray(cohort_mask, bool)
         skey = modes_lib.server_key(state.key, round_idx)
         round_clip = mech.round_clip(state.privacy, hyper.clip, hyper.privacy)
-        zeros = (metrics_lib.CohortSums.zeros(params), _ModeSums.zeros())
+        zeros = (metrics_lib.CohortSums.zeros(params),
+                 _ModeSums.zeros(None if mech.client_mean is None else params))
         operands = (params, state.key, round_idx, population, state.privacy, round_clip,
                     hyper)
         sums, extra = sharding.map_cohort(
@@ -253,6 +272,12 @@ def make_round_fn(*, apply_fn: Callable,
             sums = sums._replace(weight=jnp.float32(mech.fixed_denominator))
         noise_std = jnp.sqrt(var_sum / jnp.maximum(sums.weight_sq, 1e-30))
         clean, noise, rm = metrics_lib.finalize_metrics(sums, noise_std)
+        if mech.client_mean is not None:   # a biased decoder: E‖z̄‖² = ‖bias‖² + variance
+            inv = jnp.where(sums.weight > 0, 1.0 / jnp.where(sums.weight > 0, sums.weight, 1.0),
+                            0.0)
+            bias_norm = metrics_lib.tree_norm(extra.bias) * inv
+            rm = rm._replace(theory_noise_norm=jnp.sqrt(
+                jnp.square(rm.theory_noise_norm) + jnp.square(bias_norm)))
         aggregate = jax.tree_util.tree_map(jnp.add, clean, noise)
         opt = server_lib.server_optimizer(server_optimizer, hyper.server_lr,
                                           momentum=server_momentum)

@@ -186,6 +186,16 @@ def _compiled(model_name: str, input_shape: tuple[int, ...], num_classes: int,
     return model, _xla.jit(round_fn), _xla.jit(evaluate)
 
 
+@functools.lru_cache(maxsize=32)
+def model_dimension(model_name: str, input_shape: tuple[int, ...], num_classes: int) -> int:
+    """The number of parameters d of the model (the dimension the report randomizers are
+    calibrated for), from the shapes of its initial parameters (nothing is computed)."""
+    model = get_model(model_name, input_shape=input_shape, num_classes=num_classes)
+    shapes = jax.eval_shape(model.init, jax.random.key(0),
+                            jax.ShapeDtypeStruct((1,) + tuple(input_shape), jnp.float32))
+    return int(sum(math.prod(x.shape) for x in jax.tree_util.tree_leaves(shapes)))
+
+
 @jax.jit
 def _change_norm(old: PyTree, new: PyTree) -> jax.Array:
     return global_change_norm(old, new)
@@ -340,11 +350,20 @@ def simulate_lanes(configs: Sequence[SimulationConfig | Experiment], *, progress
         raise LdpsimError(f"clients_per_round must be <= population ({n_clients}), got "
                           f"{c0.clients_per_round}")
     smallest = _smallest_client(population) if c0.client_dp else 1
-    plans = [modes.plan(c, n_clients, smallest_client=smallest) for c in configs]
+    dim = model_dimension(model_name_for(c0.model, population),
+                          tuple(population.input_shape), int(population.num_classes))
+    plans = [modes.plan(c, n_clients, smallest_client=smallest, dim=dim) for c in configs]
     mech = plans[0].mechanism
     if any(p.mechanism is not mech for p in plans):
         raise LdpsimError("simulate_lanes needs configurations with the same privacy "
                           "mechanism")
+    shapes = {jax.tree_util.tree_structure(p.hyper) for p in plans}
+    if len(shapes) > 1:
+        raise LdpsimError(
+            f"simulate_lanes: the {c0.mechanism} randomizer's static settings differ between "
+            f"these epsilon values (SignDS's output size h and threshold depend on epsilon), "
+            f"so they cannot run as lanes of one program; run them one by one (no "
+            f"--vmap-epsilon)")
     model, round_fn, evaluate = _compiled(
         model_name_for(c0.model, population), tuple(population.input_shape),
         int(population.num_classes), mech, c0.client_optimizer, c0.server_optimizer,

@@ -36,10 +36,12 @@ al., SignDS and k-RR pure ε-LDP for any two inputs (relation ``"replace"``).
 :data:`REGISTRY` holds ONE :class:`RegistryEntry` per randomizer (name, factory, privatize,
 decode, mean, variance, the additive noise factor or None, the kind of guarantee).
 Adding a randomizer is one module and one entry. The engine's round
-(:func:`ldpsim._src.fl.round`) reaches mechanisms through :func:`privatize_fn` and
-:func:`noise_std_factor`, which serve the additive ones (:data:`ADDITIVE`) and refuse report
-randomizers with a clear error: the round aggregates ``release.noisy`` and its noise metrics
-assume ``noisy = clipped + noise``.
+(:func:`ldpsim._src.fl.round`) reaches every vector randomizer (:data:`VECTOR`) through
+:func:`decoded_release_fn` (the server's decoded estimate of each client's clipped input,
+``noisy = clipped + noise``, with ``noise`` the decoding error) and
+:func:`mean_variance_fn` (each client's exact per-coordinate variance, for the theory of
+the aggregate's error). :func:`privatize_fn` and :func:`noise_std_factor` serve the
+additive ones (:data:`ADDITIVE`) only and refuse report randomizers with a clear error.
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ PyTree = Any
 __all__ = ["ADDITIVE", "REGISTRY", "LocalMechanism", "MechanismParams", "Privatized",
            "RegistryEntry", "Report", "clip_only", "decoded_release_fn", "entry", "total_variance",
            "gaussian", "gaussian_randomizer", "laplace", "laplace_randomizer", "make",
-           "mean_noise_variance", "noise_std_factor", "privatize_fn"]
+           "VECTOR", "mean_noise_variance", "mean_variance_fn", "noise_std_factor", "privatize_fn"]
 
 
 # The interface's types live in :mod:`ldpsim._src.privacy.randomizer` (so that randomizer
@@ -291,8 +293,12 @@ REGISTRY: dict[str, RegistryEntry] = {
     "rr": _report_entry(_rr, input="category"),
 }
 
-#: The registered randomizers that the engine's round runs today (additive noise).
+#: The registered additive-noise randomizers (``clipped + independent noise``).
 ADDITIVE = tuple(n for n, e in REGISTRY.items() if e.additive)
+
+#: The registered randomizers of model updates that the engine's round runs
+#: (:func:`decoded_release_fn`); ``"rr"`` privatizes categories.
+VECTOR = tuple(n for n, e in REGISTRY.items() if e.input == "vector")
 
 
 def entry(name: str) -> RegistryEntry:
@@ -363,6 +369,28 @@ def decoded_release_fn(name: str) -> Callable[[jax.Array, PyTree, Any], Privatiz
                           rep.finite)
 
     return release
+
+
+def mean_variance_fn(name: str) -> Callable[[Any, PyTree], jax.Array]:
+    """``(params, update) -> float32 scalar``: the mean over coordinates of the exact
+    per-coordinate variance of the decoded estimate of ``update`` (the registry entry's
+    ``variance``), i.e. ``E‖decode(privatize(·, update)) − E[·]‖² / d``. Input dependent for
+    PrivUnit, Duchi et al. and SignDS; ``(factor·scale)²`` for additive noise.
+
+    Raises:
+        LdpsimError: unknown name, or a categorical randomizer (``"rr"``).
+    """
+    e = entry(name)
+    if e.input != "vector":
+        raise LdpsimError(f"{name!r} privatizes categories, not model updates")
+
+    def mean_variance(params: Any, update: PyTree) -> jax.Array:
+        var = e.variance(params, update)
+        leaves = jax.tree_util.tree_leaves(var)
+        d = sum(int(jnp.size(v)) for v in leaves)
+        return sum(jnp.sum(v, dtype=jnp.float32) for v in leaves) / jnp.float32(max(d, 1))
+
+    return mean_variance
 
 
 def noise_std_factor(name: str) -> float:

@@ -16,8 +16,9 @@ File format (TOML, read with :mod:`tomllib`)::
     name = "quick"
     out = "results/quick.csv"   # default --out
 
-    [grid]                      # axes; seeds/clients are accepted as aliases
+    [grid]                      # axes; seeds/clients/mechanisms are accepted as aliases
     epsilon = [1, 10, 100, "inf"]
+    mechanism = ["gaussian", "laplace", "privunit2"]   # optional: any run field may be an axis
     clients_per_round = [10, 100]
     seed = [0, 1, 2]
 
@@ -40,7 +41,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ldpsim._src._checks import LdpsimError, check_positive, check_positive_int
+from ldpsim._src._checks import LdpsimError, check_choice, check_positive, check_positive_int
+from ldpsim._src.fl.config import MECHANISMS
 
 __all__ = ["EXECUTION_FIELDS", "Cell", "SweepConfig", "fingerprint_of", "format_value", "load_run_config",
            "load_sweep_config", "parse_epsilon", "parse_list", "read_toml"]
@@ -92,6 +94,7 @@ _AXIS_PARSERS = {
     "epsilon": parse_epsilon,
     "clients_per_round": lambda v: check_positive_int("clients_per_round", v),
     "seed": _parse_seed,
+    "mechanism": lambda v: check_choice("mechanism", v, MECHANISMS),
 }
 
 
