@@ -101,12 +101,16 @@ def test_results_do_not_depend_on_the_chunk_size(data, mechanism):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mechanism", MECHANISMS)
-def test_each_mechanism_learns_at_large_epsilon(data, mechanism):
-    """At a large per-round epsilon and 300 clients per round every mechanism's aggregate
-    follows the clean one closely enough to learn: test accuracy rises well above the
-    initial model's."""
-    eps = 60.0 if mechanism != "signds" else 100.0
+@pytest.mark.parametrize("mechanism", ["gaussian", "privunit2", "privunitg"])
+def test_the_unbiased_l2_mechanisms_learn_at_large_epsilon(data, mechanism):
+    """At a large per-round epsilon and 300 clients per round the aggregate of the unbiased
+    L2 mechanisms whose error falls with epsilon follows the clean one closely enough to learn:
+    test accuracy rises well above the initial model's. Not the others, by design (measured
+    on LeNet-5 in experiments/README, "Local randomizers in training"): Laplace clips in L1,
+    which shrinks a dense update's signal below 0.01; Duchi et al.'s error does not fall with
+    epsilon (its output radius tends to ~sqrt(pi d / 2)) and epsilon is capped at 16 by its
+    32-bit coin; SignDS releases a few indices and its fixed-step reconstruction is biased."""
+    eps = 60.0
     kw = dict(mechanism=mechanism, clients_per_round=300, rounds=6, clip=1.0, epsilon=eps)
     rows = _run(data, **kw)
     start = _run(data, **{**kw, "rounds": 1, "client_lr": 1e-9})[0]["accuracy"]

@@ -191,7 +191,10 @@ class RunCheckpoint:
         import orbax.checkpoint as ocp  # deferred: heavy, only checkpointed runs need it
 
         leaves = jax.tree_util.tree_leaves((state, min_fraction))
-        arrays = [_data(x) for x in leaves]
+        # Host copies: orbax writes NumPy arrays synchronously, while for jax.Arrays a
+        # background thread reads back array metadata, which raced the commit under heavy
+        # load ("No ArrayMetadata found"); restore() already reads into NumPy templates.
+        arrays = [np.asarray(_data(x)) for x in leaves]
         arrays.append(np.array(self.participation))
         meta = {"format": _FORMAT, "config_hash": self._hash, "configs": self._configs,
                 "next_round": int(next_round), "rows": _plain(rows),
