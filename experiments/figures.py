@@ -76,6 +76,16 @@ def _seed000_gap(paths, out):
     return plot_gap_table(accuracy_verdict(_read(paths), method=None), out)
 
 
+def _crossover(paths, out):
+    """The trust-model crossover, drawn by its own script's ``plot`` (one figure, one CSV)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("crossover_lenet5", HERE / "crossover_lenet5.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.plot(pd.read_csv(paths[0]), str(out))
+
+
 FIGURES = (
     Spec("seed000_converged_accuracy-vs-clients.png", (SEED000,), _seed000_accuracy,
          "seed 000 at convergence: final accuracy vs m per ε, both settings, 95 % t-intervals"),
@@ -85,6 +95,8 @@ FIGURES = (
          "seed 000 at convergence: gap to non-private (points), paired by seed"),
     Spec("seed000_converged_noise-vs-clients.png", (SEED000,), _kind("noise-vs-clients"),
          "seed 000 at convergence: aggregated noise norm vs m, with σ√(d/m)"),
+    Spec("crossover_lenet5.png", ("crossover_lenet5.csv",), _crossover,
+         "trust-model crossover: accuracy vs m at equal central ε, four trust models"),
     Spec("mindspore_lenet5_quick_accuracy-vs-clients.png", ("mindspore_lenet5_quick*.csv",),
          _kind("accuracy-vs-clients"), "MindSpore quick grid (5 rounds)"),
     Spec("mindspore_lenet5_quick_accuracy-vs-epsilon.png", ("mindspore_lenet5_quick*.csv",),
