@@ -5,7 +5,7 @@ What is audited
 A local-DP run of the engine (``privacy_mode="ldp"``, Gaussian or Laplace randomizer): the
 calibration of σ from (ε, δ, C, relation), the clip, the noise draw with the engine's keys,
 the cohort schedule over several rounds, and the accountant's composed ε
-(:func:`ldpsim._src.fl.modes.plan`, the number :func:`ldpsim.simulate` reports as
+(:func:`ldpsim._src.fl.planning.plan`, the number :func:`ldpsim.simulate` reports as
 ``epsilon_spent``). The result is an empirical lower bound ε_lb to set against that claim.
 
 How canaries enter the engine
@@ -106,7 +106,7 @@ from ldpsim._src._checks import (LdpsimError, check_choice, check_open_unit, che
 from ldpsim._src.audit import _one_run
 from ldpsim._src.audit._bounds import clopper_pearson_lower
 from ldpsim._src.fl import client as client_lib
-from ldpsim._src.fl import modes
+from ldpsim._src.fl import modes, planning
 from ldpsim._src.fl.config import SimulationConfig
 from ldpsim._src.fl.experiment import Experiment
 from ldpsim._src.fl.round import ClientDpHyper, RoundHyper, client_key, make_round_fn
@@ -446,8 +446,8 @@ def audit_pipeline(config: SimulationConfig | Experiment, *, canaries: int = 100
     if config.clients_per_round > n_real:
         raise LdpsimError(f"clients_per_round must be <= the real population ({n_real}), got "
                           f"{config.clients_per_round}")
-    claim = modes.plan(config, n_real + m)
-    kernel_plan = modes.plan(_kernel_config(config, planted_bug), n_real + m)
+    claim = planning.plan(config, n_real + m)
+    kernel_plan = planning.plan(_kernel_config(config, planted_bug), n_real + m)
     mech = kernel_plan.mechanism
     model, round_fn, report_scores, project, unravel, d = _compiled(
         model_name_for(config.model, population), tuple(population.input_shape),

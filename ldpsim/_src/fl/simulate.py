@@ -1,7 +1,7 @@
 """The driver: a simulation's configuration in, its metrics history out.
 
 :func:`simulate` builds the data, the model, the privacy mode's plan
-(:func:`ldpsim._src.fl.modes.plan`: calibration, the kernel object and its knobs, the columns
+(:func:`ldpsim._src.fl.planning.plan`: calibration, the kernel object and its knobs, the columns
 and the accountant) and the jitted round (:func:`ldpsim._src.fl.round.make_round_fn`, cached
 per static setting), then runs the rounds with the one host loop
 (:func:`ldpsim._src.fl.loop.run_loop`). :func:`simulate_lanes` runs several configurations
@@ -30,7 +30,7 @@ from ldpsim._src import _xla
 from ldpsim._src.data import partition as partition_lib
 from ldpsim._src.data import registry as data_registry
 from ldpsim._src._checks import LdpsimError
-from ldpsim._src.fl import _policy, modes, sharding
+from ldpsim._src.fl import _policy, modes, planning, sharding
 from ldpsim._src.fl.columns import HistoryRow
 from ldpsim._src.fl.config import SimulationConfig
 from ldpsim._src.fl.experiment import Experiment
@@ -267,7 +267,7 @@ def simulate(config: SimulationConfig | Experiment, *, progress: bool = False,
         :class:`~ldpsim._src.privacy.calibration.SamplerTailWarning` is issued and
         epsilon_spent is ``inf`` (no ε holds at that δ).
 
-        epsilon_spent (:func:`ldpsim._src.fl.modes.plan` builds the accountant): ``"ldp"``:
+        epsilon_spent (:func:`ldpsim._src.fl.planning.plan` builds the accountant): ``"ldp"``:
         the most-sampled client's LDP ε at total δ = ``config.delta`` (exact composition
         of Gaussians, Balle & Wang 2018 Thm. 8, via
         :class:`ldpsim._src.privacy.accounting.LdpAccountant`; basic composition k·ε for
@@ -275,7 +275,7 @@ def simulate(config: SimulationConfig | Experiment, *, progress: bool = False,
         per-round mechanism ``N(0, (a·C_t)²)`` of sensitivity C_t (add-remove) or 2C_t
         (replace) — every round is exactly (dp_eps, dp_delta)-DP whatever C_t — at total
         δ = dp_delta. ``"central"``: user-level ε of DP-FedAvg after ``round`` rounds
-        with q = m/N (:func:`ldpsim._src.fl.modes.central_epsilon`, RDP, δ = ``config.delta``).
+        with q = m/N (:func:`ldpsim._src.fl.planning.central_epsilon`, RDP, δ = ``config.delta``).
         ``"distributed"``: the same with the smallest effective multiplier
         ``z·√(survivors/m)`` of the rounds so far (the dropout shortfall). In the
         mindspore/central/distributed rows, sigma is the noise std (mindspore: the mean
@@ -352,7 +352,7 @@ def simulate_lanes(configs: Sequence[SimulationConfig | Experiment], *, progress
     smallest = _smallest_client(population) if c0.client_dp else 1
     dim = model_dimension(model_name_for(c0.model, population),
                           tuple(population.input_shape), int(population.num_classes))
-    plans = [modes.plan(c, n_clients, smallest_client=smallest, dim=dim) for c in configs]
+    plans = [planning.plan(c, n_clients, smallest_client=smallest, dim=dim) for c in configs]
     mech = plans[0].mechanism
     if any(p.mechanism is not mech for p in plans):
         raise LdpsimError("simulate_lanes needs configurations with the same privacy "
@@ -462,7 +462,7 @@ def simulate_lanes(configs: Sequence[SimulationConfig | Experiment], *, progress
     return [rows[i::len(configs)] for i in range(len(configs))]
 
 
-def _budget_ledger(configs: Sequence[SimulationConfig], plan: modes.PrivacyPlan,
+def _budget_ledger(configs: Sequence[SimulationConfig], plan: planning.PrivacyPlan,
                    participation: np.ndarray) -> PrivacyLedger | None:
     """The per-client ledger of ``stop_at_epsilon`` over the driver's participation counts,
     with the plan's accountant (the ε of epsilon_spent, per participation count)."""
@@ -495,7 +495,7 @@ def _budget_columns(ledger: PrivacyLedger | None) -> dict:
 
 
 def _run_columns(config: SimulationConfig, model_name: str, population: int,
-                 plan: modes.PrivacyPlan) -> dict:
+                 plan: planning.PrivacyPlan) -> dict:
     """The run-level columns every history row of ``config`` starts with."""
     return {
         "dataset": config.dataset,
