@@ -7,28 +7,28 @@ knobs (:class:`LocalHyper`, :class:`ReportHyper`, :class:`MindSporeHyper`,
 calibration, results columns and accountant, is host-side work and lives in
 :mod:`ldpsim._src.fl.planning`.
 
-A :class:`RoundMechanism` tells the round kernel (:func:`ldpsim._src.fl.round.make_round_fn`)
+A :class:`RoundMechanism` tells the round kernel (:func:`ldpsim.fl.make_round_fn`)
 everything that differs between the privacy modes, so the kernel never branches on a
 mode's name: which local randomizer each client applies and with which clip bound and
 noise scale, who is kept (dropout), what the server adds, how the sum is normalised, and
 how an adaptive clip bound moves. Its traced knobs (a mode's ``hyper``: noise multiplier,
 σ/C, dropout rate, …) are arguments of those functions, so changing them never
 recompiles; its state (MindSpore's per-client C_k,t, the quantile-adaptive C) is part of
-:class:`ldpsim._src.fl.round.ServerState`.
+:class:`ldpsim.fl.ServerState`.
 
-The modes (factories below; :func:`ldpsim._src.fl.planning.plan` builds the one a
-:class:`~ldpsim._src.fl.config.SimulationConfig` asks for, with its host-side reporting and
+The modes (factories below; :func:`ldpsim.modes.plan` builds the one a
+:class:`~ldpsim.fl.SimulationConfig` asks for, with its host-side reporting and
 accounting):
 
 :func:`local` (``"ldp"``)
     Local DP, the default engine: each client clips to C (L2; L1 for Laplace) and applies
-    a registered local randomizer (:mod:`ldpsim._src.privacy.mechanism`): additive noise
+    a registered local randomizer (:mod:`ldpsim.mechanism`): additive noise
     (Gaussian, Laplace; knob :class:`LocalHyper`) or a report randomizer (PrivUnit2,
     PrivUnitG, Duchi et al., SignDS; knob :class:`ReportHyper`, its calibrated params),
     whose report the server decodes before aggregating.
 :func:`mindspore` (``"mindspore"``)
     MindSpore Federated ``DP_ENCRYPT`` (ALGORITHMS §1): client k clips to its own
-    adaptive bound C_k,t (:func:`ldpsim._src.privacy.adaptive.mindspore_clip`) and adds
+    adaptive bound C_k,t (:func:`ldpsim.privacy.mindspore_clip`) and adds
     ``N(0, (a(ε,δ)·C_k,t)²)``; FedAvg mean weighted by n_k.
 :func:`central` (``"central"``)
     DP-FedAvg (McMahan et al. 2018; TFF ``gaussian_fixed``/``gaussian_adaptive``):
@@ -149,7 +149,7 @@ class RoundMechanism(NamedTuple):
         name: the privacy mode (``"ldp"``, ``"mindspore"``, ``"central"``,
             ``"distributed"``), with ``"+aggregate"`` for the shortcut.
         randomizer: the local randomizer each client applies (a name in
-            :data:`ldpsim._src.privacy.mechanism.REGISTRY`; ``"none"`` clips only).
+            :data:`ldpsim.mechanism.REGISTRY`; ``"none"`` clips only).
         noise_std_factor: additive randomizers: per-coordinate std of a client's noise per
             unit of its scale (:func:`ldpsim._src.privacy.mechanism.noise_std_factor`); the
             round's noise variance on the sum is ``Σ_k w_k² (factor·scale_k)²`` unless
@@ -222,7 +222,7 @@ def _report_params(clip, scale, phyper: ReportHyper) -> PyTree:
 @functools.cache
 def local(randomizer: str = "gaussian") -> RoundMechanism:
     """``"ldp"``: every client applies the local randomizer ``randomizer`` (a vector
-    randomizer of :data:`ldpsim._src.privacy.mechanism.REGISTRY`): additive noise with the
+    randomizer of :data:`ldpsim.mechanism.REGISTRY`): additive noise with the
     run's clip bound and :class:`LocalHyper` scale, or a report randomizer with the
     calibrated params of :class:`ReportHyper`, whose reports the server decodes.
 

@@ -1,15 +1,15 @@
 """A run's privacy mode resolved on the host: calibration, results columns and accounting.
 
 :mod:`ldpsim._src.fl.modes` holds what the round kernel reads (one
-:class:`~ldpsim._src.fl.modes.RoundMechanism` per privacy mode and its traced knobs); this
-module turns a :class:`~ldpsim._src.fl.config.SimulationConfig` into one of them. Nothing
+:class:`~ldpsim.modes.RoundMechanism` per privacy mode and its traced knobs); this
+module turns a :class:`~ldpsim.fl.SimulationConfig` into one of them. Nothing
 here is traced: it runs once per run, before the first round.
 
 :func:`plan` builds a configuration's :class:`PrivacyPlan`: the mode's kernel object
 (composed with the noise-mode shortcut and the clients' local training), its calibrated
 knobs, its run-level and per-round results columns, and its accountant (user-level ε spent
 after k participations or t rounds, limited by the noise sampler's δ floor, with a
-:class:`~ldpsim._src.privacy.calibration.SamplerTailWarning` where that floor breaks the
+:class:`~ldpsim.privacy.SamplerTailWarning` where that floor breaks the
 claimed δ; the clients' sample-level ε under DP-SGD).
 
 The formulas it calls, usable on their own: :func:`noise_scale` (σ or b of an
@@ -51,7 +51,7 @@ class PrivacyPlan(NamedTuple):
     what the reports need (every formula in one function, called by simulate and sweeps).
 
     Attributes:
-        mechanism: the :class:`~ldpsim._src.fl.modes.RoundMechanism`.
+        mechanism: the :class:`~ldpsim.modes.RoundMechanism`.
         hyper: its traced knobs (``RoundHyper.privacy``).
         columns: the run-level results columns of the mode: mechanism, neighbours,
             epsilon, delta, clip, sensitivity, sigma (in this order), noise_multiplier,
@@ -62,7 +62,7 @@ class PrivacyPlan(NamedTuple):
             (``min_noise_fraction``: the smallest realised / target noise variance of the
             rounds so far, 1 outside distributed DP); ``inf`` where the sampler's bounded
             tails cannot deliver the claimed δ (with a
-            :class:`~ldpsim._src.privacy.calibration.SamplerTailWarning`).
+            :class:`~ldpsim.privacy.SamplerTailWarning`).
         client_hyper: the clients' trainer's traced knobs (``RoundHyper.client``).
         client_epsilon_of: ``max_participation -> ε``: sample-level ε of the worst-case
             client's local training (from the trainer's ``dp_event``); NaN where local
@@ -80,7 +80,7 @@ class PrivacyPlan(NamedTuple):
 
 def noise_scale(config: SimulationConfig) -> tuple[float, float, str]:
     """``(sigma, sensitivity, mechanism)`` of an additive-noise ``"ldp"`` run via
-    :func:`ldpsim._src.privacy.calibration.calibrate`: ``sigma`` is the Gaussian std or the
+    :func:`ldpsim.privacy.calibrate`: ``sigma`` is the Gaussian std or the
     Laplace scale; ε = inf gives ``(0, nan, "none")``.
 
     Raises:
@@ -117,7 +117,7 @@ def central_epsilon(*, noise_multiplier: float, clients_per_round: int, populati
                     rounds: int, delta: float, sampling: str = "uniform") -> float:
     """User-level ε of central/distributed DP-FedAvg after ``rounds`` rounds, q = m/N.
 
-    :func:`ldpsim._src.privacy.accounting.dpfedavg_epsilon` (RDP): the engine's ``"uniform"``
+    :func:`ldpsim.privacy.dpfedavg_epsilon` (RDP): the engine's ``"uniform"``
     cohort (m of N without replacement) is accounted as ``"fixed"`` — replace one user,
     under which the clipped sum moves by up to 2C, so the accounted multiplier is z/2 —
     and ``"poisson"`` as Poisson (add/remove one user, the sum moves by at most C,
@@ -220,8 +220,8 @@ _PURE_DP_WARN_DELTA = 1e-6
 
 def local_randomizer(config: SimulationConfig,
                      dim: int | None = None) -> mechanism_lib.LocalMechanism:
-    """The :class:`~ldpsim._src.privacy.mechanism.LocalMechanism` an ``"ldp"`` run's
-    clients apply (:func:`~ldpsim._src.privacy.mechanism.clip_only` for ε = inf), calibrated
+    """The :class:`~ldpsim.mechanism.LocalMechanism` an ``"ldp"`` run's
+    clients apply (:func:`~ldpsim.mechanism.clip_only` for ε = inf), calibrated
     from ``config`` (``--epsilon``; PrivUnit's ``norm_epsilon``; SignDS's ``sign_*``
     settings) and, for a report randomizer, the model's dimension ``dim``.
 
@@ -360,8 +360,7 @@ _PLANS: dict[str, Callable[[SimulationConfig, int, int | None], PrivacyPlan]] = 
     "distributed": functools.partial(_plan_sum, distributed_mode=True),
 }
 
-#: The simulation shortcut of each noise mode (``"aggregate"``:
-#: :func:`~ldpsim._src.fl.modes.aggregated`).
+#: The simulation shortcut of each noise mode (``"aggregate"``: :func:`~ldpsim.modes.aggregated`).
 _NOISE_MODES: dict[str, Callable[[modes.RoundMechanism], modes.RoundMechanism]] = {
     "per-client": lambda mech: mech, "aggregate": modes.aggregated,
 }
@@ -376,7 +375,7 @@ def plan(config: SimulationConfig, population: int, *,
          smallest_client: int = 1, dim: int | None = None) -> PrivacyPlan:
     """The :class:`PrivacyPlan` of ``config`` for a population of ``population`` clients
     (calibration, the mode's kernel object and knobs, its columns and its accountant),
-    composed with the clients' local training (:func:`~ldpsim._src.fl.modes.with_client_training`).
+    composed with the clients' local training (:func:`~ldpsim.modes.with_client_training`).
 
     ``smallest_client``: the fewest examples any client holds (> 0): the worst case of
     the clients' sample-level accounting (DP-SGD clients). ``dim``: the model's number of
