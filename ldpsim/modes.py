@@ -16,16 +16,15 @@ traced knobs, results columns and accountant (:class:`PrivacyPlan`).
 
 from ldpsim._src.fl.modes import (
     PRIVACY_MODES,
-    PrivacyPlan,
     RoundMechanism,
     aggregated,
     central,
     distributed,
     local,
     mindspore,
-    plan,
     with_client_training,
 )
+from ldpsim._src.fl.planning import PrivacyPlan, plan
 
 __all__ = [
     "PRIVACY_MODES",

@@ -17,10 +17,10 @@ Fields (every one present; a value that cannot be known is ``null``):
                       ``cwd`` the working folder.
 ``results``           ``{"csv": path, "rows": rows written by this command}``.
 ``configuration``     the full resolved configuration: ``run``: every
-                      :class:`~ldpsim._src.fl.config.SimulationConfig` field (defaults included;
+                      :class:`~ldpsim.fl.SimulationConfig` field (defaults included;
                       :func:`simulation_config` turns it back into one); ``sweep``: name,
                       fingerprint, the normalised grid and fixed settings
-                      (:meth:`~ldpsim._src.sweep.config.SweepConfig.normalized`) and the cell keys;
+                      (:meth:`~ldpsim.sweep.SweepConfig.normalized`) and the cell keys;
                       ``dpsgd``: the DP-SGD configuration.
 ``seeds``             the root seed(s).
 ``data``              per dataset: name, source, folder and per file its SHA-256 (and the
@@ -142,7 +142,7 @@ def load(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def simulation_config(manifest: Mapping[str, Any] | str | os.PathLike):
-    """The :class:`~ldpsim._src.fl.config.SimulationConfig` a ``run`` manifest records: running
+    """The :class:`~ldpsim.fl.SimulationConfig` a ``run`` manifest records: running
     it again gives the same history (same machine and software; ``wall_time`` aside)."""
     from ldpsim._src._checks import LdpsimError
     from ldpsim._src.fl.config import SimulationConfig

@@ -34,7 +34,7 @@ from scipy import optimize, special, stats
 from ldpsim import audit as A
 from ldpsim._src._checks import LdpsimError
 from ldpsim._src.audit import _pipeline
-from ldpsim._src.fl import modes
+from ldpsim._src.fl import modes, planning
 from ldpsim._src.fl.config import SimulationConfig
 from ldpsim._src.fl.round import RoundHyper, init_state
 from ldpsim.cli import main
@@ -154,7 +154,7 @@ def test_gdp_mu_lower_bound_from_clopper_pearson():
 
 def test_per_round_epsilon_gives_the_total_back_through_the_engines_accountant():
     for total, rounds in ((1.0, 4), (4.0, 16), (16.0, 3)):
-        plan = modes.plan(_config(total, rounds), 100)
+        plan = planning.plan(_config(total, rounds), 100)
         assert plan.epsilon_of(rounds, rounds, 1.0) == pytest.approx(total, rel=1e-3)
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from ldpsim import LdpsimError
 from ldpsim.data import PaddedPopulation
-from ldpsim._src.fl import dp_client, modes
+from ldpsim._src.fl import dp_client, modes, planning
 from ldpsim._src.fl.config import SimulationConfig
 from ldpsim._src.fl.round import RoundHyper, init_state, make_round_fn
 from ldpsim._src.privacy import calibration
@@ -86,7 +86,7 @@ def test_local_plan_accounts_from_the_randomizers_event(mechanism, neighbours):
     cfg = SimulationConfig(dataset="synthetic", population=N, clients_per_round=4,
                            epsilon=2.5, mechanism=mechanism, neighbours=neighbours, clip=0.3,
                            delta=1e-5)
-    plan = modes.plan(cfg, N)
+    plan = planning.plan(cfg, N)
     sigma, sens = plan.columns["sigma"], plan.columns["sensitivity"]
     assert sens == calibration.sensitivity(0.3, neighbours)
     for k in (1, 7):
@@ -100,7 +100,7 @@ def test_local_plan_accounts_from_the_randomizers_event(mechanism, neighbours):
 
 
 def test_no_privacy_plan_has_no_epsilon():
-    plan = modes.plan(SimulationConfig(dataset="synthetic", population=N, clients_per_round=4,
+    plan = planning.plan(SimulationConfig(dataset="synthetic", population=N, clients_per_round=4,
                                        epsilon=math.inf), N)
     assert plan.mechanism.randomizer == "none"
     assert math.isnan(plan.epsilon_of(5, 5, 1.0))
@@ -115,9 +115,9 @@ def test_client_dp_plan_composes_with_every_mode():
                                privacy_mode=mode, client_dp=True, client_dp_micro_batches=2,
                                client_dp_noise_multiplier=0.9, batch_size=4, local_steps=3,
                                **extra)
-        plain = modes.plan(dataclasses.replace(cfg, client_dp=False, client_dp_micro_batches=1,
+        plain = planning.plan(dataclasses.replace(cfg, client_dp=False, client_dp_micro_batches=1,
                                                client_dp_noise_multiplier=0.0), N)
-        plan = modes.plan(cfg, N, smallest_client=5)
+        plan = planning.plan(cfg, N, smallest_client=5)
         # The mode is unchanged; only the clients' trainer is composed in (cached object).
         assert plan.mechanism._replace(client=dp_client.PLAIN) == plain.mechanism
         assert plan.mechanism.client is dp_client.dpsgd(2)

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from ldpsim._src._checks import LdpsimError
-from ldpsim._src.fl import modes
+from ldpsim._src.fl import modes, planning
 from ldpsim._src.fl.config import MECHANISMS, REPORT_MECHANISMS, SimulationConfig
 from ldpsim._src.fl.simulate import build_data, simulate, simulate_lanes
 from ldpsim._src.privacy import calibration
@@ -129,11 +129,11 @@ def test_signds_epsilons_with_different_output_sizes_cannot_share_lanes(data):
 def test_report_randomizers_need_the_models_dimension():
     c = SimulationConfig(**BASE, mechanism="privunit2", epsilon=2.0)
     with pytest.raises(LdpsimError, match="pass dim"):
-        modes.plan(c, 300)
-    p = modes.plan(c, 300, dim=610)
+        planning.plan(c, 300)
+    p = planning.plan(c, 300, dim=610)
     assert isinstance(p.hyper, modes.ReportHyper) and p.mechanism.randomizer == "privunit2"
     with pytest.raises(LdpsimError, match="adds no noise of a scale"):
-        modes.noise_scale(c)
+        planning.noise_scale(c)
 
 
 def test_aggregate_noise_mode_refuses_report_randomizers():

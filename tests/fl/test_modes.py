@@ -12,7 +12,7 @@ import pytest
 from scipy import stats
 
 from ldpsim.data import PaddedPopulation
-from ldpsim._src.fl import modes
+from ldpsim._src.fl import modes, planning
 from ldpsim._src.fl.round import RoundHyper, init_state, make_round_fn
 from ldpsim.models import get_model
 from ldpsim._src.privacy import server_dp
@@ -292,19 +292,19 @@ def test_mode_errors():
 
 def test_mindspore_sigma_and_ranges():
     # ALGORITHMS §1.4 "exact σ" at ε = 50, δ = 0.01 (Δ = 1): 0.124601; replace-one doubles it.
-    assert modes.mindspore_sigma_per_clip() == pytest.approx(0.124601, abs=2e-6)
-    assert modes.mindspore_sigma_per_clip(neighbours="replace") == pytest.approx(
+    assert planning.mindspore_sigma_per_clip() == pytest.approx(0.124601, abs=2e-6)
+    assert planning.mindspore_sigma_per_clip(neighbours="replace") == pytest.approx(
         2 * 0.124601, abs=4e-6)
     with pytest.raises(ValueError, match="dp_delta"):
-        modes.mindspore_sigma_per_clip(50.0, 1.0)
+        planning.mindspore_sigma_per_clip(50.0, 1.0)
     with pytest.raises(ValueError, match="dp_eps"):
-        modes.mindspore_sigma_per_clip(0.0)
+        planning.mindspore_sigma_per_clip(0.0)
 
 
 def test_central_epsilon_matches_dp_accounting():
     import dp_accounting
 
-    eps = modes.central_epsilon(noise_multiplier=1.0, clients_per_round=10, population=1000,
+    eps = planning.central_epsilon(noise_multiplier=1.0, clients_per_round=10, population=1000,
                                 rounds=1000, delta=1e-6, sampling="poisson")
     acc = dp_accounting.rdp.RdpAccountant()
     acc.compose(dp_accounting.PoissonSampledDpEvent(0.01, dp_accounting.GaussianDpEvent(1.0)),

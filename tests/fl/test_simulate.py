@@ -10,7 +10,7 @@ import pytest
 
 from ldpsim import LdpsimError
 from ldpsim.data import PaddedPopulation, load_dataset, make_population
-from ldpsim._src.fl import modes
+from ldpsim._src.fl import modes, planning
 from ldpsim._src.fl import simulate as sim
 from ldpsim._src.fl.config import SimulationConfig
 
@@ -159,14 +159,14 @@ def test_noise_scale_uses_the_calibration():
     from ldpsim._src.privacy.calibration import calibrate
 
     c = SimulationConfig(epsilon=2.0, delta=1e-5, clip=0.5, neighbours="add-remove")
-    sigma, sens, mech = modes.noise_scale(c)
+    sigma, sens, mech = planning.noise_scale(c)
     assert mech == "gaussian" and sens == 0.5
     assert sigma == calibrate("gaussian", epsilon=2.0, delta=1e-5, clip=0.5,
                               neighbours="add-remove").sigma
-    sigma, sens, mech = modes.noise_scale(SimulationConfig(epsilon=2.0, clip=0.5,
+    sigma, sens, mech = planning.noise_scale(SimulationConfig(epsilon=2.0, clip=0.5,
                                                          mechanism="laplace"))
     assert (mech, sens, sigma) == ("laplace", 1.0, 0.5)
-    assert modes.noise_scale(SimulationConfig())[2] == "none"
+    assert planning.noise_scale(SimulationConfig())[2] == "none"
 
 
 @pytest.mark.parametrize("partition", ["iid", "natural", "dirichlet", "shards"])
@@ -192,7 +192,7 @@ def test_two_synthetic_seeds_compile_the_round_once():
         sim.simulate(SimulationConfig(seed=seed, **kw))
     cfg = SimulationConfig(**kw)
     _, round_fn, _ = sim._compiled(
-        cfg.model, (60,), 10, modes.plan(cfg, 30).mechanism, cfg.client_optimizer,
+        cfg.model, (60,), 10, planning.plan(cfg, 30).mechanism, cfg.client_optimizer,
         cfg.server_optimizer, float(cfg.server_momentum), cfg.local_steps, cfg.local_epochs,
         cfg.batch_size, cfg.weighting, cfg.chunk_size)
     assert round_fn._cache_size() == 1

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from ldpsim import LdpsimError
-from ldpsim._src.fl import modes
+from ldpsim._src.fl import planning
 from ldpsim._src.fl import simulate as sim
 from ldpsim._src.fl.config import SimulationConfig
 from toy_data import toy_logreg_problem
@@ -105,7 +105,7 @@ def test_mindspore_clip_bound_sequence(data, rule):
     g = [r["model_change_norm"] for r in history]
     expected = [0.05, c * g[0], min(c * g[0], c * g[1]) if rule == "running-min" else c * g[1]]
     np.testing.assert_allclose(bounds, expected, rtol=1e-5)
-    a = modes.mindspore_sigma_per_clip(10.0, 0.01)
+    a = planning.mindspore_sigma_per_clip(10.0, 0.01)
     for row in history:
         assert row["neighbours"] == "add-remove" and row["epsilon"] == 10.0
         assert row["delta"] == 0.01 and math.isnan(row["clip"])
@@ -120,7 +120,7 @@ def test_mindspore_clip_bound_sequence(data, rule):
 def test_mindspore_replace_neighbours_doubles_sigma(data):
     row = sim.simulate(_config(privacy_mode="mindspore", rounds=1, dp_eps=10.0,
                                mindspore_neighbours="replace"), data=data)[0]
-    a = modes.mindspore_sigma_per_clip(10.0, 0.01, neighbours="replace")
+    a = planning.mindspore_sigma_per_clip(10.0, 0.01, neighbours="replace")
     assert row["neighbours"] == "replace"
     assert row["sensitivity"] == pytest.approx(2 * row["clip_bound"], rel=1e-6)
     assert row["sigma"] == pytest.approx(a * row["clip_bound"], rel=1e-6)
@@ -176,7 +176,7 @@ def test_distributed_epsilon_uses_smallest_effective_multiplier(data):
                                                      rel=1e-5)
         assert row["sigma"] == pytest.approx(z / math.sqrt(m), rel=1e-6)
         z_min = min(z_min, z * math.sqrt(row["survivors"] / m))
-        ref = modes.central_epsilon(noise_multiplier=z_min, clients_per_round=m, population=N,
+        ref = planning.central_epsilon(noise_multiplier=z_min, clients_per_round=m, population=N,
                                     rounds=row["round"], delta=1e-3)
         assert row["epsilon_spent"] == pytest.approx(ref, rel=1e-12)
 

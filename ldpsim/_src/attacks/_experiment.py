@@ -67,7 +67,7 @@ def build_mechanism(name: str, *, epsilon: float, delta: float, clip: float, dim
     ``dim``-coordinate update (``mechanism.make``; only the keywords its factory takes are
     passed, so pure-DP randomizers ignore δ). ε = inf gives clipping without noise: an
     additive randomizer with noise scale 0 (L1 clipping for Laplace), or for a report
-    randomizer :func:`~ldpsim._src.privacy.mechanism.clip_only` (L2)."""
+    randomizer :func:`~ldpsim.mechanism.clip_only` (L2)."""
     from ldpsim._src.privacy import mechanism
 
     if name not in attack_mechanisms():
@@ -231,7 +231,7 @@ def run_grid(x_pool: np.ndarray, y_pool: np.ndarray, *, model, epsilons: Iterabl
 
     Args:
         x_pool, y_pool: the examples clients draw from (images in [0, 1]).
-        model: a :class:`ldpsim._src.models.Model` (its input shape must match the pool).
+        model: a :class:`ldpsim.models.Model` (its input shape must match the pool).
         on_row: called with each row as soon as its cell is done (progress, writing).
         keep: ``row -> bool``; the reconstructions of the rows it accepts are returned.
         on_skip: called with a message for a cell whose mechanism cannot be calibrated

@@ -19,7 +19,7 @@ def reconstruction_figure(kept: dict, path=None, *, title: str | None = None):
 
     Args:
         kept: ``{(mechanism, B, n, ε, seed): (true [B, H, W(, 1)], recon [B, H, W(, 1)])}``
-            as returned by :func:`ldpsim._src.attacks._experiment.run_grid`.
+            as returned by :func:`ldpsim.attacks.run_grid`.
         path: where to save a PNG (optional).
 
     Returns:

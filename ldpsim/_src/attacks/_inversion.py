@@ -5,7 +5,7 @@ which the client computed its update, the architecture, the loss, the number of 
 B behind the update, the clip bound C and the mechanism (all public in ldpsim's
 simulation), and observes exactly what the client releases: the gradient of the mean
 cross-entropy over its B examples, clipped to C and privatized by the engine's local
-randomizer (:mod:`ldpsim._src.privacy.mechanism`). In the "sum of n clients" setting it
+randomizer (:mod:`ldpsim.mechanism`). In the "sum of n clients" setting it
 observes only the sum of n such releases and attacks the first client's examples; the
 other clients' updates are, to this attacker, interference it does not model.
 
@@ -169,7 +169,7 @@ def invert(key: jax.Array, release: PyTree, params: PyTree, *, apply_fn: Callabl
         release: what the attacker observes, a pytree like ``params`` (one client's
             privatized update, its raw gradient, or a sum of several clients' releases).
         params: the model parameters θ the update was computed at.
-        apply_fn: ``(params, x) -> logits`` (a :class:`ldpsim._src.models.Model`'s apply).
+        apply_fn: ``(params, x) -> logits`` (a :class:`ldpsim.models.Model`'s apply).
         input_shape: shape of one example; ``num_classes``: K; ``batch``: B (static).
         clip: the client's clip bound C (may be traced); ``inf`` = no clipping.
         config: static settings (:class:`InversionConfig`).

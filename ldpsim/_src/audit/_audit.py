@@ -222,7 +222,7 @@ def audit_randomizer(
 ) -> AuditReport:
     """Audit ldpsim's Gaussian or Laplace randomizer, or k-ary randomized response, at its claim.
 
-    Gaussian and Laplace are calibrated by :func:`ldpsim._src.privacy.calibration.calibrate`
+    Gaussian and Laplace are calibrated by :func:`ldpsim.privacy.calibrate`
     (``method``, ``neighbours``) and played on the worst-case pair along one axis
     (:func:`worst_case_pair`): ``±C·e₁`` (replace-one) or ``0, C·e₁`` (add/remove). Without
     ``dim`` the 1-D sufficient statistic is played (:func:`scalar_gaussian`,

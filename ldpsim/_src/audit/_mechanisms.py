@@ -4,7 +4,7 @@ A *mechanism* here is any callable ``(key, x) -> output`` (pure, jittable, vmapp
 ``key``); a *score* maps one output to a scalar. The factories below wrap ldpsim's own
 randomizers in that shape (the full-mechanism path), give their one-dimensional
 sufficient-statistic counterparts, and wrap k-ary randomized response
-(:func:`ldpsim._src.privacy.rr.k_randomized_response`, the one implementation). The factories are
+(:func:`ldpsim.privacy.k_randomized_response`, the one implementation). The factories are
 memoised on their arguments, so repeated audits of the same mechanism share compiled kernels
 (:mod:`ldpsim._src.audit._game` caches kernels per mechanism object).
 """
@@ -61,7 +61,7 @@ def rr_score(v0: int, v1: int) -> Score:
 
 @functools.lru_cache(maxsize=64)
 def gaussian_mechanism(*, clip: float, stddev: float) -> Mechanism:
-    """The real :func:`ldpsim._src.privacy.mechanism.gaussian_randomizer` as ``(key, tree) -> noised tree``.
+    """The real :func:`ldpsim.privacy.gaussian_randomizer` as ``(key, tree) -> noised tree``.
 
     L2 clip to ``clip``, then ``N(0, stddev² I)`` from the engine's default sampler for the
     key (``"fast"`` for threefry keys).
@@ -75,7 +75,7 @@ def gaussian_mechanism(*, clip: float, stddev: float) -> Mechanism:
 
 @functools.lru_cache(maxsize=64)
 def laplace_mechanism(*, clip: float, scale: float) -> Mechanism:
-    """The real :func:`ldpsim._src.privacy.mechanism.laplace_randomizer` as ``(key, tree) -> noised tree``."""
+    """The real :func:`ldpsim.privacy.laplace_randomizer` as ``(key, tree) -> noised tree``."""
 
     def mechanism(key, tree):
         return mechanism_lib.laplace_randomizer(key, tree, clip=clip, scale=scale).noisy
@@ -84,7 +84,7 @@ def laplace_mechanism(*, clip: float, scale: float) -> Mechanism:
 
 
 def from_local_mechanism(local: Any) -> Mechanism:
-    """Audit a :class:`ldpsim._src.privacy.mechanism.LocalMechanism` (the engine's interface).
+    """Audit a :class:`ldpsim.mechanism.LocalMechanism` (the engine's interface).
 
     Returns ``(key, tree) -> local.privatize(key, tree, local.params).noisy``: the release
     the engine sends, with the mechanism's own calibrated parameters. Any object with
@@ -122,7 +122,7 @@ def scalar_laplace(*, clip: float, scale: float) -> Mechanism:
     """The Laplace randomizer's sufficient statistic: ``clip(x, −C, C) + scale·laplace(key)``.
 
     One float32 draw of ``jax.random.laplace``, the sampler of
-    :func:`ldpsim._src.privacy.mechanisms.laplace_noise` (the same law as any coordinate of the
+    :func:`ldpsim.privacy.laplace_noise` (the same law as any coordinate of the
     full randomizer's noise, not the same value for the same key).
     """
 
@@ -234,7 +234,7 @@ def scalar_support(x: float, scale: float, bound: float) -> tuple[float, float]:
 
 # ------------------------------------------------------- report randomizers (issue 16, item 2)
 
-#: ldpsim's randomizers beyond additive noise that :func:`ldpsim._src.audit._audit.audit_report_randomizer` plays.
+#: ldpsim's randomizers beyond additive noise that :func:`ldpsim.audit.audit_report_randomizer` plays.
 REPORT_RANDOMIZERS = ("privunit2", "privunitg", "duchi", "signds")
 
 #: Default dimension of their full-mechanism game (SignDS: k = ⌊0.01·d⌋ = 2 at d = 200).
@@ -258,7 +258,7 @@ def report_game(name: str, *, epsilon: float, dim: int, clip: float = 1.0) -> tu
     ``log f(report | x1) − log f(report | x0)`` computed from the report (for Duchi et al. the
     projection of the decoded report on e₁, whose sign is that ratio's only information), a
     sufficient statistic of the pair, so threshold tests on it include the Neyman–Pearson
-    test; ``local`` the :class:`~ldpsim._src.privacy.randomizer.LocalMechanism`. (The
+    test; ``local`` the :class:`~ldpsim.mechanism.LocalMechanism`. (The
     projection of the decoded report on ``x1 − x0`` is a weaker score for PrivUnit: it mixes
     the two sides of the cap and the norm's value into one continuous number.)
 

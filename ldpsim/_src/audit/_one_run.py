@@ -46,7 +46,7 @@ probability ≥ 1 − α **if the mechanism's trade-off curve is Gaussian** (tru
 Gaussian LDP composed over rounds; not a black-box statement). ε at δ of μ-GDP
 (:func:`gdp_epsilon`) is the ε of the Gaussian mechanism with noise multiplier 1/μ
 (Dong, Roth & Su, Cor. 2.13; Balle & Wang 2018, Thm. 8), computed by ldpsim's exact
-:func:`ldpsim._src.privacy.calibration.analytic_gaussian_epsilon` and tested against
+:func:`ldpsim.privacy.analytic_gaussian_epsilon` and tested against
 dp_accounting and an independent SciPy root. This is the audit route of Nasr et al.,
 "Tight auditing of differentially private machine learning", USENIX Security 2023,
 arXiv:2302.07956.
@@ -218,7 +218,7 @@ def gdp_epsilon(mu: float, delta: float) -> float:
     """ε at δ of a μ-GDP mechanism: ε of the Gaussian mechanism with multiplier 1/μ.
 
     Solves ``δ = Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2)`` (Dong, Roth & Su, Cor. 2.13) through
-    :func:`ldpsim._src.privacy.calibration.analytic_gaussian_epsilon` (exact, overflow-free).
+    :func:`ldpsim.privacy.analytic_gaussian_epsilon` (exact, overflow-free).
     μ = 0 gives 0, μ = inf gives inf.
     """
     delta = check_open_unit("delta", delta)

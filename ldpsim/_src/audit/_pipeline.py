@@ -5,13 +5,13 @@ What is audited
 A local-DP run of the engine (``privacy_mode="ldp"``, Gaussian or Laplace randomizer): the
 calibration of σ from (ε, δ, C, relation), the clip, the noise draw with the engine's keys,
 the cohort schedule over several rounds, and the accountant's composed ε
-(:func:`ldpsim._src.fl.modes.plan`, the number :func:`ldpsim.simulate` reports as
+(:func:`ldpsim.modes.plan`, the number :func:`ldpsim.simulate` reports as
 ``epsilon_spent``). The result is an empirical lower bound ε_lb to set against that claim.
 
 How canaries enter the engine
 -----------------------------
 Nothing in :mod:`ldpsim._src.fl` is changed. The run uses the engine's public pieces: the
-round kernel :func:`ldpsim._src.fl.round.make_round_fn`, :func:`ldpsim._src.fl.simulate.sample_cohort`,
+round kernel :func:`ldpsim.fl.make_round_fn`, :func:`ldpsim.fl.sample_cohort`,
 :func:`ldpsim._src.fl.simulate.initial_state` and the privacy plan. Canaries are data:
 
 * :class:`CanaryPopulation` wraps the real population. Ids ``N … N+m−1`` are the ``m``
@@ -19,7 +19,7 @@ round kernel :func:`ldpsim._src.fl.round.make_round_fn`, :func:`ldpsim._src.fl.s
   ``S_i·a·u_i`` with a unit direction ``u_i``, a uniform sign ``S_i ∈ {−1, +1}`` and norm ``a``
   (default 2C, so the clip acts and the clipped update is ``S_i·C·u_i``).
 * :func:`canary_client_update` is the kernel's ``client_update`` hook. Real clients train as
-  usual (:func:`ldpsim._src.fl.client.local_update`). A canary's update is its fixed vector,
+  usual (:func:`ldpsim.fl.local_update`). A canary's update is its fixed vector,
   whatever the model. The kernel then clips it, adds the randomizer's noise with the
   client's own key, and aggregates it like any other client.
 * Every canary takes part in every round, next to the cohort the engine samples from the
@@ -106,7 +106,7 @@ from ldpsim._src._checks import (LdpsimError, check_choice, check_open_unit, che
 from ldpsim._src.audit import _one_run
 from ldpsim._src.audit._bounds import clopper_pearson_lower
 from ldpsim._src.fl import client as client_lib
-from ldpsim._src.fl import modes
+from ldpsim._src.fl import modes, planning
 from ldpsim._src.fl.config import SimulationConfig
 from ldpsim._src.fl.experiment import Experiment
 from ldpsim._src.fl.round import ClientDpHyper, RoundHyper, client_key, make_round_fn
@@ -446,8 +446,8 @@ def audit_pipeline(config: SimulationConfig | Experiment, *, canaries: int = 100
     if config.clients_per_round > n_real:
         raise LdpsimError(f"clients_per_round must be <= the real population ({n_real}), got "
                           f"{config.clients_per_round}")
-    claim = modes.plan(config, n_real + m)
-    kernel_plan = modes.plan(_kernel_config(config, planted_bug), n_real + m)
+    claim = planning.plan(config, n_real + m)
+    kernel_plan = planning.plan(_kernel_config(config, planted_bug), n_real + m)
     mech = kernel_plan.mechanism
     model, round_fn, report_scores, project, unravel, d = _compiled(
         model_name_for(config.model, population), tuple(population.input_shape),

@@ -58,7 +58,7 @@ _PIPELINE_ONLY = ("canaries", "rounds", "total_epsilon", "observe", "planted_bug
                   "examples_per_client")
 
 
-#: The report randomizers the audit plays (ldpsim._src.audit._mechanisms.REPORT_RANDOMIZERS;
+#: The report randomizers the audit plays (ldpsim.audit.REPORT_RANDOMIZERS;
 #: a literal here so that ``--help`` imports no JAX; tests/cli keep the two equal).
 _REPORT = ("privunit2", "privunitg", "duchi", "signds")
 

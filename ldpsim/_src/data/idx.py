@@ -199,7 +199,7 @@ def load_idx_dataset(
     Args:
       name: ``"mnist"`` or ``"fashion_mnist"``.
       data_dir: folder holding ``<name>/`` (or the four files directly); see
-        :func:`ldpsim._src.data._files.resolve_data_dir` for the default.
+        :func:`ldpsim.data.resolve_data_dir` for the default.
       download: fetch missing files from the canonical source.
       opener: URL opener for the download (tests).
     """

@@ -46,7 +46,7 @@ def load_dataset(
       * ``femnist``: LEAF JSON, one natural client per writer.
       * ``shakespeare``: TFF HDF5, next-character windows (kwargs ``seq_len``, ``stride``).
       * ``synthetic``, ``synthetic(ALPHA,BETA)``, ``synthetic_iid``: FedProx
-        synthetic data, no files (kwargs of :func:`~ldpsim._src.data.synthetic.load_synthetic`:
+        synthetic data, no files (kwargs of :func:`~ldpsim.data.load_synthetic`:
         ``num_clients``, ``alpha``, ``beta``, ``seed``, ...).
       * any other name: a TFDS image-classification dataset (``tfds`` extra).
 

@@ -2,7 +2,7 @@
 
 Any TFDS dataset with an image and a class label (``mnist``, ``fashion_mnist``,
 ``cifar10``, ``emnist``, ...) loads by name.  Prepared TFDS data goes to
-``<ldpsim cache>/tfds`` (see :func:`ldpsim._src.data._files.cache_dir`), never the
+``<ldpsim cache>/tfds`` (see :func:`ldpsim.data.cache_dir`), never the
 repository.  Offline preparation: with ``manual_dir=DIR`` holding the raw files
 (for MNIST the four IDX ``.gz`` files), TFDS prepares the dataset without network,
 as in ``tfds.builder("mnist").download_and_prepare(

@@ -1,9 +1,9 @@
 """Checkpoints of a simulation, so that a long run continues after an interrupt.
 
-:func:`ldpsim._src.fl.simulate.simulate` with ``checkpoint_dir`` saves, every ``every`` rounds
+:func:`ldpsim.simulate` with ``checkpoint_dir`` saves, every ``every`` rounds
 and when the run stops or ends, everything the run needs to continue:
 
-* the :class:`~ldpsim._src.fl.round.ServerState`: params, server optimizer state, root key
+* the :class:`~ldpsim.fl.ServerState`: params, server optimizer state, root key
   (saved as its key data, :func:`jax.random.key_data`) and the privacy mode's state
   (adaptive clip bounds);
 * the host-side counters: per-client participation counts and the smallest
@@ -101,8 +101,8 @@ class RunCheckpoint:
 
     Args:
         directory: the checkpoint folder (created if missing).
-        configs: the run's resolved :class:`~ldpsim._src.fl.config.SimulationConfig` (several
-            for :func:`~ldpsim._src.fl.simulate.simulate_lanes`).
+        configs: the run's resolved :class:`~ldpsim.fl.SimulationConfig` (several
+            for :func:`~ldpsim.fl.simulate_lanes`).
         every: save after every ``every``-th round (and when the run stops or ends).
         participation: the driver's per-client participation counts (updated in place on
             restore).

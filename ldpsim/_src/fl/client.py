@@ -154,7 +154,7 @@ def train_local_steps(params: Params, x: jax.Array, y: jax.Array, count: jax.Arr
     own count are exactly those of :func:`local_update`; only the gradient differs:
     ``loss_and_grad(p, xb, yb, mask) -> (loss, grads)`` where ``grads`` is whatever
     ``optimizer.update`` expects (e.g. per-micro-batch gradients for
-    :func:`ldpsim._src.privacy.dpsgd.dp_aggregate`).  ``peel_first_step`` (default True)
+    :func:`ldpsim.privacy.dp_aggregate`).  ``peel_first_step`` (default True)
     takes step 1 outside the step scan (see the module docstring); False scans every
     step (the same result up to float rounding).
     """

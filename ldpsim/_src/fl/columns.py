@@ -20,7 +20,7 @@ Kinds:
     Needs client data or the noise itself: never released by a deployed system, not
     covered by the guarantee, reported so that the simulation can be understood.
 
-:data:`COLUMNS` maps each column of :func:`ldpsim._src.fl.simulate.simulate`'s history rows
+:data:`COLUMNS` maps each column of :func:`ldpsim.simulate`'s history rows
 (and therefore of ``ldpsim run`` / ``ldpsim sweep`` CSVs) to ``(kind, description)``.
 """
 

@@ -1,6 +1,6 @@
 """The configuration of one simulation: a frozen, keyword-only, validated dataclass.
 
-Every knob of :func:`ldpsim._src.fl.simulate.simulate` lives here.  Validation happens in
+Every knob of :func:`ldpsim.simulate` lives here.  Validation happens in
 ``__post_init__`` and raises :class:`~ldpsim.LdpsimError` naming the field, the value
 and the valid range.  Derive variants with :func:`dataclasses.replace`.
 """
@@ -21,7 +21,7 @@ from ldpsim._src._checks import (
 )
 
 #: The local randomizers of ``privacy_mode="ldp"`` (the vector randomizers of
-#: :data:`ldpsim._src.privacy.mechanism.REGISTRY`, clip-only ``"none"`` aside: ε = inf).
+#: :data:`ldpsim.mechanism.REGISTRY`, clip-only ``"none"`` aside: ε = inf).
 MECHANISMS = ("gaussian", "laplace", "privunit2", "privunitg", "duchi", "signds")
 #: The pure ε-LDP report randomizers (δ unused; ``neighbours="replace"`` only).
 REPORT_MECHANISMS = ("privunit2", "privunitg", "duchi", "signds")
@@ -34,7 +34,7 @@ WEIGHTINGS = ("examples", "uniform")
 SAMPLINGS = ("uniform", "poisson")
 DATA_SOURCES = ("auto", "idx", "tfds")
 PARTITIONS = ("iid", "dirichlet", "shards", "natural", "sampled")  # ldpsim.data.PARTITIONS
-PRIVACY_MODES = ("ldp", "mindspore", "central", "distributed")  # ldpsim._src.fl.modes.PRIVACY_MODES
+PRIVACY_MODES = ("ldp", "mindspore", "central", "distributed")  # ldpsim.modes.PRIVACY_MODES
 NOISE_MODES = ("per-client", "aggregate")                       # ldpsim._src.fl.modes.NOISE_MODES
 MINDSPORE_CLIP_RULES = ("running-min", "overwrite")
 STOP_POLICIES = ("client", "run")
@@ -143,17 +143,18 @@ class SimulationConfig:
         eval_every: evaluate on the test set every k rounds (and after the last round).
         chunk_size: clients trained together in one vmapped chunk; memory is
             O(chunk_size × model size). None: the backend's measured default
-            (:func:`ldpsim._src.fl.simulate.resolve_chunk_size`: 1 on CPU, where a scan over single clients measured fastest; 1024 otherwise).
+            (:func:`ldpsim._src.fl._policy.resolve_chunk_size`: 1 on CPU, where a scan over
+            single clients measured fastest; 1024 otherwise).
         devices: split each round's cohort over this many devices (``jax.sharding``,
             :mod:`ldpsim._src.fl.sharding`); None: every device JAX sees (all local devices, and
             every process's devices after ``jax.distributed.initialize()``). Results equal
             the one-device results up to the float rounding of the cross-device sum:
             client keys come from client ids, not from the device layout. On CPU, None
             uses one device for cohorts above
-            :data:`ldpsim._src.fl.simulate.CPU_MULTI_DEVICE_MAX_CLIENTS` (20,000), where XLA's CPU
+            :data:`ldpsim._src.fl._policy.CPU_MULTI_DEVICE_MAX_CLIENTS` (20,000), where XLA's CPU
             runtime would hold ~46 KB per client in a multi-device round.
         seed: root seed of all randomness (model init, cohorts, training, noise).
-        privacy_mode: where the noise goes (:mod:`ldpsim._src.fl.modes`): ``"ldp"`` (each
+        privacy_mode: where the noise goes (:mod:`ldpsim.modes`): ``"ldp"`` (each
             client clips to ``clip`` and adds noise for (``epsilon``, ``delta``), the
             default), ``"mindspore"`` (MindSpore Federated ``DP_ENCRYPT``, ALGORITHMS §1:
             per-client adaptive bound C_t, noise for (``dp_eps``, ``dp_delta``)),
@@ -188,7 +189,7 @@ class SimulationConfig:
         client_dp_noise_multiplier: DP-SGD noise multiplier z ≥ 0 (noise std z·C on the
             sum of clipped micro-batch gradients).
         stop_at_epsilon: a per-client budget E > 0 (``None``: none). A per-client ledger
-            (:class:`ldpsim._src.privacy.ledger.PrivacyLedger`) keeps each client's spent
+            (:class:`ldpsim.privacy.PrivacyLedger`) keeps each client's spent
             ε from its own participations, by the accountant of ``epsilon_spent``; no
             client's ε ever exceeds E. ``"ldp"`` and ``"mindspore"`` only (their rounds
             are per-client releases; central/distributed ε is not per client), private

@@ -2,7 +2,7 @@
 
 The engine's hyper-parameters that decide whether a bare run trains at all (how much local
 work each client does, with which optimizer and step size, and how far the server moves)
-depend on the dataset and its model.  :class:`~ldpsim._src.fl.config.SimulationConfig`
+depend on the dataset and its model.  :class:`~ldpsim.fl.SimulationConfig`
 leaves them *unset* (``None``) unless the user gives them, and resolves the unset ones here,
 from :data:`DATASET_DEFAULTS` for the dataset (or :data:`GENERIC` for any other dataset).
 An explicit value always wins; nothing given is ever overridden.

@@ -1,12 +1,12 @@
 """DP-SGD inside each client: sample-level DP for one client's local training.
 
-:func:`dp_local_update` is :func:`ldpsim._src.fl.client.local_update` with every local step
+:func:`dp_local_update` is :func:`ldpsim.fl.local_update` with every local step
 made differentially private as in MindArmour's ``DPModel`` (ALGORITHMS §2.3) and the
 FL+DP article (seed 004, step 3: each participant adds DP noise while training
 locally): the step's batch is split into ``M = micro_batches`` chunks, each chunk's
 gradient is clipped to L2 norm ``C``, the clipped gradients are summed, Gaussian
 noise ``N(0, (z·C)² I)`` is added and the sum is divided by ``M``
-(:func:`ldpsim._src.privacy.dpsgd.dp_aggregate`), then the client optimizer steps.
+(:func:`ldpsim.privacy.dp_aggregate`), then the client optimizer steps.
 Batching, masking, padding exactness and step counting are exactly those of
 ``local_update`` (its module docstring); a chunk with no valid row has gradient 0.
 
@@ -19,7 +19,7 @@ full (or for M = 1, where the one chunk mean is the batch mean) and differs slig
 client's last, partial batch when M > 1 (MindArmour always feeds full batches).
 
 It composes with the engine's other privacy layers because they act on different
-things: the engine's client-level local randomizer (:func:`ldpsim._src.fl.privatize.privatize`)
+things: the engine's client-level local randomizer (:func:`ldpsim.fl.privatize`)
 clips and noises the *update* this function returns, and server-side noise would be
 added to the aggregate. Each guarantee holds for its own neighbouring relation.
 
@@ -93,7 +93,7 @@ def dp_local_update(params: Params, x: jax.Array, y: jax.Array, count: jax.Array
                     noise_key: jax.Array | None = None) -> tuple[Params, ClientMetrics]:
     """Train one client with DP-SGD and return ``(W_local − W_global, metrics)``.
 
-    Same signature and semantics as :func:`ldpsim._src.fl.client.local_update` plus the DP
+    Same signature and semantics as :func:`ldpsim.fl.local_update` plus the DP
     arguments; jittable and vmappable (``clip_norm`` and ``noise_multiplier`` may be
     traced, so sweeping them never recompiles). With ``noise_multiplier = 0`` and a
     clip bound no chunk reaches, it equals ``local_update`` (up to float rounding) when
@@ -103,7 +103,7 @@ def dp_local_update(params: Params, x: jax.Array, y: jax.Array, count: jax.Array
 
     Args:
       params, x, y, count, apply_fn, optimizer, batch_size, key, local_steps,
-        local_epochs, unroll: as in :func:`ldpsim._src.fl.client.local_update`.
+        local_epochs, unroll: as in :func:`ldpsim.fl.local_update`.
       micro_batches: static number M of chunks per batch; must divide ``batch_size``
         (``M = batch_size``: per-example clipping).
       clip_norm: L2 clip bound ``C > 0`` of each chunk's mean-loss gradient.
@@ -116,7 +116,7 @@ def dp_local_update(params: Params, x: jax.Array, y: jax.Array, count: jax.Array
 
     Raises:
       LdpsimError: bad micro_batches / clip_norm / noise_multiplier, or the arguments
-        :func:`~ldpsim._src.fl.client.local_update` rejects.
+        :func:`~ldpsim.fl.local_update` rejects.
     """
     num_local_steps(max_examples=x.shape[0], batch_size=batch_size,  # validates the step args
                     local_steps=local_steps, local_epochs=local_epochs)
@@ -156,10 +156,10 @@ def dp_local_update(params: Params, x: jax.Array, y: jax.Array, count: jax.Array
 
 def make_dp_client_update(*, micro_batches: int, clip_norm: float, noise_multiplier: float
                           ) -> Callable[..., tuple[Params, ClientMetrics]]:
-    """A ``client_update`` for :func:`ldpsim._src.fl.round.make_round_fn` doing DP-SGD locally.
+    """A ``client_update`` for :func:`ldpsim.fl.make_round_fn` doing DP-SGD locally.
 
     Returns :func:`dp_local_update` with the DP arguments bound; it has exactly the
-    signature of :func:`ldpsim._src.fl.client.local_update`. The bound values are
+    signature of :func:`ldpsim.fl.local_update`. The bound values are
     compile-time constants of the round; to sweep them without recompiling, call
     :func:`dp_local_update` with traced values instead (e.g. from the round's hyper).
     """
@@ -182,8 +182,8 @@ class ClientDpHyper(NamedTuple):
 
 class ClientTraining(NamedTuple):
     """How each client trains before its update is privatized, as one object of pure
-    functions (the client-side counterpart of :class:`ldpsim._src.fl.modes.RoundMechanism`;
-    a mode composes with one through :func:`ldpsim._src.fl.modes.with_client_training`).
+    functions (the client-side counterpart of :class:`ldpsim.modes.RoundMechanism`;
+    a mode composes with one through :func:`ldpsim.modes.with_client_training`).
 
     Build one with :func:`plain` or :func:`dpsgd`; both are cached, so equal settings give
     the same object (it is part of the engine's compile-cache key).
@@ -192,7 +192,7 @@ class ClientTraining(NamedTuple):
         name: ``"plain"`` or ``"dpsgd"`` (for reading; nothing branches on it).
         update: ``(params, x, y, count, knobs, **kw) -> (delta, ClientMetrics)``: one
             client's local training, ``kw`` those of
-            :func:`ldpsim._src.fl.client.local_update` (``apply_fn``, ``optimizer``,
+            :func:`ldpsim.fl.local_update` (``apply_fn``, ``optimizer``,
             ``batch_size``, ``key``, ``local_steps``, ``local_epochs``); ``knobs`` are
             its traced settings (``RoundHyper.client``).
         knobs: ``(clip, noise_multiplier) -> knobs`` (host side, float32 arrays, or
@@ -219,7 +219,7 @@ def _plain_update(params, x, y, count, knobs, **kw):
 
 @functools.cache
 def plain() -> ClientTraining:
-    """Ordinary local training (:func:`ldpsim._src.fl.client.local_update`); no knobs, no
+    """Ordinary local training (:func:`ldpsim.fl.local_update`); no knobs, no
     sample-level guarantee."""
     return ClientTraining(name="plain", update=_plain_update, knobs=lambda clip, z: ())
 
@@ -265,7 +265,7 @@ def _round_event(noise_multiplier: float, *, num_examples: int, batch_size: int,
 def event_epsilon(event: Any, count: int, delta: float) -> float:
     """ε at ``delta`` of ``count`` independent releases of a ``dp_accounting`` event.
 
-    Exact where a closed form exists, through :func:`ldpsim._src.privacy.accounting.ldp_epsilon`:
+    Exact where a closed form exists, through :func:`ldpsim.privacy.ldp_epsilon`:
     Gaussians compose exactly (``k`` of multiplier ``z`` are one of ``z/√k``, Balle & Wang
     2018, Thm. 8; ``z = 0``: inf); Laplace (pure DP) by basic composition ``k/b``
     (``delta`` unused); a self-composed event multiplies the count; no privacy is inf;
@@ -322,7 +322,7 @@ def dp_client_epsilon(*, noise_multiplier: float, batch_size: int, num_examples:
       pass ``local_steps = E·ceil(n/B)``.
       ``"rdp"`` / ``"pld"``: the standard DP-SGD figure, *assuming* Poisson sampling with
       ``q = B/n`` (add/remove one example) over ``rounds · K`` steps via
-      :func:`ldpsim._src.privacy.accounting.dpsgd_epsilon` — :func:`dp_local_update` shuffles,
+      :func:`ldpsim.privacy.dpsgd_epsilon` — :func:`dp_local_update` shuffles,
       so this is a reference figure, not its guarantee. The sensitivity is ``C`` (multiplier
       ``z``) only for per-example clipping, ``micro_batches == batch_size``; otherwise
       (including ``micro_batches=None``, unknown) a micro-batch holds several rows and the
@@ -334,7 +334,7 @@ def dp_client_epsilon(*, noise_multiplier: float, batch_size: int, num_examples:
         for every M).
 
     Returns:
-      A :class:`ldpsim._src.privacy.accounting.PrivacyReport`; ``details`` has ``sensitivity``
+      A :class:`ldpsim.privacy.PrivacyReport`; ``details`` has ``sensitivity``
       (``"C"`` or ``"2C"``) and ``accounted_noise_multiplier`` (``z`` over it).
     """
     check_choice("method", method, DP_CLIENT_METHODS)

@@ -15,7 +15,7 @@ with one name, ``epsilon``, wherever a per-round budget is meant), optional
     rows = ldpsim.simulate(exp)
 
 An option of another mode cannot be given at all (``LocalDP(noise_multiplier=…)`` is a
-``TypeError``). The flat :class:`~ldpsim._src.fl.config.SimulationConfig` — the schema of the
+``TypeError``). The flat :class:`~ldpsim.fl.SimulationConfig` — the schema of the
 CLI flags and of TOML experiment files — is the same settings spelled flat:
 :meth:`Experiment.flat` and :meth:`Experiment.from_flat` convert both ways, losslessly, and
 every validation error names the nested option (``privacy.epsilon``).

@@ -1,7 +1,7 @@
 """The host loop every training driver runs: steps, reports, callbacks, progress, stopping.
 
-:func:`run_loop` is used by :func:`ldpsim._src.fl.simulate.simulate` (federated rounds, one or
-several vmapped runs) and :func:`ldpsim._src.fl.dpsgd.train.train_dpsgd` (centralised DP-SGD
+:func:`run_loop` is used by :func:`ldpsim.simulate` (federated rounds, one or
+several vmapped runs) and :func:`ldpsim.fl.train_dpsgd` (centralised DP-SGD
 epochs), so that progress bars, the report schedule and callbacks behave the same way in
 both: a report is made every ``report_every`` steps and after the last one; each of its
 rows is passed to ``callback`` as soon as it exists; a callback that returns ``False``

@@ -94,7 +94,7 @@ class RoundMetrics(NamedTuple):
         next_clip: the bound the next round starts from (adaptive rules), else the
             round's bound.
 
-    The last six are set by the round kernel (:func:`ldpsim._src.fl.round.make_round_fn`);
+    The last six are set by the round kernel (:func:`ldpsim.fl.make_round_fn`);
     :func:`finalize_metrics` leaves them NaN.
     """
 

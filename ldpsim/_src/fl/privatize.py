@@ -8,8 +8,8 @@ Formal guarantee:
     The released value ``noisy = clip(Δ, C) + ξ`` is the Gaussian mechanism applied to a
     vector of L2 norm at most C (``ξ ~ N(0, σ² I)``), or the Laplace mechanism applied to
     a vector of L1 norm at most C (``ξ_j ~ Lap(b)`` i.i.d.; for Laplace, C is an L1
-    bound, as in :func:`ldpsim._src.privacy.mechanism.laplace_randomizer`).  With σ (or b)
-    calibrated by :func:`ldpsim._src.privacy.calibration.calibrate` for sensitivity 2C
+    bound, as in :func:`ldpsim.privacy.laplace_randomizer`).  With σ (or b)
+    calibrated by :func:`ldpsim.privacy.calibrate` for sensitivity 2C
     (replace-one neighbours) it is (ε, δ)-LDP (or ε-LDP) for one round.  A non-finite
     update (local training diverged) is replaced by the zero update *before* noise, and
     the noise is added as for any other update, so the release is ``0 + ξ``: noise around
@@ -40,7 +40,7 @@ MECHANISMS = ("gaussian", "laplace", "none")
 
 
 #: One client's privatized update and what the metrics need (see
-#: :class:`ldpsim._src.privacy.mechanism.Privatized`): ``noisy`` (released), ``clipped``, ``noise``,
+#: :class:`ldpsim.mechanism.Privatized`): ``noisy`` (released), ``clipped``, ``noise``,
 #: ``norm``, ``release_norm``, ``was_clipped``, ``finite``.
 Privatized = mechanism_lib.Privatized
 

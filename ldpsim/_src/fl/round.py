@@ -15,7 +15,7 @@ A round (:func:`make_round_fn`)::
          server optimizer step, the mode's state update (adaptive clip), metrics
 
 Everything that differs between privacy modes comes from a
-:class:`~ldpsim._src.fl.modes.RoundMechanism`; this module never looks at a mode's name.
+:class:`~ldpsim.modes.RoundMechanism`; this module never looks at a mode's name.
 
 Randomness by position: client ``c`` in round ``t`` uses
 ``k = fold_in(fold_in(root_key, t), c)`` (``root_key = ServerState.key``), split into a
@@ -112,14 +112,14 @@ def client_key(root_key: jax.Array, round_idx: jax.typing.ArrayLike,
 
 def chunk_sums(w: jax.Array, include: jax.Array, mask: jax.Array, priv: Any,
                loss: jax.Array, counts: jax.Array) -> metrics_lib.CohortSums:
-    """One chunk's contribution to the round's :class:`~ldpsim._src.fl.metrics.CohortSums`.
+    """One chunk's contribution to the round's :class:`~ldpsim.fl.CohortSums`.
 
     Args:
         w: float32[k] aggregation weights (0 for excluded clients).
         include: bool[k], in the aggregate (real slot, not dropped out; a non-finite
             update is included as its privatized zero substitute).
         mask: bool[k], real (non-padding) slot.
-        priv: the chunk's :class:`~ldpsim._src.privacy.mechanism.Privatized` releases (vmapped).
+        priv: the chunk's :class:`~ldpsim.mechanism.Privatized` releases (vmapped).
         loss: float32[k] mean local training losses. counts: int32[k] examples.
     """
     return metrics_lib.CohortSums(
@@ -136,7 +136,7 @@ def chunk_sums(w: jax.Array, include: jax.Array, mask: jax.Array, priv: Any,
 
 
 class _ModeSums(NamedTuple):
-    """Per-chunk sums the mode needs beyond :class:`~ldpsim._src.fl.metrics.CohortSums`."""
+    """Per-chunk sums the mode needs beyond :class:`~ldpsim.fl.CohortSums`."""
 
     noise_var: jax.Array    # Σ w² s² (s²: each client's mean per-coordinate noise variance)
     bits: jax.Array         # Σ quantile bits (unclipped clients, ±½ encoding)
@@ -165,7 +165,7 @@ def make_round_fn(*, apply_fn: Callable,
 
     Args:
         apply_fn: the model's ``(params, x) -> logits``.
-        mechanism: the privacy mode, a :class:`~ldpsim._src.fl.modes.RoundMechanism`; a
+        mechanism: the privacy mode, a :class:`~ldpsim.modes.RoundMechanism`; a
             randomizer name (``"gaussian"``, ``"laplace"``, ``"none"``, ``"privunit2"``,
             ``"privunitg"``, ``"duchi"``, ``"signds"``) is short for ``modes.local(name)``,
             local DP (a report randomizer's ``hyper.privacy`` is a
@@ -180,7 +180,7 @@ def make_round_fn(*, apply_fn: Callable,
         chunk_size: at most this many clients per vmapped chunk (memory O(chunk × model));
             None picks the backend's default (:mod:`ldpsim._src.fl._policy`).
         client_update: a one-client trainer with the signature of
-            :func:`ldpsim._src.fl.client.local_update` to use instead of the mechanism's
+            :func:`ldpsim.fl.local_update` to use instead of the mechanism's
             (``mechanism.client``, a :class:`~ldpsim._src.fl.dp_client.ClientTraining`:
             ordinary training, or DP-SGD clients with their knobs in ``hyper.client``);
             research code may substitute its own.

@@ -1,10 +1,10 @@
 """The driver: a simulation's configuration in, its metrics history out.
 
 :func:`simulate` builds the data, the model, the privacy mode's plan
-(:func:`ldpsim._src.fl.modes.plan`: calibration, the kernel object and its knobs, the columns
-and the accountant) and the jitted round (:func:`ldpsim._src.fl.round.make_round_fn`, cached
+(:func:`ldpsim.modes.plan`: calibration, the kernel object and its knobs, the columns
+and the accountant) and the jitted round (:func:`ldpsim.fl.make_round_fn`, cached
 per static setting), then runs the rounds with the one host loop
-(:func:`ldpsim._src.fl.loop.run_loop`). :func:`simulate_lanes` runs several configurations
+(:func:`ldpsim.fl.run_loop`). :func:`simulate_lanes` runs several configurations
 that differ only in traced knobs (an ε axis) as ONE vmapped program through the same code.
 
 Randomness: :func:`initial_state` initialises the model from ``fold_in(key(seed), "init")``
@@ -30,7 +30,7 @@ from ldpsim._src import _xla
 from ldpsim._src.data import partition as partition_lib
 from ldpsim._src.data import registry as data_registry
 from ldpsim._src._checks import LdpsimError
-from ldpsim._src.fl import _policy, modes, sharding
+from ldpsim._src.fl import _policy, modes, planning, sharding
 from ldpsim._src.fl.columns import HistoryRow
 from ldpsim._src.fl.config import SimulationConfig
 from ldpsim._src.fl.experiment import Experiment
@@ -147,7 +147,7 @@ def build_data(config: SimulationConfig) -> tuple[Any, np.ndarray, np.ndarray]:
 
 def initial_state(config: SimulationConfig, model: Any, population: Any,
                   mechanism: modes.RoundMechanism | None = None) -> ServerState:
-    """The :class:`~ldpsim._src.fl.round.ServerState` :func:`simulate` starts from for
+    """The :class:`~ldpsim.fl.ServerState` :func:`simulate` starts from for
     ``config.seed``: model init key ``fold_in(key(seed), "init")``, round root key
     ``fold_in(key(seed), "roun")`` (distinct from every round index's use), and the
     privacy mode's initial state (``mechanism.init``; none for local DP)."""
@@ -224,13 +224,13 @@ def simulate(config: SimulationConfig | Experiment, *, progress: bool = False,
     """Run the simulation described by ``config`` and return its metrics history.
 
     Args:
-        config: an :class:`~ldpsim._src.fl.experiment.Experiment` (nested settings) or the same
-            settings flat, a :class:`~ldpsim._src.fl.config.SimulationConfig`.
+        config: an :class:`~ldpsim.fl.Experiment` (nested settings) or the same
+            settings flat, a :class:`~ldpsim.fl.SimulationConfig`.
         progress: on stderr, a status line per phase (loading data, building the round)
             and a tqdm bar over the rounds (compiling, then round k of K with ETA and
             accuracy).
         callback: called with each history row as soon as it exists (e.g. to write a CSV
-            incrementally, :func:`ldpsim._src.fl.writers.tensorboard_callback`); returning
+            incrementally, :func:`ldpsim.fl.tensorboard_callback`); returning
             ``False`` stops the run after that row. A resumed run passes the restored rows
             first, so the callback sees the whole history.
         data: optional ``(population, x_test, y_test)`` to use instead of
@@ -245,14 +245,14 @@ def simulate(config: SimulationConfig | Experiment, *, progress: bool = False,
         checkpoint_every: rounds between checkpoints.
 
     Returns:
-        One :class:`~ldpsim._src.fl.columns.HistoryRow` (a typed dict) per evaluated round
+        One :class:`~ldpsim.fl.HistoryRow` (a typed dict) per evaluated round
         (every ``eval_every`` rounds and the last), with the DESIGN.md Results columns
         (each is described, and classified as a setting, part of the release or a
-        diagnostic, in :data:`ldpsim._src.fl.columns.COLUMNS`): dataset,
+        diagnostic, in :data:`ldpsim.fl.COLUMNS`): dataset,
         model, mechanism, neighbours, epsilon, delta, clip, sensitivity, sigma,
         clients_per_round, population, seed, privacy_mode, noise_mode, noise_multiplier,
         sampler_delta_floor, round, accuracy, loss, the round's
-        :class:`~ldpsim._src.fl.metrics.RoundMetrics` (noise_norm, signal_norm, snr, cosine,
+        :class:`~ldpsim.fl.RoundMetrics` (noise_norm, signal_norm, snr, cosine,
         clip_fraction, nonfinite_clients, clients, n_eff, theory_noise_norm, train_loss,
         clip_bound, noise_sum_std, survivors, noise_variance_fraction,
         unclipped_fraction), model_change_norm (‖W_{t+1} − W_t‖₂), max_participation
@@ -262,20 +262,20 @@ def simulate(config: SimulationConfig | Experiment, *, progress: bool = False,
         included).
 
         sampler_delta_floor: no δ below it is delivered, because the float noise
-        sampler's tails are bounded (:func:`ldpsim._src.privacy.calibration.sampler_delta_floor`);
+        sampler's tails are bounded (:func:`ldpsim.privacy.sampler_delta_floor`);
         where it exceeds the claimed δ a
-        :class:`~ldpsim._src.privacy.calibration.SamplerTailWarning` is issued and
+        :class:`~ldpsim.privacy.SamplerTailWarning` is issued and
         epsilon_spent is ``inf`` (no ε holds at that δ).
 
-        epsilon_spent (:func:`ldpsim._src.fl.modes.plan` builds the accountant): ``"ldp"``:
+        epsilon_spent (:func:`ldpsim.modes.plan` builds the accountant): ``"ldp"``:
         the most-sampled client's LDP ε at total δ = ``config.delta`` (exact composition
         of Gaussians, Balle & Wang 2018 Thm. 8, via
-        :class:`ldpsim._src.privacy.accounting.LdpAccountant`; basic composition k·ε for
+        :class:`ldpsim.privacy.LdpAccountant`; basic composition k·ε for
         Laplace; NaN without privacy). ``"mindspore"``: the same accountant with the
         per-round mechanism ``N(0, (a·C_t)²)`` of sensitivity C_t (add-remove) or 2C_t
         (replace) — every round is exactly (dp_eps, dp_delta)-DP whatever C_t — at total
         δ = dp_delta. ``"central"``: user-level ε of DP-FedAvg after ``round`` rounds
-        with q = m/N (:func:`ldpsim._src.fl.modes.central_epsilon`, RDP, δ = ``config.delta``).
+        with q = m/N (:func:`ldpsim._src.fl.planning.central_epsilon`, RDP, δ = ``config.delta``).
         ``"distributed"``: the same with the smallest effective multiplier
         ``z·√(survivors/m)`` of the rounds so far (the dropout shortfall). In the
         mindspore/central/distributed rows, sigma is the noise std (mindspore: the mean
@@ -289,7 +289,7 @@ def simulate(config: SimulationConfig | Experiment, *, progress: bool = False,
         without DP-SGD clients.
 
         ``stop_at_epsilon = E`` (``"ldp"``/``"mindspore"``): a per-client
-        :class:`~ldpsim._src.privacy.ledger.PrivacyLedger` over the participation counts,
+        :class:`~ldpsim.privacy.PrivacyLedger` over the participation counts,
         with the accountant of epsilon_spent, so that no client's ε exceeds E. Before each
         round, ``stop_policy="client"`` drops from the sampled cohort every client whose
         next participation would exceed E (the round runs with the rest; the run ends
@@ -352,7 +352,7 @@ def simulate_lanes(configs: Sequence[SimulationConfig | Experiment], *, progress
     smallest = _smallest_client(population) if c0.client_dp else 1
     dim = model_dimension(model_name_for(c0.model, population),
                           tuple(population.input_shape), int(population.num_classes))
-    plans = [modes.plan(c, n_clients, smallest_client=smallest, dim=dim) for c in configs]
+    plans = [planning.plan(c, n_clients, smallest_client=smallest, dim=dim) for c in configs]
     mech = plans[0].mechanism
     if any(p.mechanism is not mech for p in plans):
         raise LdpsimError("simulate_lanes needs configurations with the same privacy "
@@ -462,7 +462,7 @@ def simulate_lanes(configs: Sequence[SimulationConfig | Experiment], *, progress
     return [rows[i::len(configs)] for i in range(len(configs))]
 
 
-def _budget_ledger(configs: Sequence[SimulationConfig], plan: modes.PrivacyPlan,
+def _budget_ledger(configs: Sequence[SimulationConfig], plan: planning.PrivacyPlan,
                    participation: np.ndarray) -> PrivacyLedger | None:
     """The per-client ledger of ``stop_at_epsilon`` over the driver's participation counts,
     with the plan's accountant (the ε of epsilon_spent, per participation count)."""
@@ -495,7 +495,7 @@ def _budget_columns(ledger: PrivacyLedger | None) -> dict:
 
 
 def _run_columns(config: SimulationConfig, model_name: str, population: int,
-                 plan: modes.PrivacyPlan) -> dict:
+                 plan: planning.PrivacyPlan) -> dict:
     """The run-level columns every history row of ``config`` starts with."""
     return {
         "dataset": config.dataset,

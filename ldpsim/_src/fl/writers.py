@@ -1,4 +1,4 @@
-"""Optional writers built on :func:`~ldpsim._src.fl.simulate.simulate`'s per-round callback.
+"""Optional writers built on :func:`~ldpsim.simulate`'s per-round callback.
 
 :func:`tensorboard_callback` writes each history row's numeric columns as TensorBoard
 scalars through tensorboardX (a small, maintained package that needs no TensorFlow;
@@ -68,7 +68,7 @@ class TensorBoardCallback:
 
 
 def tensorboard_callback(logdir: str | Path, prefix: str = "") -> TensorBoardCallback:
-    """A callback for :func:`~ldpsim._src.fl.simulate.simulate` that writes the numeric
+    """A callback for :func:`~ldpsim.simulate` that writes the numeric
     columns of each history row (accuracy, loss, noise_norm, epsilon_spent, ...) to
     TensorBoard event files in ``logdir``, at step = the row's round. NaN and infinite
     values are left out. See :class:`TensorBoardCallback`.

@@ -14,14 +14,14 @@ returned :class:`PrivacyReport`:
   :class:`LdpAccountant`). A client's randomizer releases its clipped update plus
   noise. The neighbouring relation is *local*: any two inputs of one client whose
   distance is at most ``sensitivity`` (``2C`` for replace-one, ``C`` for
-  add/remove; see :func:`ldpsim._src.privacy.calibration.sensitivity`). A Gaussian
+  add/remove; see :func:`ldpsim.privacy.sensitivity`). A Gaussian
   with std ``sigma`` is then the Gaussian mechanism with noise multiplier
   ``z = sigma / sensitivity``; a Laplace with scale ``b`` has ``ε = Δ₁/b``. Over
   the ``k`` rounds a client takes part in, the guarantee composes: basic
   composition ``(kε₀, kδ₀)`` (Dwork & Roth 2014, Thm. 3.16), or RDP / PLD
   composition of ``k`` Gaussians (tighter), or the exact analytic value
   (``k`` Gaussians with multiplier ``z`` are one Gaussian with ``z/√k``; Balle &
-  Wang 2018, Thm. 8 via :func:`ldpsim._src.privacy.calibration.analytic_gaussian_epsilon`).
+  Wang 2018, Thm. 8 via :func:`ldpsim.privacy.analytic_gaussian_epsilon`).
 * **DP-FedAvg, user-level central DP** (:func:`dpfedavg_epsilon`,
   :func:`dpfedavg_noise_multiplier`; McMahan et al. 2018, arXiv:1710.06963).
   ``m`` of ``N`` users per round, noise multiplier ``z`` relative to the per-user
@@ -288,7 +288,7 @@ def ldp_round_epsilon(
 
     Gaussian: the exact (tightest) ε of ``N(0, sigma²)`` noise on a query of L2
     sensitivity ``sensitivity`` at ``delta`` (Balle & Wang 2018, Thm. 8;
-    :func:`ldpsim._src.privacy.calibration.analytic_gaussian_epsilon`, overflow-free). Laplace: ``ε₀ = sensitivity/scale``
+    :func:`ldpsim.privacy.analytic_gaussian_epsilon`, overflow-free). Laplace: ``ε₀ = sensitivity/scale``
     for L1 sensitivity (Dwork & Roth 2014, Thm. 3.6), ``δ₀ = 0``.
 
     Args:
@@ -332,7 +332,7 @@ def ldp_epsilon(
         * ``"analytic"`` (Gaussian only): exact; ``k`` Gaussians with multiplier
           ``z`` equal one with ``z/√k`` (their privacy-loss distributions compose
           exactly), evaluated by
-          :func:`ldpsim._src.privacy.calibration.analytic_gaussian_epsilon`.
+          :func:`ldpsim.privacy.analytic_gaussian_epsilon`.
 
     Args:
         mechanism: ``"gaussian"`` or ``"laplace"``.

@@ -159,7 +159,7 @@ def adaptive_noise_split(noise_multiplier: float, clients_per_round: float,
     sum moves by C and the shifted-bit sum by ½; under replace one user (fixed-size
     cohorts) by 2C and 1 — both sensitivities double, so the pair composes to a Gaussian
     of multiplier ``z/2``, which is what
-    :func:`ldpsim._src.privacy.accounting.dpfedavg_epsilon` accounts for ``sampling="fixed"``.
+    :func:`ldpsim.privacy.dpfedavg_epsilon` accounts for ``sampling="fixed"``.
 
     Args:
         noise_multiplier: the overall z ≥ 0.

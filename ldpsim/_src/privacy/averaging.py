@@ -16,7 +16,7 @@ deviation ``s/√n_eff`` with ``n_eff = (Σw)²/Σw²`` (= n for equal weights).
 
 This module checks these claims by *drawing the real per-client noise*
 (:func:`simulate_average` with ``method="per-client"``: n × d draws through
-:func:`ldpsim._src.privacy.mechanisms.gaussian_noise` / :func:`~ldpsim._src.privacy.mechanisms.laplace_noise`,
+:func:`ldpsim.privacy.gaussian_noise` / :func:`~ldpsim.privacy.laplace_noise`,
 in chunks of clients so memory is O(chunk × d), keys derived from positions as the engine
 does) and, for very large n, by drawing the aggregate from its exact distribution
 (``method="aggregate"``). It knows nothing of federated learning.

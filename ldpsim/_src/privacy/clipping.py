@@ -47,7 +47,7 @@ any NaN or ±inf entry      zeros                       ``nan`` (any NaN entry) 
 A non-finite input is mapped to the zero update (which satisfies any bound) and
 flagged by its non-finite norm, so callers can count and exclude it; a finite
 input never produces a NaN. A finite input whose norm overflows is clipped like any
-other but also reports ``inf`` (:func:`ldpsim._src.fl.privatize.privatize` excludes it
+other but also reports ``inf`` (:func:`ldpsim.fl.privatize` excludes it
 like a non-finite update). ``clip`` is not validated here (it is usually traced): a
 NaN ``C`` leaves the update unchanged and ``C ≤ 0`` flips or zeroes it — the public
 randomizers in :mod:`ldpsim._src.privacy.mechanisms` reject such concrete values.

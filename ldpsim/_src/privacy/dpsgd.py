@@ -6,7 +6,7 @@ e.g. from :func:`microbatch_grads`. One update does what MindArmour's
 ``DPModel`` + ``DPOptimizerClassFactory`` do per step (§2.3):
 
 1. ``ν_j = ‖g_j‖₂`` (global norm over the whole pytree); ``β = #{j: ν_j < C_t}``.
-2. ``g̃_j = g_j · min(1, C_t/ν_j)`` (:func:`ldpsim._src.privacy.clipping.clip_by_global_norm`,
+2. ``g̃_j = g_j · min(1, C_t/ν_j)`` (:func:`ldpsim.privacy.clip_by_global_norm`,
    vmapped; a non-finite ``g_j`` becomes zero).
 3. ``G = (Σ_j g̃_j + ξ) / M`` with ``ξ ~ N(0, (b·m_t)² I)``, where ``b`` is the noise
    mechanism's fixed ``norm_bound`` (MindArmour) or ``C_t`` (``noise_follows_clip``).
@@ -25,8 +25,8 @@ example changes that micro-batch's clipped gradient from ``g̃`` to ``g̃'`` wit
 the sensitivity is ``2C_t``; under replace-one neighbours it is ``2C_t`` for every ``M``.
 With ``b = C`` a step with a fixed clip bound is then the (sampled) Gaussian mechanism of
 multiplier ``m_t/s``, ``s ∈ {1, 2}`` (Abadi et al. 2016, arXiv:1607.00133, Alg. 1, is the
-per-example case ``s = 1``): pass ``m/s`` to :func:`ldpsim._src.privacy.accounting.dpsgd_epsilon`;
-:class:`ldpsim._src.privacy.monitors.RDPMonitor` (MindArmour's arithmetic) assumes ``s = 1``.
+per-example case ``s = 1``): pass ``m/s`` to :func:`ldpsim.privacy.dpsgd_epsilon`;
+:class:`ldpsim.privacy.RDPMonitor` (MindArmour's arithmetic) assumes ``s = 1``.
 
 Adaptive clipping releases more, and MindArmour accounts none of it: with
 ``noise_follows_clip=False`` the noise std stays ``b·m_t`` while ``C_t`` moves, so the

@@ -11,7 +11,7 @@ What one participation releases (one per ledger):
   computed once and scaled by ``k``, then converted; ``"pld"``: privacy-loss distributions;
   ``"analytic"``: exact, Gaussian events only, ``k`` Gaussians of multiplier ``z`` being one
   of ``z/√k``). The event's noise multiplier must be relative to the sensitivity of the
-  relation you mean (as :class:`ldpsim._src.privacy.mechanism.LocalMechanism.dp_event`
+  relation you mean (as :class:`ldpsim.mechanism.LocalMechanism.dp_event`
   gives it; :meth:`PrivacyLedger.from_mechanism`). Randomized-response events (k-ary RR,
   and the binary-RR event that ldpsim's pure-ε randomizers report, which dominates every
   ε-DP pair) are accounted under dp_accounting's replace-one relation, the one in which RR
@@ -20,7 +20,7 @@ What one participation releases (one per ledger):
   ledger composes its privacy-loss distribution with ``self_compose(k)`` instead.
 * ``pld``: a ``dp_accounting`` privacy-loss distribution of one participation, composed
   ``k`` times with ``self_compose`` — e.g. one shuffled round,
-  :func:`ldpsim._src.privacy.shuffling.shuffle_pld`.
+  :func:`ldpsim.privacy.shuffle_pld`.
 * ``accountant``: any function ``k ↦ ε`` of ``k`` participations (non-decreasing in
   ``k``, 0 at 0), e.g. the one behind a simulation's ``epsilon_spent`` column, so that
   the ledger and the run report the same ε (the engine's ``stop_at_epsilon``).
@@ -34,7 +34,7 @@ spent, :meth:`PrivacyLedger.allowed` the clients that may still take part once m
 without exceeding it, and :meth:`PrivacyLedger.run_exhausted` says whether the run should
 stop (``"any"`` client exhausted, or ``"all"``).
 
-The engine (:func:`ldpsim._src.fl.simulate.simulate` with ``stop_at_epsilon``) keeps one
+The engine (:func:`ldpsim.simulate` with ``stop_at_epsilon``) keeps one
 ledger over its participation counts (``counts=``) with the run's own accountant; by hand,
 each round::
 
@@ -181,7 +181,7 @@ class PrivacyLedger:
     @classmethod
     def from_mechanism(cls, mechanism: Any, params: Any, num_clients: int, **kwargs: Any
                        ) -> "PrivacyLedger":
-        """Ledger of a :class:`~ldpsim._src.privacy.mechanism.LocalMechanism`: its
+        """Ledger of a :class:`~ldpsim.mechanism.LocalMechanism`: its
         ``dp_event(params)`` is one participation; with ``method="basic"``, its pure
         ``epsilon`` (``k·ε₀``, for mechanisms with ``delta == 0``)."""
         if kwargs.get("method") == "basic":

@@ -30,13 +30,13 @@ ldpsim needs about it, so that callers never branch on a mechanism's name:
 Guarantees (each factory's docstring has its reference): :func:`gaussian` (ε, δ)-LDP,
 :func:`laplace` ε-LDP, for the stated relation with ideal noise (ldpsim's float32 samplers
 have bounded tails that put a floor under δ:
-:func:`ldpsim._src.privacy.calibration.sampler_delta_floor`); PrivUnit2, PrivUnitG, Duchi et
+:func:`ldpsim.privacy.sampler_delta_floor`); PrivUnit2, PrivUnitG, Duchi et
 al., SignDS and k-RR pure ε-LDP for any two inputs (relation ``"replace"``).
 
 :data:`REGISTRY` holds ONE :class:`RegistryEntry` per randomizer (name, factory, privatize,
 decode, mean, variance, the additive noise factor or None, the kind of guarantee).
 Adding a randomizer is one module and one entry. The engine's round
-(:func:`ldpsim._src.fl.round`) reaches every vector randomizer (:data:`VECTOR`) through
+(:func:`ldpsim.fl.make_round_fn`) reaches every vector randomizer (:data:`VECTOR`) through
 :func:`decoded_release_fn` (the server's decoded estimate of each client's clipped input,
 ``noisy = clipped + noise``, with ``noise`` the decoding error) and
 :func:`mean_variance_fn` (each client's exact per-coordinate variance, for the theory of
@@ -142,7 +142,7 @@ def gaussian(*, epsilon: float, delta: float, clip: float, neighbours: str = "re
         clip: the L2 clip bound C > 0.
         neighbours: ``"replace"`` (Δ = 2C, default) or ``"add-remove"`` (Δ = C).
         method: ``"analytic"`` (exact, Balle & Wang 2018), ``"classic"`` or ``"mindspore"``
-            (:func:`ldpsim._src.privacy.calibration.calibrate`).
+            (:func:`ldpsim.privacy.calibrate`).
 
     Returns:
         A :class:`LocalMechanism`. Its ``dp_event`` is ``GaussianDpEvent(σ/Δ)``.
@@ -414,7 +414,7 @@ def gaussian_randomizer(key: jax.Array, tree: PyTree, *, clip: jax.typing.ArrayL
 
     The engine's own client step (the ``"gaussian"`` entry of :data:`REGISTRY`), with the
     arguments checked. (ε, δ)-LDP when ``stddev`` is calibrated for
-    ``sensitivity(clip, neighbours)`` (:func:`ldpsim._src.privacy.calibration.calibrate`, or
+    ``sensitivity(clip, neighbours)`` (:func:`ldpsim.privacy.calibrate`, or
     the :func:`gaussian` factory, which does both).
 
     Raises:

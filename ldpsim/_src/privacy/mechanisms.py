@@ -19,13 +19,13 @@ ever reused.
 
 Guarantees (with :mod:`ldpsim._src.privacy.calibration` and :mod:`.clipping`):
 
-* :func:`ldpsim._src.privacy.mechanism.gaussian_randomizer` releases ``clip_C(u) + N(0, σ² I)``. With
+* :func:`ldpsim.privacy.gaussian_randomizer` releases ``clip_C(u) + N(0, σ² I)``. With
   ``σ = analytic_gaussian_sigma(ε, δ, Δ)`` and ``Δ = sensitivity(C, neighbours)``
   this is (ε, δ)-LDP for the stated neighbouring relation (Balle & Wang 2018).
-* :func:`ldpsim._src.privacy.mechanism.laplace_randomizer` releases ``clip¹_C(u) + Lap(b)^d`` (L1 clipping).
+* :func:`ldpsim.privacy.laplace_randomizer` releases ``clip¹_C(u) + Lap(b)^d`` (L1 clipping).
   With ``b = Δ₁/ε`` it is ε-LDP (Dwork & Roth 2014, Thm. 3.6).
 
-Argument checks: every public function raises :class:`ldpsim._src._checks.LdpsimError` (a
+Argument checks: every public function raises :class:`ldpsim.LdpsimError` (a
 ``ValueError`` naming the argument) for a *concrete* bad value — ``clip`` ≤ 0 or NaN
 (``clip = inf`` means no clipping and is allowed; a negative clip would flip the update's
 sign), ``stddev``/``scale`` < 0, NaN or ±inf (0 is allowed: no noise). Python numbers,
@@ -33,7 +33,7 @@ NumPy values and concrete JAX arrays (every entry, if not a scalar) are checked.
 value (inside ``jit``/``vmap``/``grad``) cannot be inspected and is NOT checked: callers
 that trace these arguments — the FL engine, which passes ``clip`` and σ as traced scalars
 so that a new ε never recompiles — validate them before tracing
-(:class:`ldpsim._src.fl.config.SimulationConfig`).
+(:class:`ldpsim.fl.SimulationConfig`).
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ def laplace_noise(key: jax.Array, tree: PyTree, scale: jax.typing.ArrayLike) -> 
     """iid Laplace(0, scale) noise (density ``exp(-|x|/b)/(2b)``, variance ``2b²``) like ``tree``.
 
     ``scale`` is the Laplace scale b ≥ 0, finite (a traced scalar is fine but is not
-    checked). Raises :class:`~ldpsim._src._checks.LdpsimError` for a concrete ``scale`` that
+    checked). Raises :class:`~ldpsim.LdpsimError` for a concrete ``scale`` that
     is < 0, NaN or inf.
     """
     _check_scale("scale", scale)

@@ -4,7 +4,7 @@ Per-client Gaussian noise (one key per client, ``fold_in(fold_in(root, round),
 client_id)``, tens of thousands of coordinates each) is the bottleneck of a
 privatized round on CPU. :func:`normal` draws it several times faster than
 ``jax.random.normal`` from JAX's own generator, with longer exact tails.
-:func:`ldpsim._src.privacy.mechanisms.gaussian_noise` uses it by default.
+:func:`ldpsim.privacy.gaussian_noise` uses it by default.
 
 Bits (every ``impl`` except ``"jax"``)
 --------------------------------------
@@ -148,7 +148,7 @@ IMPLS = ("fast", "icdf", "jax")
 #: ``"jax"`` (``jax.random.normal`` in float32, erfinv of a 24-bit uniform; the largest value
 #: it returns, measured over 5·10⁷ draws and equal to Φ⁻¹(1 − 2**-25) to 7 digits). Noise
 #: bounded by ``T·σ`` puts a floor under the δ of the Gaussian mechanism:
-#: :func:`ldpsim._src.privacy.calibration.sampler_delta_floor`.
+#: :func:`ldpsim.privacy.sampler_delta_floor`.
 TAIL_BOUND = {"fast": math.sqrt(66.0 * math.log(2.0)) + 1.6e-6,   # + its float32 error
               "icdf": 9.080155124873613 + 1e-5,                    # + float32 rounding
               "jax": 5.41998291015625}                             # a float32 value

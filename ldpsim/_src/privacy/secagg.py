@@ -11,7 +11,7 @@ Gaussian mechanism with noise standard deviation ``σ√s`` on a query of sensit
 i.e. noise multiplier ``z = σ√(s − k)/Δ``, where ``k`` counts the noise shares the adversary
 may know (below). Over the rounds a client takes part in, the guarantee composes by
 dp_accounting (PLD by default, RDP, or the exact analytic composition of Gaussians) through
-:func:`ldpsim._src.privacy.accounting.ldp_epsilon`, the function ldpsim uses for local
+:func:`ldpsim.privacy.ldp_epsilon`, the function ldpsim uses for local
 Gaussian noise, so the local and the central figure come from one accountant.
 
 Assumptions, stated in every report (docs/privacy_sharp_edges.md):
@@ -28,7 +28,7 @@ Assumptions, stated in every report (docs/privacy_sharp_edges.md):
   ``z = σ√(s − k)/Δ``.
 * Secure aggregation itself is ideal (no leakage beyond the sum), the noise is ideal
   continuous Gaussian (ldpsim's float32 sampler has bounded tails: see
-  :func:`ldpsim._src.privacy.calibration.sampler_delta_floor`), and there is no
+  :func:`ldpsim.privacy.sampler_delta_floor`), and there is no
   amplification by sampling (each participation is one release, as for local DP).
 """
 

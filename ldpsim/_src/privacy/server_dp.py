@@ -9,7 +9,7 @@ All functions are pure and jittable; noise scales are traced scalars.
   sum and divides by the fixed ``m`` (not the realised cohort size), so the sum has
   add/remove-one-user L2 sensitivity C and one round is the Gaussian mechanism with
   noise multiplier z (amplified by sampling; accounted by
-  :func:`ldpsim._src.privacy.accounting.dpfedavg_epsilon`).
+  :func:`ldpsim.privacy.dpfedavg_epsilon`).
 * :func:`distributed_client_stddev` / :func:`distributed_shortfall` — distributed DP
   (ALGORITHMS §3.4): each of n expected clients adds ``N(0, σ²/n)`` so the (securely
   aggregated) sum carries ``N(0, σ²)``; if only m clients survive, the sum carries

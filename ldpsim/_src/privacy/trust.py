@@ -8,18 +8,18 @@ server publishes (central DP) — is (ε, δ)-DP for datasets that differ in **o
 data (replace one; the cohort size n is public)**, under the analysis named below. No
 amplification by sampling is taken in any model (a per-participation guarantee: over a
 run, each client's guarantee is the composition over the rounds it took part in, the same
-participation pattern for every model, :class:`ldpsim._src.privacy.ledger.PrivacyLedger`).
+participation pattern for every model, :class:`ldpsim.privacy.PrivacyLedger`).
 
 ``"central"``
     Trusted server: the clipped sum (sensitivity 2C) plus ``N(0, σ_sum² I)`` with
     ``σ_sum`` the exact analytic Gaussian calibration for (ε, δ) (Balle & Wang 2018,
-    :func:`~ldpsim._src.privacy.calibration.analytic_gaussian_sigma`).
+    :func:`~ldpsim.privacy.analytic_gaussian_sigma`).
 ``"secagg"``
     Secure aggregation with distributed Gaussian noise: each client adds ``N(0, σ² I)``;
     the adversary sees only the sum of the ``s = n − ⌊ρn⌋`` worst-case survivors, a
     Gaussian of std ``σ√(s − k)`` (``k`` shares the adversary may know);
-    :func:`~ldpsim._src.privacy.secagg.secagg_sigma` (exact) and
-    :func:`~ldpsim._src.privacy.secagg.secagg_epsilon` (check). With ρ = 0 and k = 0 it is
+    :func:`~ldpsim.privacy.secagg_sigma` (exact) and
+    :func:`~ldpsim.privacy.secagg_epsilon` (check). With ρ = 0 and k = 0 it is
     the central noise, split over the clients.
 ``"local"``
     No trusted party: each report is (ε, δ)-DP on its own (replace one input, sensitivity
@@ -29,7 +29,7 @@ participation pattern for every model, :class:`ldpsim._src.privacy.ledger.Privac
     A trusted shuffler: each report is (ε₀, δ₀)-LDP with the LARGEST ε₀ whose shuffled
     guarantee meets the target at this n. The central ε of n shuffled ε₀-LDP reports is
     the numerical "clones" bound of Feldman, McMillan & Talwar (FOCS 2021,
-    arXiv:2012.12803; :func:`~ldpsim._src.privacy.shuffling.shuffle_epsilon`) at
+    arXiv:2012.12803; :func:`~ldpsim.privacy.shuffle_epsilon`) at
     ``δ_s = split·δ``. The Gaussian randomizer is (ε₀, δ₀)-DP, not pure: by the same
     paper's extension to approximate-DP local randomizers (arXiv:2012.12803, Theorem 3.8,
     which reduces each (ε₀, δ₀)-DP randomizer to an ε₀-DP one close in total variation), the

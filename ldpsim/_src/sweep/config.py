@@ -1,7 +1,7 @@
 """A sweep: fixed run settings × a grid of axes (ε × clients per round × seeds × …).
 
 A :class:`SweepConfig` holds ``base`` (settings shared by every run, i.e. fields of
-:class:`ldpsim._src.fl.config.SimulationConfig`) and ``grid`` (axis name -> values). The axes
+:class:`ldpsim.fl.SimulationConfig`) and ``grid`` (axis name -> values). The axes
 ``epsilon``, ``clients_per_round`` and ``seed`` are required; any other run field may be an
 axis too (e.g. ``mechanism``, ``neighbours``, ``calibration``). Each point of the grid is a
 :class:`Cell` keyed by its axis values, so a resumed sweep recognises finished cells.
@@ -308,7 +308,7 @@ def load_sweep_config(path: str | Path) -> tuple[SweepConfig, dict[str, Any]]:
 def load_run_config(path: str | Path) -> tuple[dict[str, Any], dict[str, list]]:
     """Read the settings of one run (``ldpsim run --config FILE``) from a TOML file.
 
-    The keys are :class:`~ldpsim._src.fl.config.SimulationConfig` fields, either at the top
+    The keys are :class:`~ldpsim.fl.SimulationConfig` fields, either at the top
     level or in a ``[run]`` table; a sweep file works too: its ``[run]`` table, plus its
     ``[grid]`` axes that have one value (``[sweep]`` labels are ignored). ``epsilon``
     accepts ``"inf"``; ``delta`` also ``"1/population"`` or ``"1/clients_per_round"`` (left

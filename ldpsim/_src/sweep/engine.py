@@ -1,12 +1,12 @@
 """The default sweep runner: cells run through the simulation engine (:mod:`ldpsim.fl`).
 
 A group of cells differs only in ε. Without ``vmap_epsilon`` each cell is one call of
-:func:`ldpsim._src.fl.simulate.simulate`; the engine caches its jitted round per static setting
+:func:`ldpsim.simulate`; the engine caches its jitted round per static setting
 and σ is a traced argument, so the whole group (and every seed) shares one compilation.
 
 With ``vmap_epsilon`` the finite-ε cells of a group run as **one** program: the engine's
-pure round function (:func:`~ldpsim._src.fl.round.make_round_fn`) is ``jax.vmap``-ed over
-(server state, :class:`~ldpsim._src.fl.round.RoundHyper`) with one set of knobs per ε, on the same data,
+pure round function (:func:`~ldpsim.fl.make_round_fn`) is ``jax.vmap``-ed over
+(server state, :class:`~ldpsim.fl.RoundHyper`) with one set of knobs per ε, on the same data,
 cohorts and keys as the one-by-one runs. So the results equal running the cells one by
 one up to float rounding (tested), and the ε axis costs one dispatch per round instead of
 one per cell. ε = ∞ (no noise: a different static program) runs on its own.
@@ -47,14 +47,14 @@ def simulate_epsilon_axis(configs: Sequence[Any], *, data: Any = None,
                           on_round: Callable[[], None] | None = None) -> list[list[dict]]:
     """Run configs that differ only in (finite) ε as one vmapped program.
 
-    :func:`ldpsim._src.fl.simulate.simulate_lanes` with the ε values as lanes: the same data,
+    :func:`ldpsim.fl.simulate_lanes` with the ε values as lanes: the same data,
     cohorts and keys as the one-by-one runs, so each history equals its cell's
-    :func:`~ldpsim._src.fl.simulate.simulate` up to float rounding.
+    :func:`~ldpsim.simulate` up to float rounding.
 
     Args:
-        configs: :class:`~ldpsim._src.fl.config.SimulationConfig` objects, identical except
+        configs: :class:`~ldpsim.fl.SimulationConfig` objects, identical except
             ``epsilon`` (all finite).
-        data: ``(population, x_test, y_test)``; default :func:`ldpsim._src.fl.simulate.build_data`.
+        data: ``(population, x_test, y_test)``; default :func:`ldpsim.fl.build_data`.
         on_round: called after every round.
 
     Returns:

@@ -107,7 +107,7 @@ class ResultsStore:
 
     Args:
         path: the CSV file.
-        fingerprint: the sweep's :meth:`~ldpsim._src.sweep.config.SweepConfig.fingerprint`.
+        fingerprint: the sweep's :meth:`~ldpsim.sweep.SweepConfig.fingerprint`.
         config: the sweep's normalised config (stored in the sidecar, used in error messages).
         overwrite: replace an existing results file instead of resuming it.
         describe_difference: optional ``f(other_normalised_config) -> str`` for the refusal message.

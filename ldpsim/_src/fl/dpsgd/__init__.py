@@ -46,7 +46,7 @@ Evaluation is on the whole test set after each epoch. Both samplings run
 ``lax.scan``.
 
 The modules, in the direction of dependency (the one driver loop is
-:func:`ldpsim._src.fl.loop.run_loop`, shared with the federated simulation):
+:func:`ldpsim.fl.run_loop`, shared with the federated simulation):
 
 * :mod:`~ldpsim._src.fl.dpsgd.config` -- :class:`DpsgdConfig` (the settings, MindArmour's
   defaults), :func:`load_config` (TOML), the results and trace columns.

@@ -16,7 +16,7 @@ What one step releases, and its noise multiplier (:func:`step_noise_multipliers`
 * with adaptive clipping (``clip_mechanism`` ``"Linear"``/``"Geometric"``, MindArmour's
   default) also the noisy unclipped fraction ``β̃_t = β_t/M + N(0, σ_f²)``
   (``β_t = #{units with norm < C_t}``, ``M = micro_batches``, ``= B`` per-example;
-  :func:`ldpsim._src.privacy.dpsgd.dp_aggregate`, :func:`presummed_dp_aggregate`), from which
+  :func:`ldpsim.privacy.dp_aggregate`, :func:`presummed_dp_aggregate`), from which
   ``C_{t+1}`` is computed (Linear ``C_t − η(β̃_t − γ)``, Geometric
   ``C_t·exp(−η(β̃_t − γ))``; ``C_{t+1}`` determines ``β̃_t``, so it is a release). One
   example changes one unit — under Poisson add/remove a unit appears, disappears or

@@ -42,7 +42,7 @@ Reported ε (δ = ``config.delta``), after every epoch:
 * ``epsilon``: the smaller of ``epsilon_rdp`` and ``epsilon_pld`` (both are valid
   bounds): *the* ε of this run. ``accounting`` states in one line how it was computed.
 * ``epsilon_monitor``: MindArmour's ``RDPMonitor`` arithmetic
-  (:class:`ldpsim._src.privacy.monitors.RDPMonitor`: 11 orders, classic conversion, its
+  (:class:`ldpsim.privacy.RDPMonitor`: 11 orders, classic conversion, its
   P+1-step window) with the nominal multiplier ``m_t``: it assumes Poisson sampling,
   sensitivity C and a fixed clip bound, and ignores the released fraction — MindArmour's
   figure (:data:`MONITOR_LABEL`), not a guarantee of this run.

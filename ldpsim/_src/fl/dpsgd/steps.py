@@ -23,7 +23,7 @@ __all__ = ["make_epoch_fn", "make_optimizer", "make_poisson_epoch_fn", "presumme
 def make_optimizer(config: DpsgdConfig, key: jax.Array, *, presummed_divisor: int | None = None
                    ) -> optax.GradientTransformation:
     """The optimizer of ``config``: SGD / Momentum / Adam, behind the DP aggregation with DP
-    (:func:`ldpsim._src.privacy.dpsgd.dp_optimizer`, or :func:`presummed_dp_aggregate` with
+    (:func:`ldpsim.privacy.dp_optimizer`, or :func:`presummed_dp_aggregate` with
     ``presummed_divisor`` for units the epoch kernel clips and sums itself); the noise is
     keyed by ``key``."""
     base = {"sgd": lambda: optax.sgd(config.learning_rate),
@@ -45,7 +45,7 @@ def make_optimizer(config: DpsgdConfig, key: jax.Array, *, presummed_divisor: in
 
 
 def presummed_dp_aggregate(divisor: int, **dp_kwargs: Any) -> optax.GradientTransformation:
-    """:func:`ldpsim._src.privacy.dpsgd.dp_aggregate` for units clipped and summed by the caller.
+    """:func:`ldpsim.privacy.dp_aggregate` for units clipped and summed by the caller.
 
     ``update((total, unclipped_count), state)``: ``total`` is ``Σ_j clip(g_j, C_t)`` over a
     variable number of units (``C_t = state.clip_norm``) and ``unclipped_count`` the number
@@ -94,8 +94,8 @@ def make_epoch_fn(apply_fn: Callable, optimizer: optax.GradientTransformation, *
     Pure, jittable. ``perm`` is ``int32[steps, batch_size]`` row indices; one optimizer
     step per row of ``perm`` inside a ``lax.scan``. With ``micro_batches`` (DP), the
     gradients are those of the M contiguous chunks' mean losses
-    (:func:`ldpsim._src.privacy.dpsgd.microbatch_grads`) and ``optimizer`` must start with
-    :func:`~ldpsim._src.privacy.dpsgd.dp_aggregate`; the loss is the mean of the chunk losses.
+    (:func:`ldpsim.privacy.microbatch_grads`) and ``optimizer`` must start with
+    :func:`~ldpsim.privacy.dp_aggregate`; the loss is the mean of the chunk losses.
     Without, the gradient is that of the batch mean loss. ``dp_trace``: with a DP state
     (``opt_state[0]``), ``{"clip_norm": f32[steps], "noise_multiplier": f32[steps]}``, the
     ``C_t`` and ``m_t`` each step used (what the accountant needs); else ``{}``.
@@ -141,7 +141,7 @@ def make_poisson_epoch_fn(apply_fn: Callable, optimizer: optax.GradientTransform
       :func:`presummed_dp_aggregate` with ``divisor = B``.
     * otherwise: ``M`` chunk units ``u_j = Σ_{sampled i, i mod M = j} ∇ℓ_i / (B/M)``
       (accumulated over the blocks before any clipping); ``optimizer`` must start with
-      :func:`~ldpsim._src.privacy.dpsgd.dp_aggregate` (clip, sum, noise, divide by M).
+      :func:`~ldpsim.privacy.dp_aggregate` (clip, sum, noise, divide by M).
 
     An empty chunk is a zero unit (counted as unclipped by adaptive clipping, as in
     :func:`ldpsim._src.fl.dp_client.dp_local_update`). ``losses[t]`` is the mean loss over step

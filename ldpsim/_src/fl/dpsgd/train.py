@@ -1,5 +1,5 @@
 """The centralised DP-SGD trainer: data, model, one compiled epoch, and the driver loop
-(:func:`ldpsim._src.fl.loop.run_loop`, shared with the federated simulation)."""
+(:func:`ldpsim.fl.run_loop`, shared with the federated simulation)."""
 
 from __future__ import annotations
 

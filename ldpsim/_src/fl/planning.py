@@ -1,0 +1,397 @@
+"""A run's privacy mode resolved on the host: calibration, results columns and accounting.
+
+:mod:`ldpsim._src.fl.modes` holds what the round kernel reads (one
+:class:`~ldpsim.modes.RoundMechanism` per privacy mode and its traced knobs); this
+module turns a :class:`~ldpsim.fl.SimulationConfig` into one of them. Nothing
+here is traced: it runs once per run, before the first round.
+
+:func:`plan` builds a configuration's :class:`PrivacyPlan`: the mode's kernel object
+(composed with the noise-mode shortcut and the clients' local training), its calibrated
+knobs, its run-level and per-round results columns, and its accountant (user-level ε spent
+after k participations or t rounds, limited by the noise sampler's δ floor, with a
+:class:`~ldpsim.privacy.SamplerTailWarning` where that floor breaks the
+claimed δ; the clients' sample-level ε under DP-SGD).
+
+The formulas it calls, usable on their own: :func:`noise_scale` (σ or b of an
+additive-noise local randomizer), :func:`local_randomizer` (the calibrated randomizer of an
+``"ldp"`` run), :func:`mindspore_sigma_per_clip` (σ/C of MindSpore's ``DP_ENCRYPT``) and
+:func:`central_epsilon` (user-level ε of central and distributed DP-FedAvg, by RDP).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import sys
+import warnings
+from typing import Any, Callable, NamedTuple
+
+import dp_accounting
+import jax
+import jax.numpy as jnp
+
+from ldpsim._src._checks import LdpsimError, check_open_unit, check_positive
+from ldpsim._src.fl import dp_client, modes
+from ldpsim._src.fl.config import SimulationConfig
+from ldpsim._src.privacy import accounting, adaptive, calibration, sampling
+from ldpsim._src.privacy import mechanism as mechanism_lib
+
+PyTree = Any
+
+__all__ = ["PrivacyPlan", "central_epsilon", "mindspore_sigma_per_clip", "noise_scale", "plan"]
+
+
+def _f32(v: Any) -> jax.Array:
+    return jnp.asarray(v, jnp.float32)
+
+
+class PrivacyPlan(NamedTuple):
+    """A run's privacy mode resolved on the host: the kernel object, its traced knobs, and
+    what the reports need (every formula in one function, called by simulate and sweeps).
+
+    Attributes:
+        mechanism: the :class:`~ldpsim.modes.RoundMechanism`.
+        hyper: its traced knobs (``RoundHyper.privacy``).
+        columns: the run-level results columns of the mode: mechanism, neighbours,
+            epsilon, delta, clip, sensitivity, sigma (in this order), noise_multiplier,
+            and sampler_delta_floor.
+        row_columns: ``metrics_row -> dict``: per-round columns that depend on the mode
+            (the clip bound, and σ/sensitivity where they follow an adaptive bound).
+        epsilon_of: ``(max_participation, rounds, min_noise_fraction) -> ε`` spent so far
+            (``min_noise_fraction``: the smallest realised / target noise variance of the
+            rounds so far, 1 outside distributed DP); ``inf`` where the sampler's bounded
+            tails cannot deliver the claimed δ (with a
+            :class:`~ldpsim.privacy.SamplerTailWarning`).
+        client_hyper: the clients' trainer's traced knobs (``RoundHyper.client``).
+        client_epsilon_of: ``max_participation -> ε``: sample-level ε of the worst-case
+            client's local training (from the trainer's ``dp_event``); NaN where local
+            training releases nothing private.
+    """
+
+    mechanism: modes.RoundMechanism
+    hyper: PyTree
+    columns: dict
+    row_columns: Callable[[dict], dict]
+    epsilon_of: Callable[[int, int, float], float]
+    client_hyper: PyTree = ()
+    client_epsilon_of: Callable[[int], float] = lambda k: math.nan
+
+
+def noise_scale(config: SimulationConfig) -> tuple[float, float, str]:
+    """``(sigma, sensitivity, mechanism)`` of an additive-noise ``"ldp"`` run via
+    :func:`ldpsim.privacy.calibrate`: ``sigma`` is the Gaussian std or the
+    Laplace scale; ε = inf gives ``(0, nan, "none")``.
+
+    Raises:
+        LdpsimError: ``config.mechanism`` is a report randomizer (it has no noise scale:
+            :func:`local_randomizer` calibrates it).
+    """
+    if not config.private:
+        return 0.0, math.nan, "none"
+    if config.mechanism not in calibration.MECHANISMS:
+        raise LdpsimError(f"noise_scale: {config.mechanism!r} adds no noise of a scale; "
+                          f"calibrate it with local_randomizer(config, dim)")
+    cal = calibration.calibrate(config.mechanism,
+                                **_RANDOMIZER_OPTIONS[config.mechanism](config, None))
+    scale = cal.sigma if cal.sigma is not None else cal.scale
+    return float(scale), float(cal.sensitivity), config.mechanism
+
+
+def mindspore_sigma_per_clip(dp_eps: float = 50.0, dp_delta: float = 0.01, *,
+                             neighbours: str = "add-remove", method: str = "analytic") -> float:
+    """σ_t / C_t of MindSpore's ``DP_ENCRYPT`` (ALGORITHMS §1.4), validated as MindSpore does.
+
+    Ranges (``yaml_config.cc``, ``InitEncryptConfig``): dp_eps > 0, 0 < dp_delta < 1.
+    ``neighbours="add-remove"`` (MindSpore: sensitivity C_t) or ``"replace"`` (2C_t, strict
+    replace-one LDP, ALGORITHMS §1.7); ``method`` ``"analytic"`` (exact Balle–Wang) or
+    ``"mindspore"`` (the Java numerics).
+    """
+    eps = check_positive("dp_eps", dp_eps)
+    delta = check_open_unit("dp_delta", dp_delta)
+    return float(calibration.calibrate("gaussian", epsilon=eps, delta=delta, clip=1.0,
+                                       neighbours=neighbours, method=method).sigma)
+
+
+def central_epsilon(*, noise_multiplier: float, clients_per_round: int, population: int,
+                    rounds: int, delta: float, sampling: str = "uniform") -> float:
+    """User-level ε of central/distributed DP-FedAvg after ``rounds`` rounds, q = m/N.
+
+    :func:`ldpsim.privacy.dpfedavg_epsilon` (RDP): the engine's ``"uniform"``
+    cohort (m of N without replacement) is accounted as ``"fixed"`` — replace one user,
+    under which the clipped sum moves by up to 2C, so the accounted multiplier is z/2 —
+    and ``"poisson"`` as Poisson (add/remove one user, the sum moves by at most C,
+    multiplier z). With adaptive clipping the value noise z_Δ and the clipped-count noise
+    σ_b compose to a Gaussian of multiplier z under add/remove (the count's shifted bits
+    ±½ have sensitivity ½) and z/2 under replace-one (a bit flips from −½ to ½:
+    sensitivity 1, as the value's 2C), so passing the overall z is exact in both cases.
+
+    Distributed DP: pass the smallest effective multiplier ``z·√(survivors/m)`` seen so
+    far (the dropout shortfall). Assumption: the protected client is honest, so its own
+    noise share counts towards its protection (the standard distributed-DP analysis,
+    Kairouz, Liu & Steinke 2021). If the adversary may know the target's own share (for
+    instance, the target's device is compromised), the conservative multiplier is
+    ``z·√((survivors − 1)/m)``; ldpsim does not report that variant.
+    """
+    if rounds == 0:
+        return 0.0
+    if noise_multiplier <= 0:
+        return math.inf
+    return accounting.dpfedavg_epsilon(
+        noise_multiplier=noise_multiplier, clients_per_round=clients_per_round,
+        population=population, rounds=rounds, delta=delta,
+        sampling="poisson" if sampling == "poisson" else "fixed", method="rdp").epsilon
+
+
+def _sum_sensitivity(config: SimulationConfig) -> float:
+    """Sensitivity of the clipped sum per unit of C in the central/distributed modes: 2
+    for the engine's fixed-size ("uniform") cohorts (replace one user), 1 for Poisson
+    (add or remove one user); see :func:`ldpsim._src.privacy.accounting.sensitivity_factor`."""
+    return accounting.sensitivity_factor("poisson" if config.sampling == "poisson" else "fixed")
+
+
+def _sampler_impl() -> str:
+    return sampling.resolve_impl(jax.random.key(0), None)
+
+
+def _outside_ldpsim() -> int:
+    """``stacklevel`` for ``warnings.warn`` called right here that names the first caller
+    outside the ldpsim package (the user's line, whichever entry point it called)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(root):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def _with_floor(epsilon_of: Callable, floor: float, claimed_delta: float,
+                gaussian: bool) -> Callable:
+    """``epsilon_of``, limited by the sampler's δ floor: above the claimed δ, warn; for
+    Gaussian noise ε is then infinite once anything was released (no ε holds)."""
+    if not floor > claimed_delta:
+        return epsilon_of
+    if not gaussian:
+        warnings.warn(
+            f"float32 Laplace noise is bounded (|x| <= 16.64 b): at this epsilon the release "
+            f"is not pure epsilon-DP; worst-case neighbours are told apart with probability "
+            f">= {floor:.3g} (column sampler_delta_floor)", calibration.SamplerTailWarning,
+            stacklevel=_outside_ldpsim())
+        return epsilon_of
+    warnings.warn(
+        f"the Gaussian sampler's bounded tails make delta={claimed_delta:g} impossible at "
+        f"this noise level: worst-case neighbours are told apart with probability >= "
+        f"{floor:.3g} whatever epsilon, so epsilon_spent is reported as inf; use a smaller "
+        f"epsilon per round or a larger delta (see docs/privacy_sharp_edges.md)",
+        calibration.SamplerTailWarning, stacklevel=_outside_ldpsim())
+    return lambda k, t, frac: math.inf if max(k, t) > 0 else 0.0
+
+
+def _accountant(event: Any, delta: float) -> Callable[[int], float]:
+    """``k -> ε`` at ``delta`` of ``k`` releases of ``event``
+    (:func:`ldpsim._src.fl.dp_client.event_epsilon`: exact for Gaussian and Laplace),
+    cached by ``k``."""
+    return functools.lru_cache(maxsize=256)(
+        lambda k: dp_client.event_epsilon(event, k, delta))
+
+
+def _privunit_options(c: SimulationConfig, dim: int | None) -> dict:
+    return dict(epsilon=c.epsilon, dim=dim, clip=c.clip, norm_epsilon=c.norm_epsilon)
+
+
+#: Each local randomizer's factory options, read from the configuration and the model's
+#: dimension d (host table; the report randomizers are calibrated for d).
+_RANDOMIZER_OPTIONS: dict[str, Callable[[SimulationConfig, int | None], dict]] = {
+    "gaussian": lambda c, d: dict(epsilon=c.epsilon, delta=c.delta, clip=c.clip,
+                                  neighbours=c.neighbours, method=c.calibration),
+    "laplace": lambda c, d: dict(epsilon=c.epsilon, clip=c.clip, neighbours=c.neighbours),
+    "privunit2": _privunit_options,
+    "privunitg": _privunit_options,
+    "duchi": lambda c, d: dict(epsilon=c.epsilon, dim=d, clip=c.clip),
+    # SignDS: --epsilon is MindSpore's sign_eps; it releases an order, so clip is unused
+    "signds": lambda c, d: dict(epsilon=c.epsilon, dim=d, sign_k=c.sign_k,
+                                sign_thr_ratio=c.sign_thr_ratio,
+                                sign_global_lr=c.sign_global_lr, sign_dim_out=c.sign_dim_out),
+}
+
+#: Pure ε-DP claims no δ; a sampler floor above this is still reported (ε ≳ 3.6 for
+#: float32 Laplace): any positive floor breaks pure DP.
+_PURE_DP_WARN_DELTA = 1e-6
+
+
+def local_randomizer(config: SimulationConfig,
+                     dim: int | None = None) -> mechanism_lib.LocalMechanism:
+    """The :class:`~ldpsim.mechanism.LocalMechanism` an ``"ldp"`` run's
+    clients apply (:func:`~ldpsim.mechanism.clip_only` for ε = inf), calibrated
+    from ``config`` (``--epsilon``; PrivUnit's ``norm_epsilon``; SignDS's ``sign_*``
+    settings) and, for a report randomizer, the model's dimension ``dim``.
+
+    Raises:
+        LdpsimError: a report randomizer without ``dim``, or the factory's own errors
+            (ε out of the mechanism's range, a dimension too small), naming the value.
+    """
+    if not config.private:
+        return mechanism_lib.clip_only(clip=config.clip, neighbours=config.neighbours)
+    if config.mechanism not in calibration.MECHANISMS and dim is None:
+        raise LdpsimError(f"mechanism {config.mechanism!r} is calibrated for the model's "
+                          f"dimension: pass dim (plan(..., dim=d))")
+    with warnings.catch_warnings():   # noise_scale, called first, has issued them
+        warnings.simplefilter("ignore")
+        return mechanism_lib.make(config.mechanism,
+                                  **_RANDOMIZER_OPTIONS[config.mechanism](config, dim))
+
+
+def _plan_report(config: SimulationConfig, dim: int | None) -> PrivacyPlan:
+    """``"ldp"`` with a report randomizer (PrivUnit2, PrivUnitG, Duchi et al., SignDS):
+    pure ε-LDP per round for any two inputs (replace-one), so δ is not used; ε_spent is
+    the pure composition ``k·ε`` of the worst-case client's ``k`` participations, from the
+    randomizer's dp event (binary randomized response at ε, which dominates every ε-DP
+    pair) composed at δ = 0."""
+    lm = local_randomizer(config, dim)
+    acc = _accountant(lm.dp_event(lm.params), 0.0)
+    columns = {"mechanism": lm.name, "neighbours": lm.neighbours, "epsilon": config.epsilon,
+               "delta": math.nan, "clip": config.clip, "sensitivity": math.nan,
+               # root mean per-coordinate variance of one decoded report at ‖x‖ = C
+               "sigma": float(lm.noise_std(lm.params)),
+               "noise_multiplier": math.nan, "sampler_delta_floor": math.nan}
+    return PrivacyPlan(modes.local(lm.name), modes.ReportHyper(lm.params), columns,
+                       lambda row: {"clip_bound": config.clip},
+                       lambda k, t, frac: acc(k))
+
+
+def _plan_ldp(config: SimulationConfig, population: int, dim: int | None = None) -> PrivacyPlan:
+    if config.private and config.mechanism not in calibration.MECHANISMS:
+        return _plan_report(config, dim)
+    sigma, sens, randomizer = noise_scale(config)
+    lm = local_randomizer(config)
+    mech = modes.local(lm.name)
+    # The randomizer's accounting event, at the float64 calibration (its params are float32).
+    event = lm.dp_event(mechanism_lib.MechanismParams(config.clip, sigma))
+    pure = lm.delta == 0.0
+    floor, claimed = math.nan, math.nan
+    if isinstance(event, dp_accounting.NonPrivateDpEvent):
+        epsilon_of = lambda k, t, frac: math.nan  # noqa: E731  (no privacy: no ε column)
+    else:
+        if lm.name in calibration.MECHANISMS:
+            floor = calibration.sampler_delta_floor(sigma, sens, mechanism=lm.name,
+                                                    impl=_sampler_impl())
+        claimed = _PURE_DP_WARN_DELTA if pure else config.delta
+        acc = _accountant(event, config.delta)
+        epsilon_of = lambda k, t, frac: acc(k)  # noqa: E731
+    columns = {"mechanism": randomizer, "neighbours": config.neighbours,
+               "epsilon": config.epsilon, "delta": math.nan if pure else config.delta,
+               "clip": config.clip, "sensitivity": sens, "sigma": sigma,
+               "noise_multiplier": math.nan, "sampler_delta_floor": floor}
+    return PrivacyPlan(mech, modes.LocalHyper(_f32(sigma)), columns,
+                       lambda row: {"clip_bound": config.clip},
+                       _with_floor(epsilon_of, floor, claimed, not pure))
+
+
+def _plan_mindspore(config: SimulationConfig, population: int, dim: int | None = None
+                    ) -> PrivacyPlan:
+    mech = modes.mindspore(config.mindspore_clip_rule == "running-min")
+    a = mindspore_sigma_per_clip(config.dp_eps, config.dp_delta,
+                                 neighbours=config.mindspore_neighbours)
+    unit = 2.0 if config.mindspore_neighbours == "replace" else 1.0
+    floor = calibration.sampler_delta_floor(a, unit, impl=_sampler_impl())
+    columns = {"mechanism": "gaussian", "neighbours": config.mindspore_neighbours,
+               "epsilon": config.dp_eps, "delta": config.dp_delta, "clip": math.nan,
+               "sensitivity": math.nan, "sigma": math.nan, "noise_multiplier": math.nan,
+               "sampler_delta_floor": floor}
+    # Every round is exactly (dp_eps, dp_delta)-DP whatever C_t: the accountant of N(0, a²)
+    # with sensitivity `unit` per unit of C.
+    acc = _accountant(dp_accounting.GaussianDpEvent(a / unit), config.dp_delta)
+    epsilon_of = _with_floor(lambda k, t, frac: acc(k), floor, config.dp_delta, True)
+
+    def row_columns(row: dict) -> dict:
+        c = row["clip_bound"]
+        return {"sigma": a * c, "sensitivity": unit * c}
+
+    return PrivacyPlan(mech, modes.MindSporeHyper(_f32(a), _f32(config.dp_norm_clip)), columns,
+                       row_columns, epsilon_of)
+
+
+def _plan_sum(config: SimulationConfig, population: int, dim: int | None = None, *,
+              distributed_mode: bool) -> PrivacyPlan:
+    """central and distributed: user-level DP of the (noisy) sum, accounted by RDP."""
+    m = config.clients_per_round
+    z_value, count_std = config.noise_multiplier, 0.0
+    if config.adaptive_clip:
+        z_value, count_std = adaptive.adaptive_noise_split(
+            config.noise_multiplier, m, config.clipped_count_stddev)
+    sens = _sum_sensitivity(config)
+    if distributed_mode:
+        mech = modes.distributed(m)
+        hyper = modes.DistributedHyper(_f32(z_value), _f32(config.dropout_rate))
+        floor = math.nan   # the summed noise is not one draw of the sampler
+    else:
+        mech = modes.central(m, config.adaptive_clip)
+        hyper = modes.CentralHyper(_f32(z_value), _f32(count_std),
+                                   _f32(config.target_quantile), _f32(config.clip_learning_rate))
+        floor = (calibration.sampler_delta_floor(z_value, sens, impl=_sampler_impl())
+                 if z_value > 0 else math.nan)
+    columns = {"mechanism": "gaussian",
+               "neighbours": "add-remove" if config.sampling == "poisson" else "replace",
+               "epsilon": math.nan, "delta": config.delta, "clip": config.clip,
+               "sensitivity": math.nan, "sigma": math.nan,
+               "noise_multiplier": config.noise_multiplier, "sampler_delta_floor": floor}
+    cache: dict = {}
+
+    def ideal(k: int, t: int, frac: float) -> float:
+        z = config.noise_multiplier * (math.sqrt(frac) if distributed_mode else 1.0)
+        if (z, t) not in cache:
+            cache[(z, t)] = central_epsilon(
+                noise_multiplier=z, clients_per_round=m, population=population, rounds=t,
+                delta=config.delta, sampling=config.sampling)
+        return cache[(z, t)]
+
+    per_client = 1.0 / math.sqrt(m) if distributed_mode else 1.0
+
+    def row_columns(row: dict) -> dict:
+        c = row["clip_bound"]
+        return {"sigma": z_value * c * per_client, "sensitivity": sens * c}
+
+    return PrivacyPlan(mech, hyper, columns, row_columns,
+                       _with_floor(ideal, floor, config.delta, True))
+
+
+_PLANS: dict[str, Callable[[SimulationConfig, int, int | None], PrivacyPlan]] = {
+    "ldp": _plan_ldp, "mindspore": _plan_mindspore,
+    "central": functools.partial(_plan_sum, distributed_mode=False),
+    "distributed": functools.partial(_plan_sum, distributed_mode=True),
+}
+
+#: The simulation shortcut of each noise mode (``"aggregate"``: :func:`~ldpsim.modes.aggregated`).
+_NOISE_MODES: dict[str, Callable[[modes.RoundMechanism], modes.RoundMechanism]] = {
+    "per-client": lambda mech: mech, "aggregate": modes.aggregated,
+}
+
+
+def _client_training(config: SimulationConfig) -> dp_client.ClientTraining:
+    return (dp_client.dpsgd(config.client_dp_micro_batches) if config.client_dp
+            else dp_client.PLAIN)
+
+
+def plan(config: SimulationConfig, population: int, *,
+         smallest_client: int = 1, dim: int | None = None) -> PrivacyPlan:
+    """The :class:`PrivacyPlan` of ``config`` for a population of ``population`` clients
+    (calibration, the mode's kernel object and knobs, its columns and its accountant),
+    composed with the clients' local training (:func:`~ldpsim.modes.with_client_training`).
+
+    ``smallest_client``: the fewest examples any client holds (> 0): the worst case of
+    the clients' sample-level accounting (DP-SGD clients). ``dim``: the model's number of
+    parameters d, needed by the report randomizers (PrivUnit2, PrivUnitG, Duchi et al.,
+    SignDS are calibrated for d).
+    """
+    base = _PLANS[config.privacy_mode](config, population, dim)
+    mech = _NOISE_MODES[config.noise_mode](base.mechanism)
+    training = _client_training(config)
+    knobs = training.knobs(config.client_dp_clip, config.client_dp_noise_multiplier)
+    client_epsilon_of: Callable[[int], float] = lambda k: math.nan  # noqa: E731
+    if training.dp_event is not None:
+        steps = (config.local_epochs * -(-smallest_client // config.batch_size)
+                 if config.local_epochs else config.local_steps)
+        client_epsilon_of = _accountant(training.dp_event(
+            config.client_dp_noise_multiplier, num_examples=smallest_client,
+            batch_size=config.batch_size, local_steps=steps), config.delta)
+    return base._replace(mechanism=modes.with_client_training(mech, training),
+                         client_hyper=knobs, client_epsilon_of=client_epsilon_of)
