@@ -59,7 +59,7 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "noise_sum_std": ("setting", "std per coordinate of the noise on the weighted sum"),
     "round": ("setting", "round number (1-based)"),
     "sampler_delta_floor": ("setting", "no delta below this is delivered by the float noise "
-                                       "sampler's bounded tails (ldpsim._src.privacy.calibration."
+                                       "sampler's bounded tails (ldpsim.privacy."
                                        "sampler_delta_floor); epsilon_spent is inf when it "
                                        "exceeds delta"),
     # --- released (functions of the privatized reports and public data)
