@@ -103,8 +103,6 @@ FIGURES = (
          _kind("accuracy-vs-epsilon"), "MindSpore quick grid (5 rounds)"),
     Spec("mindspore_lenet5_quick_noise-vs-clients.png", ("mindspore_lenet5_quick*.csv",),
          _kind("noise-vs-clients"), "MindSpore quick grid (5 rounds)"),
-    Spec("mindspore_lenet5_partial_accuracy-vs-epsilon.png", ("mindspore_lenet5.csv",),
-         _kind("accuracy-vs-epsilon"), "MindSpore full config, the 30-round cells that ran"),
     Spec("noise_lenet5_eps50.png", ("noise_lenet5_eps50.csv",), _kind("noise-vs-clients"),
          "ldpsim noise, LeNet-5, ε = 50"),
 )
