@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -45,6 +47,26 @@ def examples(n: int) -> int:
 #: the level wins.
 FAST_TIER_XLA_FLAG = "--xla_backend_optimization_level=0"
 
+#: XLA option of the fast tier: XLA:CPU's older elemental code generator instead of its MLIR
+#: fusion emitters, which take about half of what is left of a small program's compile time.
+#: The lowered program and XLA's fusion decisions are unchanged (the optimised HLO only no
+#: longer wraps each unfused operation in a fusion of its own); what differs is how each loop
+#: is emitted.  Added only when this XLA knows the flag (XLA aborts on an unknown one, and
+#: newer XLAs are retiring this one) and unless your XLA_FLAGS names it.
+FAST_TIER_XLA_EMITTER_FLAG = "--xla_cpu_use_fusion_emitters=false"
+
+
+def _xla_knows(flag: str) -> bool:
+    """Whether this JAX's XLA starts with ``flag`` in XLA_FLAGS (asked in a child process,
+    since XLA aborts the process on a flag it does not know)."""
+    env = {**os.environ, "XLA_FLAGS": flag, "JAX_PLATFORMS": "cpu"}
+    probe = "import jax; jax.devices()"
+    try:
+        return subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True,
+                              timeout=120).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
 
 def pytest_configure(config):
     # Runs before collection in the main process and in every xdist worker, before JAX starts.
@@ -52,7 +74,12 @@ def pytest_configure(config):
         os.environ["LDPSIM_FAST_TIER"] = "1"
         flags = os.environ.get("XLA_FLAGS", "")
         if "xla_backend_optimization_level" not in flags:
-            os.environ["XLA_FLAGS"] = f"{flags} {FAST_TIER_XLA_FLAG}".strip()
+            flags = f"{flags} {FAST_TIER_XLA_FLAG}".strip()
+        # Decided once, by the controller; the xdist workers inherit its XLA_FLAGS.
+        if (os.environ.get("PYTEST_XDIST_WORKER") is None and "xla_cpu_use_fusion_emitters"
+                not in flags and _xla_knows(FAST_TIER_XLA_EMITTER_FLAG)):
+            flags = f"{flags} {FAST_TIER_XLA_EMITTER_FLAG}"
+        os.environ["XLA_FLAGS"] = flags
         # One JAX compilation cache for this run, shared by the xdist workers and by tests
         # that build the same program again: a compiled program is reused, never rebuilt.
         # A new empty folder per run (made here by the controller, inherited by the workers,
