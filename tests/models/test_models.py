@@ -40,6 +40,15 @@ def test_lenet5_parameter_count():
     assert num_params(valid.init(KEY, jnp.zeros((1, 32, 32, 1)))) == 61_706
 
 
+def test_lenet5_with_62_classes_for_femnist():
+    """The model of experiments/femnist_ldp.toml: only the last layer grows, 84*62+62 weights."""
+    model = get_model("lenet5", input_shape=(28, 28, 1), num_classes=62)
+    params = model.init(KEY, jnp.zeros((1, 28, 28, 1)))
+    assert num_params(params) == 61_706 - (84 * 10 + 10) + (84 * 62 + 62) == 66_126
+    logits = model.apply(params, jax.random.uniform(KEY, (5, 28, 28, 1)))
+    assert logits.shape == (5, 62) and bool(jnp.all(jnp.isfinite(logits)))
+
+
 def test_lenet5_same_equals_valid_on_zero_padded_32x32():
     """'SAME' on 28x28 is exactly 'VALID' on the image zero-padded to 32x32."""
     same = get_model("lenet5", input_shape=(28, 28, 1), num_classes=10)
