@@ -15,6 +15,9 @@ committed as ``seed000_converged_<piece>.csv``; they are joined by
 :func:`ldpsim.sweep.concat_results` (row concatenation in name order, refusing a run present in
 two pieces). The statistics (means, t-intervals over seeds, gaps paired by seed) are
 :func:`ldpsim.sweep.accuracy_verdict`'s; ``python experiments/seed000_table.py`` prints them.
+
+FEMNIST under local DP (issue 14): the pieces ``femnist_ldp*.csv`` of ``femnist_ldp.toml``'s grid
+(experiments/README.md), joined the same way.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from ldpsim.sweep import accuracy_by_round, accuracy_verdict, concat_results
 
 HERE = Path(__file__).resolve().parent
 SEED000 = "seed000_converged_*.csv"
+FEMNIST = "femnist_ldp*.csv"
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,18 @@ def _seed000_gap(paths, out):
     return plot_gap_table(accuracy_verdict(_read(paths), method=None), out)
 
 
+def _femnist_accuracy(paths, out):
+    return plot_accuracy_ci(accuracy_verdict(_read(paths), method=None), out,
+                            title="FEMNIST by writer, LeNet-5 (62 classes): final accuracy after 40 rounds vs m\n"
+                                  "(mean, 95 % t-interval over seeds where there are two)")
+
+
+def _femnist_curves(paths, out):
+    return plot_curves_ci(accuracy_by_round(_read(paths)), out, clients=(10, 50, 105),
+                          title="FEMNIST by writer, LeNet-5 (62 classes): accuracy vs round\n"
+                                "(mean, 95 % t-interval over seeds where there are two)")
+
+
 def _crossover(paths, out):
     """The trust-model crossover, drawn by its own script's ``plot`` (one figure, one CSV)."""
     import importlib.util
@@ -95,6 +111,12 @@ FIGURES = (
          "seed 000 at convergence: gap to non-private (points), paired by seed"),
     Spec("seed000_converged_noise-vs-clients.png", (SEED000,), _kind("noise-vs-clients"),
          "seed 000 at convergence: aggregated noise norm vs m, with σ√(d/m)"),
+    Spec("femnist_ldp_accuracy-vs-clients.png", (FEMNIST,), _femnist_accuracy,
+         "FEMNIST by writer, LeNet-5: final accuracy vs m (10, 50, 105 writers) per ε, 95 % t-intervals"),
+    Spec("femnist_ldp_accuracy-vs-round.png", (FEMNIST,), _femnist_curves,
+         "FEMNIST by writer, LeNet-5: accuracy vs round at m = 10, 50, 105"),
+    Spec("femnist_ldp_noise-vs-clients.png", (FEMNIST,), _kind("noise-vs-clients"),
+         "FEMNIST by writer, LeNet-5: aggregated noise norm vs m, with σ√(d/m)"),
     Spec("crossover_lenet5.png", ("crossover_lenet5.csv",), _crossover,
          "trust-model crossover: accuracy vs m at equal central ε, four trust models"),
     Spec("mindspore_lenet5_quick_accuracy-vs-clients.png", ("mindspore_lenet5_quick*.csv",),

@@ -68,3 +68,22 @@ def test_mechanisms_config_compares_every_randomizer_at_equal_epsilon():
     runner = EngineRunner()
     for cell in config.cells():
         runner.check(cell)
+
+
+def test_femnist_config_is_the_natural_writer_partition_under_honest_ldp():
+    config, out, plots = _config("femnist_ldp.toml")
+    base = config.base
+    # every writer of the ../shared/data subset is one client; m up to all 105 of them
+    assert (base["dataset"], base["partition"], base["population"]) == ("femnist", "natural", 105)
+    assert config.grid["clients_per_round"] == (10, 50, 105)
+    assert config.grid["epsilon"] == (10, 100, 1000, math.inf)
+    # LeNet-5 (62 outputs from the data), not the 6.6 M-parameter LEAF CNN that "auto" would pick
+    assert base["model"] == "lenet5"
+    assert (base["mechanism"], base["neighbours"], base["calibration"]) == ("gaussian", "replace", "analytic")
+    assert base["noise_mode"] == "aggregate" and base["clip"] == 1.0
+    assert (base["local_epochs"], base["batch_size"], base["client_lr"]) == (1, 16, 0.2)
+    assert out == Path("results") / "femnist_ldp.csv" and not plots
+    runner = EngineRunner()
+    for cell in config.cells():
+        runner.check(cell)
+        assert cell.params["delta"] == pytest.approx(1 / 105)
