@@ -132,6 +132,19 @@ def test_bands_are_mean_plus_minus_std_over_seeds(results, tmp_path):
     assert ys.max() == pytest.approx((stats["mean"] + stats["std"]).max())
 
 
+def test_title_counts_seeds_per_point_when_cells_differ(results):
+    df = pd.read_csv(results)
+    seeds = sorted(df["seed"].unique())
+    assert len(seeds) >= 2
+    # Keep every seed at the smallest m but only the first seed elsewhere: points have 1..n seeds.
+    m0 = df["clients_per_round"].min()
+    uneven = df[(df["clients_per_round"] == m0) | (df["seed"] == seeds[0])]
+    title = plot(uneven, "accuracy-vs-clients", where={"mechanism": "gaussian"}).axes[0].get_title()
+    assert f"over 1–{len(seeds)} seeds per point" in title
+    even = plot(df, "accuracy-vs-clients", where={"mechanism": "gaussian"}).axes[0].get_title()
+    assert f"mean ± std over {len(seeds)} seeds)" in even
+
+
 @pytest.mark.slow
 def test_noise_table_plot_has_theory(tmp_path):
     rows = noise_study(jax.random.key(0), clients=[1, 10, 100], dim=500, noise_scale=0.3, clip=1.0, trials=3)

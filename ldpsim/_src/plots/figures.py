@@ -253,8 +253,19 @@ def _finish(fig: Figure, out: str | Path | None) -> Figure:
 def _seeds_note(df: pd.DataFrame) -> str:
     if "seed" not in df.columns:
         return ""
-    n = df["seed"].nunique()
-    return f"mean ± std over {n} seeds" if n > 1 else "1 seed"
+    keys = [c for c in _CELL_KEYS if c in df.columns]
+    if keys:
+        per_cell = df.groupby(keys, dropna=False)["seed"].nunique()
+        lo, hi = int(per_cell.min()), int(per_cell.max())
+    else:
+        lo = hi = int(df["seed"].nunique())
+    if lo != hi:
+        return f"mean ± std over {lo}–{hi} seeds per point"
+    return f"mean ± std over {hi} seeds" if hi > 1 else "1 seed"
+
+
+# The columns that tell one grid cell from another (everything a run varies except its seed).
+_CELL_KEYS = ("dataset", "model", "mechanism", "neighbours", "privacy_mode", "noise_mode", "epsilon", "clients_per_round")
 
 
 # --------------------------------------------------------------------------- kinds
