@@ -69,9 +69,14 @@ DATASET_DEFAULTS: Mapping[str, Mapping[str, Any]] = {
     "femnist": {"local_steps": 2, "local_epochs": 1, "batch_size": 16,
                 "client_optimizer": "sgd", "client_lr": 0.05, "server_lr": 1.0,
                 "model": "femnist_cnn"},
-    # char_lstm: 10 Adam steps (measured by the session that added the LSTMs).
-    "shakespeare": {"local_steps": 10, "local_epochs": None, "batch_size": 16,
-                    "client_optimizer": "adam", "client_lr": 1e-3, "server_lr": 1.0},
+    # char_lstm: 50 Adam steps of batch 16 at 0.01, server lr 10.  Measured, 10 rounds of
+    # 20 of the 715 roles (natural partition), no privacy: 0.216 next-character accuracy
+    # at round 10, rising every round from round 3 (unigram baseline 0.127).  Every client's
+    # update is longer than the default clip C = 1 (clip fraction 1.0), so the server lr
+    # sets the step (about 6.5 per round); 30 steps reach 0.195, 10 steps 0.161 at best
+    # whatever the rates, and the old 10 steps at 1e-3 with server lr 1 stalled at 0.142.
+    "shakespeare": {"local_steps": 50, "local_epochs": None, "batch_size": 16,
+                    "client_optimizer": "adam", "client_lr": 0.01, "server_lr": 10.0},
 }
 
 
