@@ -125,3 +125,31 @@ def test_bare_mnist_lenet5_run_with_the_defaults_trains(data_root):
     assert defaulted_fields(config)["local_epochs"] == DATASET_DEFAULTS["mnist"]["local_epochs"]
     history = simulate(config, progress=False)
     assert history[-1]["accuracy"] > 0.85, history[-1]
+
+
+@pytest.mark.slow
+def test_bare_shakespeare_char_lstm_run_with_the_defaults_trains(data_root):
+    """The defaults on Shakespeare's natural per-role partition, no privacy, 20 of the 715
+    roles per round, 8 rounds: next-character accuracy on the 5,517 held-out windows of at
+    least 0.17, and cross-entropy below 3.35 nats.
+
+    The unigram baseline (the best constant prediction, the space) is 0.127 and the held-out
+    label entropy 3.58 nats; the old defaults (10 Adam steps at 1e-3, server lr 1) stalled at
+    0.142 from round 3 to round 10.  Measured with these defaults (docs/defaults.md): 0.208
+    and 3.134 nats at round 8, rising every round from round 3.  The bar is 5 binomial
+    standard deviations (0.005 at 0.17 on 5,517 windows) above the old plateau.  About
+    85 s of CPU (one evaluation, at the end).
+    """
+    from ldpsim._src.fl.simulate import simulate
+
+    config = SimulationConfig(dataset="shakespeare", data_dir=str(data_root),
+                              partition="natural", population=715, clients_per_round=20,
+                              rounds=8, eval_every=8, epsilon=math.inf, seed=0)
+    assert config.model == "auto"
+    entry = DATASET_DEFAULTS["shakespeare"]
+    assert defaulted_fields(config)["local_steps"] == entry["local_steps"]
+    history = simulate(config, progress=False)
+    print(f"round 8: accuracy {history[-1]['accuracy']:.4f}, loss {history[-1]['loss']:.3f}")
+    assert history[-1]["model"] == "char_lstm"
+    assert history[-1]["accuracy"] >= 0.17, history[-1]
+    assert history[-1]["loss"] < 3.35, history[-1]
