@@ -83,13 +83,13 @@ def _seed000_gap(paths, out):
 def _femnist_accuracy(paths, out):
     return plot_accuracy_ci(accuracy_verdict(_read(paths), method=None), out,
                             title="FEMNIST by writer, LeNet-5 (62 classes): final accuracy after 40 rounds vs m\n"
-                                  "(mean, 95 % t-interval over seeds where there are two)")
+                                  "(mean, 95 % t-interval over seeds where there are two or more)")
 
 
 def _femnist_curves(paths, out):
     return plot_curves_ci(accuracy_by_round(_read(paths)), out, clients=(10, 50, 105),
                           title="FEMNIST by writer, LeNet-5 (62 classes): accuracy vs round\n"
-                                "(mean, 95 % t-interval over seeds where there are two)")
+                                "(mean, 95 % t-interval over seeds where there are two or more)")
 
 
 def _crossover(paths, out):
