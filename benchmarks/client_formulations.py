@@ -77,12 +77,13 @@ def matmul_peak(n=2048, repeats=5):
 
 
 def _client_fn(conv_impl, pool_impl="auto"):
+    batch = BATCH
     model = lenet5_variant(conv_impl, pool_impl, input_shape=(28, 28, 1), num_classes=10)
 
     def one(params, x, y, count, key):
         delta, metrics = local_update(params, x, y, count, apply_fn=model.apply,
                                       optimizer=client_optimizer("sgd", 0.05),
-                                      batch_size=BATCH, local_steps=STEPS, key=key)
+                                      batch_size=batch, local_steps=STEPS, key=key)
         return delta, metrics.loss
 
     return model, one
@@ -165,7 +166,11 @@ def main(argv=None):
         "map25-im2col", "vmap-im2col"])
     p.add_argument("--loop-max-m", type=int, default=200,
                    help="time loops on at most this many clients (rate is per client)")
+    p.add_argument("--batch", type=int, default=16,
+                   help="local batch size (default 16; 2 steps over 32 examples either way)")
     args = p.parse_args(argv)
+    global BATCH  # noqa: PLW0603  (read by _client_fn when the formulations are built)
+    BATCH = args.batch
 
     peak = matmul_peak()
     train_flops = 3 * lenet_forward_flops() * BATCH * STEPS
