@@ -14,8 +14,9 @@ Formulations:
   map<c>-<conv>   lax.scan over chunks of c clients, each chunk vmapped (bounded memory);
                   map1 = one client per scan iteration (a loop inside XLA).
   <conv>/<pool>   optional pooling formulation (reshape | window | slices).
-ldpsim.models keeps mixed and xla (reshape and window); the others come from
-benchmarks/conv_variants.py (same params, same function).
+ldpsim.models keeps chwn, mixed and xla (reshape and window); the others come from
+benchmarks/conv_variants.py (same params, same function).  --batch B changes the local
+batch (2 steps either way).
 
 Measured (2-core CPU shared with other jobs, load ~8, m = 200, CPU-ms per update):
 loop-im2col 6.8, map1-im2col 4.4, map2 6.9, map4 7.2, map10 7.4, map25 7.9; after the
@@ -23,6 +24,8 @@ in-place col2im VJP of im2col, map1-im2col 3.8 (channels-first cnhw 4.4, xla 23)
 Later (quiet machine, 512-bit kernels, m = 128, median of 7, updates/s): map1-im2col 345,
 map1-mixed 435 (LeNet-5's conv1 channels-first, conv2 im2col; the CPU default since),
 map1-mixed/slices 377, map1-mixed/window 358, map2-mixed 374.
+chwn (batch-innermost, 25 Nov 2026, m = 200, CPU-ms per update): one core 2.01 against
+2.86 for mixed; both cores 479 against 338 updates/s (details in conv_variants.py).
 
 Speed of light: training FLOPs (3x the forward FLOPs of 32 examples, counted from the
 layer shapes) at the float32 matmul peak measured in the same run (2048^2 jnp.dot).

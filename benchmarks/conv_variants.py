@@ -85,7 +85,9 @@ jax 0.10.2; client_formulations.py --batch B):
     chwn_taps_mm 3.76, chwn_taps 5.36; chwn_kconv_taps/hand 10.8 (!).
     B = 32: mixed 5.58, chwn 4.75 (1.17x); 24: 4.25 / 3.77; 10: 1.78 / 1.58 (1.13x; with
     the taps and the convolution gradient at B = 10: 3.04); 8: 1.44 / 1.30.
-    Chunk 8 (map8): mixed 4.70, chwn 3.79.
+    Chunk 8 (map8): mixed 4.70, chwn 3.79.  Other poolings with the kept convolutions
+    (``"chwn_kept"`` = ldpsim's conv2d_chwn here): reshape 2.03, window 2.78, and
+    pathological slices 13.0 and hand 11.3 (also 11.3 behind an optimization barrier).
   * both cores (XLA's intra-op threads), updates/s: B = 16 mixed 338, chwn 479 (1.42x;
     CPU-ms 4.24 / 3.26); B = 32 192 / 229; B = 10 (before the fallback) 410 / 451.
   Why (per-thunk profile, one core, 2 local steps, before the convolution kernel
@@ -123,7 +125,7 @@ from ldpsim.models import Model, get_model
 
 CONV_IMPLS = ("xla", "im2col", "im2col_autodiff", "patches", "taps", "cnhw")
 CHWN_IMPLS = ("chwn_taps_mm", "chwn_taps", "chwn_mm", "chwn_col2im", "chwn_red", "chwn_kconv",
-              "chwn_kconv_taps", "chwn_kkt")  # whole-network batch-innermost layouts
+              "chwn_kconv_taps", "chwn_kkt", "chwn_kept")  # whole-network batch-innermost layouts
 LENET_CONV_IMPLS = CONV_IMPLS + ("mixed",) + CHWN_IMPLS
 POOL_IMPLS = ("reshape", "window", "slices")
 CHWN_POOL_IMPLS = POOL_IMPLS + ("hand",)  # "hand": relu + pool with a hand VJP (chwn_* only)
@@ -139,6 +141,7 @@ KEPT_POOL = ("auto", "reshape", "window")
 # im2col_autodiff is the package's im2col without its hand-written VJP.
 from ldpsim._src.models._layers import _im2col as im2col_autodiff  # noqa: E402
 from ldpsim._src.models._layers import _pad_same, conv2d_cnhw, im2col  # noqa: E402
+from ldpsim._src.models._layers import conv2d_chwn as kept_conv2d_chwn  # noqa: E402
 
 
 def conv2d(x, kernel, *, padding, impl):
@@ -386,7 +389,9 @@ class Conv2D(nn.Module):
         c = x.shape[0] if self.channels_first else x.shape[-1]
         kernel = self.param("kernel", nn.initializers.lecun_normal(),
                             (k, k, c, self.features), jnp.float32)
-        if self.impl.startswith("chwn_"):
+        if self.impl == "chwn_kept":  # ldpsim's conv2d_chwn (for other poolings with it)
+            y = kept_conv2d_chwn(x, kernel, padding=self.padding)
+        elif self.impl.startswith("chwn_"):
             y = conv2d_chwn(x, kernel, padding=self.padding, form=self.impl[5:])
         elif self.channels_first:
             y = conv2d_cnhw(x, kernel, padding=self.padding)
@@ -437,7 +442,8 @@ class LeNet5(nn.Module):
                          "chwn_red": ("chwn_red", "chwn_col2im"),
                          "chwn_kconv": ("chwn_kconv", "chwn_col2im"),
                          "chwn_kconv_taps": ("chwn_kconv_taps", "chwn_col2im"),
-                         "chwn_kkt": ("chwn_kconv_taps",) * 2}[self.conv_impl]
+                         "chwn_kkt": ("chwn_kconv_taps",) * 2,
+                         "chwn_kept": ("chwn_kept",) * 2}[self.conv_impl]
         x = jnp.transpose(x, (3, 1, 2, 0))
         def relu_pool(x):
             if self.pool_impl != "hand":
