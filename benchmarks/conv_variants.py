@@ -88,6 +88,10 @@ jax 0.10.2; client_formulations.py --batch B):
     Chunk 8 (map8): mixed 4.70, chwn 3.79.  Other poolings with the kept convolutions
     (``"chwn_kept"`` = ldpsim's conv2d_chwn here): reshape 2.03, window 2.78, and
     pathological slices 13.0 and hand 11.3 (also 11.3 behind an optimization barrier).
+    XLA fuses conv1's 25-tap forward into each of its three consumers (relu + pool
+    forward, the pool's tie mask, relu's backward select) and recomputes it there;
+    materialising it once (an optimization barrier on the taps output) changed nothing
+    (2.02 against 2.01).
   * both cores (XLA's intra-op threads), updates/s: B = 16 mixed 338, chwn 479 (1.42x;
     CPU-ms 4.24 / 3.26); B = 32 192 / 229; B = 10 (before the fallback) 410 / 451.
   Why (per-thunk profile, one core, 2 local steps, before the convolution kernel
