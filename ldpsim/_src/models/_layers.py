@@ -55,7 +55,12 @@ _POOL_IMPLS = ("auto", "reshape", "window")
 # LeNet-5 training only, batch 16):
 # * chwn against mixed (25 Nov 2026, m = 200, median of 5 interleaved, load ~1 from one
 #   other job): one core (taskset -c 0) 2.04 against 2.92 CPU-ms per update (1.43x);
-#   both cores 468 against 326 updates/s (3.33 against 4.40 CPU-ms).
+#   both cores 468 against 326 updates/s (3.33 against 4.40 CPU-ms).  Engine end to end
+#   (benchmarks/engine_vs_commit.py, m = 1,000): 3.09 against 3.95 CPU-ms per update.
+#   Not a win everywhere (one core, CPU-ms): DP-SGD-style per-example gradients (256
+#   examples, vmap of batch-1 gradients) 112.5 against 102.6; a 10,000-row forward
+#   1,676 against 1,412 (batches of 500 / 1,000, as evaluation uses: 51.6 / 49.5, 117 /
+#   119).
 # * earlier (m = 128, median of 7, client-updates/s): mixed 441, im2col 356, cnhw 269,
 #   xla ~40 (23 CPU-ms per update against 3.8 for im2col); pooling "reshape" 435
 #   against "slices" 377 and "window" 358 (with mixed).
