@@ -531,7 +531,8 @@ def check_against_reference():
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=impl)
             for a, b in zip(vjp(g), ref_vjp(g), strict=True):
                 np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-3, err_msg=impl)
-        for form in ("taps", "mm", "col2im", "red", "kconv", "kconv_taps"):  # batch innermost: [C, H, W, B]
+        # batch innermost: [C, H, W, B]
+        for form in ("taps", "mm", "col2im", "red", "kconv", "kconv_taps"):
             def chwn(x, k, form=form, padding=padding):
                 y = conv2d_chwn(jnp.transpose(x, (3, 1, 2, 0)), k, padding=padding, form=form)
                 return jnp.transpose(y, (3, 1, 2, 0))
