@@ -14,8 +14,9 @@ Formulations:
   map<c>-<conv>   lax.scan over chunks of c clients, each chunk vmapped (bounded memory);
                   map1 = one client per scan iteration (a loop inside XLA).
   <conv>/<pool>   optional pooling formulation (reshape | window | slices).
-ldpsim.models keeps mixed and xla (reshape and window); the others come from
-benchmarks/conv_variants.py (same params, same function).
+ldpsim.models keeps chwn, mixed and xla (reshape and window); the others come from
+benchmarks/conv_variants.py (same params, same function).  --batch B changes the local
+batch (2 steps either way).
 
 Measured (2-core CPU shared with other jobs, load ~8, m = 200, CPU-ms per update):
 loop-im2col 6.8, map1-im2col 4.4, map2 6.9, map4 7.2, map10 7.4, map25 7.9; after the
@@ -23,6 +24,8 @@ in-place col2im VJP of im2col, map1-im2col 3.8 (channels-first cnhw 4.4, xla 23)
 Later (quiet machine, 512-bit kernels, m = 128, median of 7, updates/s): map1-im2col 345,
 map1-mixed 435 (LeNet-5's conv1 channels-first, conv2 im2col; the CPU default since),
 map1-mixed/slices 377, map1-mixed/window 358, map2-mixed 374.
+chwn (batch-innermost, 25 Nov 2026, m = 200, CPU-ms per update): one core 2.01 against
+2.86 for mixed; both cores 479 against 338 updates/s (details in conv_variants.py).
 
 Speed of light: training FLOPs (3x the forward FLOPs of 32 examples, counted from the
 layer shapes) at the float32 matmul peak measured in the same run (2048^2 jnp.dot).
@@ -77,12 +80,13 @@ def matmul_peak(n=2048, repeats=5):
 
 
 def _client_fn(conv_impl, pool_impl="auto"):
+    batch = BATCH
     model = lenet5_variant(conv_impl, pool_impl, input_shape=(28, 28, 1), num_classes=10)
 
     def one(params, x, y, count, key):
         delta, metrics = local_update(params, x, y, count, apply_fn=model.apply,
                                       optimizer=client_optimizer("sgd", 0.05),
-                                      batch_size=BATCH, local_steps=STEPS, key=key)
+                                      batch_size=batch, local_steps=STEPS, key=key)
         return delta, metrics.loss
 
     return model, one
@@ -165,7 +169,11 @@ def main(argv=None):
         "map25-im2col", "vmap-im2col"])
     p.add_argument("--loop-max-m", type=int, default=200,
                    help="time loops on at most this many clients (rate is per client)")
+    p.add_argument("--batch", type=int, default=16,
+                   help="local batch size (default 16; 2 steps over 32 examples either way)")
     args = p.parse_args(argv)
+    global BATCH  # noqa: PLW0603  (read by _client_fn when the formulations are built)
+    BATCH = args.batch
 
     peak = matmul_peak()
     train_flops = 3 * lenet_forward_flops() * BATCH * STEPS

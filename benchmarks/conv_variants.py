@@ -1,8 +1,10 @@
 """Every LeNet-5 convolution and max-pooling formulation ldpsim has measured, and their benchmark.
 
-``ldpsim.models`` keeps two formulations (``ldpsim/_src/models/_layers.py``): ``"xla"``
-(``lax.conv_general_dilated`` + ``lax.reduce_window``: accelerators, and the reference)
-and ``"mixed"`` (CPU: conv1 channels-first patches, conv2 im2col, reshape-max pooling).
+``ldpsim.models`` keeps three formulations (``ldpsim/_src/models/_layers.py``): ``"xla"``
+(``lax.conv_general_dilated`` + ``lax.reduce_window``: accelerators, and the reference),
+``"chwn"`` (the CPU default: batch-innermost activations, see below) and ``"mixed"``
+(the CPU default before it: conv1 channels-first patches, conv2 im2col, reshape-max
+pooling).
 The others were measured slower and live here, self-contained (nothing private from
 ldpsim is imported), because *why* they lose is worth knowing when a backend, a model
 or jax changes:
@@ -28,8 +30,27 @@ convolution (NHWC input, HWIO kernel) through operations whose batching rule is 
   ``kernel.T [O, K] @ patches [K, N*Ho*Wo]`` (long rows).  As a whole-network layout
   (LeNet-5 transposes its input once and stays channels-first until the dense head).
 * ``"mixed"``: conv1 ``"cnhw"`` (NHWC in and out, one transpose each way), conv2
-  ``"im2col"`` -- what ``ldpsim.models`` runs on CPU.
+  ``"im2col"`` -- what ``ldpsim.models`` ran on CPU before ``"chwn"``.
 * ``"xla"``: :func:`jax.lax.conv_general_dilated`.
+* ``"chwn"`` (kept, ``ldpsim.models``) and the ``"chwn_*"`` variants here:
+  batch-innermost activations ``[C, H, W, B]`` (cuda-convnet's layout) from the input
+  to the dense head: one transpose in (``[B, 28, 28, 1] -> [1, 28, 28, B]``) and one
+  out before the flatten (NHWC order, so the params are unchanged).  With B = 16 a
+  batch row is one 512-bit vector, windows are static slices with contiguous runs of
+  ``W*B`` floats, pooling keeps B innermost.  In this file (:func:`conv2d_chwn`):
+  ``"chwn_mm"``: both convolutions ``kernel.T [O, kh*kw*C] @ patches [kh*kw*C,
+  Ho*Wo*B]``, autodiff; ``"chwn_col2im"``: the same, conv2's patches with an in-place
+  col2im VJP (:func:`patches_chwn`); ``"chwn_taps"``: both ``sum_t kernel_t^T @
+  window_t`` (conv1: 25 broadcast multiply-adds, no patch matrix); ``"chwn_taps_mm"``:
+  conv1 taps, conv2 mm; ``"chwn_red"``: conv1 with a hand VJP whose kernel gradient is
+  a dot batched over the B lanes; ``"chwn_kconv"`` / ``"chwn_kconv_taps"``: conv1
+  (mm / taps forward) with a hand VJP whose kernel gradient is one XLA convolution
+  (``x`` as NHWC with N = C and B features, by the cotangent as an HWIO kernel),
+  conv2 col2im; ``"chwn_kkt"``: both convolutions taps + that VJP.  The kept
+  ``"chwn"`` is conv1 taps and conv2 mm, both with the convolution kernel gradient
+  (and in-place col2im input gradient), for B a multiple of 16; for other B it falls
+  back to patches and the dot.  Pool ``"hand"``: relu + pool with a hand VJP
+  (:func:`relu_pool_chwn`, first-maximum routing as ``reduce_window``).
 
 Max-pooling 2x2 / stride 2: ``"reshape"`` (reshape + max, kept for CPU), ``"window"``
 (:func:`jax.lax.reduce_window`, kept), ``"slices"`` (pairwise maximum of the four
@@ -54,6 +75,37 @@ batch 16, 2 SGD steps, one client per scan step as the engine runs on CPU):
     whole LeNet-5 step XLA fuses across layers, and the policy in ldpsim.models
     follows the whole-model figures above.
 
+chwn (issue 15, item 2; whole model, map1, m = 200, median of 5-7 interleaved, CPU-ms
+per client update, 2-core Xeon with AVX-512 shared with one other job, load 0.8-2.6,
+jax 0.10.2; client_formulations.py --batch B):
+  * one core (``taskset -c 0``), B = 16: mixed 2.86-2.92, chwn 2.01-2.03 (1.42x);
+    variants (against mixed 2.91 / 2.92 in their runs): chwn_kkt 3.07, chwn_kconv_taps
+    2.23-2.25, chwn_kconv 2.51, chwn_col2im 2.57-2.62, chwn_red 2.70 (2.92 as an
+    elementwise-product reduction), chwn_mm 2.89, chwn_col2im/hand 2.97,
+    chwn_taps_mm 3.76, chwn_taps 5.36; chwn_kconv_taps/hand 10.8 (!).
+    B = 32: mixed 5.58, chwn 4.75 (1.17x); 24: 4.25 / 3.77; 10: 1.78 / 1.58 (1.13x; with
+    the taps and the convolution gradient at B = 10: 3.04); 8: 1.44 / 1.30.
+    Chunk 8 (map8): mixed 4.70, chwn 3.79.  Other poolings with the kept convolutions
+    (``"chwn_kept"`` = ldpsim's conv2d_chwn here): reshape 2.03, window 2.78, and
+    pathological slices 13.0 and hand 11.3 (also 11.3 behind an optimization barrier).
+    XLA fuses conv1's 25-tap forward into each of its three consumers (relu + pool
+    forward, the pool's tie mask, relu's backward select) and recomputes it there;
+    materialising it once (an optimization barrier on the taps output) changed nothing
+    (2.02 against 2.01).
+  * both cores (XLA's intra-op threads), updates/s: B = 16 mixed 338, chwn 479 (1.42x;
+    CPU-ms 4.24 / 3.26); B = 32 192 / 229; B = 10 (before the fallback) 410 / 451.
+  Why (per-thunk profile, one core, 2 local steps, before the convolution kernel
+  gradient): the largest single cost in mixed and chwn_col2im alike was conv1's kernel
+  gradient, a ``[6, 12544] x [25, 12544]^T`` dot (K = Ho*Wo*B, a [6, 25] output) at
+  ~15 GFLOP/s: ~570 us of a ~2,400 us client.  The layout alone saved ~10 % (conv2's
+  patches concatenated along the leading axis, not the minor one: 295 -> 183 us;
+  pooling/ReLU 594 -> 464; conv1's forward 294 -> 231); the convolution kernel gradient
+  (which only the B-innermost layout allows without a transpose: ``[1, H, W, B]`` *is*
+  an NHWC image with B channels) gave the rest.  The taps forms under autodiff lose
+  because their kernel gradient is 25 (150) separate reductions over (H, W, B); the
+  hand relu + pool VJP loses as the NHWC one did (XLA fuses the autodiff one with its
+  neighbours).
+
 Run:  PYTHONPATH=. python benchmarks/conv_variants.py [--m 64] [--repeats 5]
       (checks every formulation against the lax reference, then times each layer).
 The whole-model comparison: benchmarks/client_formulations.py --formulations
@@ -76,9 +128,12 @@ from jax import lax
 from ldpsim.models import Model, get_model
 
 CONV_IMPLS = ("xla", "im2col", "im2col_autodiff", "patches", "taps", "cnhw")
-LENET_CONV_IMPLS = CONV_IMPLS + ("mixed",)
+CHWN_IMPLS = ("chwn_taps_mm", "chwn_taps", "chwn_mm", "chwn_col2im", "chwn_red", "chwn_kconv",
+              "chwn_kconv_taps", "chwn_kkt", "chwn_kept")  # whole-network batch-innermost layouts
+LENET_CONV_IMPLS = CONV_IMPLS + ("mixed",) + CHWN_IMPLS
 POOL_IMPLS = ("reshape", "window", "slices")
-KEPT_CONV = ("auto", "mixed", "xla")  # what ldpsim.models.lenet5 accepts
+CHWN_POOL_IMPLS = POOL_IMPLS + ("hand",)  # "hand": relu + pool with a hand VJP (chwn_* only)
+KEPT_CONV = ("auto", "chwn", "mixed", "xla")  # what ldpsim.models.lenet5 accepts
 KEPT_POOL = ("auto", "reshape", "window")
 
 
@@ -90,6 +145,7 @@ KEPT_POOL = ("auto", "reshape", "window")
 # im2col_autodiff is the package's im2col without its hand-written VJP.
 from ldpsim._src.models._layers import _im2col as im2col_autodiff  # noqa: E402
 from ldpsim._src.models._layers import _pad_same, conv2d_cnhw, im2col  # noqa: E402
+from ldpsim._src.models._layers import conv2d_chwn as kept_conv2d_chwn  # noqa: E402
 
 
 def conv2d(x, kernel, *, padding, impl):
@@ -144,6 +200,180 @@ def max_pool2x2(x, *, impl, spatial=(1, 2)):
     raise ValueError(f"pool impl must be one of {POOL_IMPLS}, got {impl!r}")
 
 
+def _windows_chwn(x, kh, kw):
+    """The ``kh*kw`` VALID windows ``[C, Ho, Wo, B]`` of ``x [C, H, W, B]``, order (i, j)."""
+    _, h, w, _ = x.shape
+    ho, wo = h - kh + 1, w - kw + 1
+    return [x[:, i : i + ho, j : j + wo, :] for i in range(kh) for j in range(kw)]
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2))
+def patches_chwn(x, kh, kw):
+    """Batch-innermost patches ``[C, H, W, B] -> [kh*kw*C, Ho, Wo, B]``, order (i, j, c).
+
+    The VJP (col2im) adds each window's cotangent in place into a zero input.
+    """
+    return jnp.concatenate(_windows_chwn(x, kh, kw), 0)
+
+
+def _patches_chwn_fwd(x, kh, kw):
+    return patches_chwn(x, kh, kw), jnp.zeros((0,) + x.shape, x.dtype)  # only the shape
+
+
+def _patches_chwn_bwd(kh, kw, res, g):
+    c, h, w, b = res.shape[1:]
+    ho, wo = h - kh + 1, w - kw + 1
+    g = g.reshape(kh, kw, c, ho, wo, b)
+    dx = jnp.zeros((c, h, w, b), g.dtype)
+    for i in range(kh):
+        for j in range(kw):
+            dx = dx.at[:, i : i + ho, j : j + wo, :].add(g[i, j])
+    return (dx,)
+
+
+patches_chwn.defvjp(_patches_chwn_fwd, _patches_chwn_bwd)
+
+
+@jax.custom_vjp
+def _conv_chwn_red(x, kernel):
+    """VALID conv of ``[C, H, W, B]`` as ``kernel.T @ patches``; kernel gradient by lanes.
+
+    The VJP's kernel gradient is a dot batched over B (the vector lanes), contracting
+    (Ho, Wo), then a sum over B, instead of one ``[O, Ho*Wo*B] x [K, Ho*Wo*B]^T`` dot
+    (whose K = 12,544 for LeNet-5's conv1 and tiny [6, 25] output run at ~15 GFLOP/s).
+    """
+    return _conv_chwn_red_fwd(x, kernel)[0]
+
+
+def _conv_chwn_red_fwd(x, kernel):
+    kh, kw, c, o = kernel.shape
+    p = patches_chwn(x, kh, kw)  # [kh*kw*C, Ho, Wo, B]
+    k, ho, wo, b = p.shape
+    y = (kernel.reshape(k, o).T @ p.reshape(k, ho * wo * b)).reshape(o, ho, wo, b)
+    return y, (p, kernel, jnp.zeros((0,) + x.shape, x.dtype))
+
+
+def _conv_chwn_red_bwd(res, g):
+    p, kernel, xs = res
+    kh, kw, c, o = kernel.shape
+    k, ho, wo, b = p.shape
+    dk = jnp.einsum("khwb,ohwb->bko", p, g).sum(0)
+    dp = (kernel.reshape(k, o) @ g.reshape(o, -1)).reshape(p.shape)
+    dx = _patches_chwn_bwd(kh, kw, xs, dp)[0]
+    return dx, dk.reshape(kernel.shape)
+
+
+_conv_chwn_red.defvjp(_conv_chwn_red_fwd, _conv_chwn_red_bwd)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _conv_chwn_kconv(x, kernel, fwd_form):
+    """VALID conv of ``[C, H, W, B]``; the kernel gradient is itself an XLA convolution.
+
+    ``dk[i, j, c, o] = sum_{h, w, b} x[c, h+i, w+j, b] g[o, h, w, b]``: the convolution
+    of ``x`` read as NHWC with N = C and B as its input features by ``g`` read as an
+    HWIO kernel ``[Ho, Wo, B, O]`` -- a 'VALID' convolution with a [kh, kw] output.
+    The forward is ``fwd_form`` ("mm" or "taps") of :func:`conv2d_chwn`.
+    """
+    return conv2d_chwn(x, kernel, padding="VALID", form=fwd_form)
+
+
+def _conv_chwn_kconv_fwd(x, kernel, fwd_form):
+    return _conv_chwn_kconv(x, kernel, fwd_form), (x, kernel)
+
+
+def _conv_chwn_kconv_bwd(fwd_form, res, g):
+    x, kernel = res
+    kh, kw, c, o = kernel.shape
+    dk = lax.conv_general_dilated(x, jnp.transpose(g, (1, 2, 3, 0)), (1, 1), "VALID",
+                                  dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    dk = jnp.transpose(dk, (1, 2, 0, 3))  # [C, kh, kw, O] -> HWIO
+    _, ho, wo, b = g.shape
+    dp = (kernel.reshape(kh * kw * c, o) @ g.reshape(o, -1)).reshape(kh * kw * c, ho, wo, b)
+    dx = _patches_chwn_bwd(kh, kw, jnp.zeros((0,) + x.shape, x.dtype), dp)[0]
+    return dx, dk
+
+
+_conv_chwn_kconv.defvjp(_conv_chwn_kconv_fwd, _conv_chwn_kconv_bwd)
+
+
+def conv2d_chwn(x, kernel, *, padding, form):
+    """Stride-1 cross-correlation of batch-innermost ``x [C, H, W, B]`` with HWIO ``kernel``.
+
+    Returns ``[O, Ho, Wo, B]``.  ``form``: ``"taps"`` (``sum_t kernel_t^T @ window_t``;
+    for ``C == 1`` a broadcast multiply-add per tap, no patch matrix) or ``"mm"``
+    (``kernel.T [O, kh*kw*C] @ patches [kh*kw*C, Ho*Wo*B]``, patches stacked windows).
+    """
+    kh, kw, c, o = kernel.shape
+    if padding == "SAME":
+        x = _pad_same(x, kh, kw, h_axis=1)
+    if form == "red":
+        return _conv_chwn_red(x, kernel)
+    if form in ("kconv", "kconv_taps"):
+        return _conv_chwn_kconv(x, kernel, "taps" if form == "kconv_taps" else "mm")
+    wins = _windows_chwn(x, kh, kw)
+    _, ho, wo, b = wins[0].shape
+    if form == "taps":
+        out = None
+        for t, win in enumerate(wins):
+            k = kernel[t // kw, t % kw]  # [C, O]
+            if c == 1:
+                term = k[0][:, None, None, None] * win
+            else:
+                term = jnp.einsum("co,chwb->ohwb", k, win)
+            out = term if out is None else out + term
+        return out
+    if form == "mm":
+        p = jnp.stack(wins, 0).reshape(kh * kw * c, ho * wo * b)
+        return (kernel.reshape(kh * kw * c, o).T @ p).reshape(o, ho, wo, b)
+    if form == "col2im":
+        p = patches_chwn(x, kh, kw).reshape(kh * kw * c, ho * wo * b)
+        return (kernel.reshape(kh * kw * c, o).T @ p).reshape(o, ho, wo, b)
+    raise ValueError(f"chwn form must be 'taps', 'mm' or 'col2im', got {form!r}")
+
+
+def _phases_chwn(x):
+    """The four 2x2 phases ``[C, H/2, W/2, B]`` of ``x [C, H, W, B]`` (even H, W), row-major."""
+    c, h, w, b = x.shape
+    r = x.reshape(c, h // 2, 2, w // 2, 2, b)
+    return [r[:, :, i, :, j, :] for i in range(2) for j in range(2)]
+
+
+@jax.custom_vjp
+def relu_pool_chwn(x):
+    """``max_pool2x2(relu(x))`` of ``[C, H, W, B]`` (even H, W) with a hand-written VJP.
+
+    The VJP routes each pooled cotangent to the first maximum of its window (as
+    ``lax.reduce_window``'s does), and to nothing where the max is <= 0 (ReLU).
+    """
+    a, b_, c_, d = _phases_chwn(x)
+    return jnp.maximum(jnp.maximum(jnp.maximum(a, b_), jnp.maximum(c_, d)), 0.0)
+
+
+def _relu_pool_chwn_fwd(x):
+    y = relu_pool_chwn(x)
+    return y, (x, y)
+
+
+def _relu_pool_chwn_bwd(res, g):
+    x, y = res
+    c, h2, w2, b = y.shape
+    g = jnp.where(y > 0, g, 0.0)[:, :, None, :, None, :]
+    yb = y[:, :, None, :, None, :]
+    e00, e01, e10, _ = (ph == y for ph in _phases_chwn(x))  # earlier maxima of a window
+    e00, e01, e10 = (e[:, :, None, :, None, :] for e in (e00, e01, e10))
+    i = lax.broadcasted_iota(jnp.int32, (1, 1, 2, 1, 2, 1), 2)
+    j = lax.broadcasted_iota(jnp.int32, (1, 1, 2, 1, 2, 1), 4)
+    pos = 2 * i + j  # the window position of each full-resolution element
+    prior = (((pos > 0) & e00) | ((pos > 1) & e01) | ((pos > 2) & e10))
+    r = x.reshape(c, h2, 2, w2, 2, b)
+    dx = jnp.where((r == yb) & ~prior, g, 0.0)
+    return (dx.reshape(x.shape),)
+
+
+relu_pool_chwn.defvjp(_relu_pool_chwn_fwd, _relu_pool_chwn_bwd)
+
+
 # --------------------------------------------------------------------------- LeNet-5
 
 
@@ -155,7 +385,7 @@ class Conv2D(nn.Module):
     padding: str = "VALID"
     use_bias: bool = True
     impl: str = "xla"
-    channels_first: bool = False  # x is [C, N, H, W] (impl "cnhw" only); else NHWC
+    channels_first: bool = False  # x is [C, N, H, W] (impl "cnhw") or [C, H, W, B] (chwn_*)
 
     @nn.compact
     def __call__(self, x):
@@ -163,7 +393,11 @@ class Conv2D(nn.Module):
         c = x.shape[0] if self.channels_first else x.shape[-1]
         kernel = self.param("kernel", nn.initializers.lecun_normal(),
                             (k, k, c, self.features), jnp.float32)
-        if self.channels_first:
+        if self.impl == "chwn_kept":  # ldpsim's conv2d_chwn (for other poolings with it)
+            y = kept_conv2d_chwn(x, kernel, padding=self.padding)
+        elif self.impl.startswith("chwn_"):
+            y = conv2d_chwn(x, kernel, padding=self.padding, form=self.impl[5:])
+        elif self.channels_first:
             y = conv2d_cnhw(x, kernel, padding=self.padding)
         else:
             y = conv2d(x, kernel, padding=self.padding, impl=self.impl)
@@ -184,6 +418,8 @@ class LeNet5(nn.Module):
 
     @nn.compact
     def __call__(self, x):
+        if self.conv_impl in CHWN_IMPLS:
+            return self._chwn(x)
         cf = self.conv_impl == "cnhw"  # channels first from the input to the dense head
         spatial = (2, 3) if cf else (1, 2)
         if cf:
@@ -196,6 +432,34 @@ class LeNet5(nn.Module):
         x = max_pool2x2(nn.relu(x), impl=self.pool_impl, spatial=spatial)
         if cf:  # flatten in (h, w, c) order, as NHWC: the dense params do not depend on impl
             x = jnp.transpose(x, (1, 2, 3, 0))
+        x = x.reshape(x.shape[0], -1)
+        x = nn.relu(nn.Dense(120, name="fc1")(x))
+        x = nn.relu(nn.Dense(84, name="fc2")(x))
+        return nn.Dense(self.num_classes, name="fc3")(x)
+
+    def _chwn(self, x):
+        """Batch-innermost [C, H, W, B] from the input to the dense head (chwn_* impls)."""
+        first, second = {"chwn_taps_mm": ("chwn_taps", "chwn_mm"),
+                         "chwn_taps": ("chwn_taps",) * 2,
+                         "chwn_mm": ("chwn_mm",) * 2,
+                         "chwn_col2im": ("chwn_mm", "chwn_col2im"),
+                         "chwn_red": ("chwn_red", "chwn_col2im"),
+                         "chwn_kconv": ("chwn_kconv", "chwn_col2im"),
+                         "chwn_kconv_taps": ("chwn_kconv_taps", "chwn_col2im"),
+                         "chwn_kkt": ("chwn_kconv_taps",) * 2,
+                         "chwn_kept": ("chwn_kept",) * 2}[self.conv_impl]
+        x = jnp.transpose(x, (3, 1, 2, 0))
+        def relu_pool(x):
+            if self.pool_impl != "hand":
+                return max_pool2x2(nn.relu(x), impl=self.pool_impl, spatial=(1, 2))
+            h2, w2 = x.shape[1] // 2, x.shape[2] // 2
+            return relu_pool_chwn(x[:, : 2 * h2, : 2 * w2, :])
+
+        x = Conv2D(6, 5, self.first_conv_padding, self.conv_bias, first, True, name="conv1")(x)
+        x = relu_pool(x)
+        x = Conv2D(16, 5, "VALID", self.conv_bias, second, True, name="conv2")(x)
+        x = relu_pool(x)
+        x = jnp.transpose(x, (3, 1, 2, 0))  # [B, H, W, C]: the NHWC flatten order
         x = x.reshape(x.shape[0], -1)
         x = nn.relu(nn.Dense(120, name="fc1")(x))
         x = nn.relu(nn.Dense(84, name="fc2")(x))
@@ -215,12 +479,13 @@ def lenet5_variant(conv_impl="auto", pool_impl="auto", *, input_shape=(28, 28, 1
                          conv_impl=conv_impl, pool_impl=pool_impl, **kw)
     cpu = jax.default_backend() == "cpu"
     if conv_impl == "auto":
-        conv_impl = "mixed" if cpu else "xla"
+        conv_impl = "chwn" if cpu else "xla"
     if pool_impl == "auto":
         pool_impl = "reshape" if cpu else "window"
-    if conv_impl not in LENET_CONV_IMPLS or pool_impl not in POOL_IMPLS:
+    pools = CHWN_POOL_IMPLS if conv_impl in CHWN_IMPLS else POOL_IMPLS
+    if conv_impl not in LENET_CONV_IMPLS or pool_impl not in pools:
         raise ValueError(f"conv_impl must be one of {LENET_CONV_IMPLS} and pool_impl one of "
-                         f"{POOL_IMPLS}; got {conv_impl!r}, {pool_impl!r}")
+                         f"{pools}; got {conv_impl!r}, {pool_impl!r}")
     shape = tuple(int(s) for s in input_shape)
     shape = shape + (1,) if len(shape) == 2 else shape
     module = LeNet5(num_classes, conv_impl=conv_impl, pool_impl=pool_impl, **kw)
@@ -266,14 +531,31 @@ def check_against_reference():
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=impl)
             for a, b in zip(vjp(g), ref_vjp(g), strict=True):
                 np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-3, err_msg=impl)
+        # batch innermost: [C, H, W, B]
+        for form in ("taps", "mm", "col2im", "red", "kconv", "kconv_taps"):
+            def chwn(x, k, form=form, padding=padding):
+                y = conv2d_chwn(jnp.transpose(x, (3, 1, 2, 0)), k, padding=padding, form=form)
+                return jnp.transpose(y, (3, 1, 2, 0))
+            got, vjp = jax.vjp(chwn, x, k)
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=form)
+            for a, b in zip(vjp(g), ref_vjp(g), strict=True):
+                np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-3, err_msg=form)
+    # relu + pool with its hand VJP, on data with ties (the VJP takes the first maximum
+    # of a window, as reduce_window's does; the ReLU passes nothing where the max <= 0)
+    x = jnp.round(2 * jax.random.normal(key, (3, 8, 6, 5))) / 2
+    g = jax.random.normal(jax.random.fold_in(key, 1), (3, 4, 3, 5))
+    got, vjp = jax.vjp(relu_pool_chwn, x)
+    want, ref_vjp = jax.vjp(lambda x: max_pool2x2(nn.relu(x), impl="window", spatial=(1, 2)), x)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(vjp(g)[0], ref_vjp(g)[0])
     x = jax.random.normal(key, (2, 7, 6, 3))
     want = np.asarray(x)[:, :6, :6, :].reshape(2, 3, 2, 3, 2, 3).max(axis=(2, 4))
     for impl in POOL_IMPLS:
         np.testing.assert_array_equal(max_pool2x2(x, impl=impl), want)
         cf = max_pool2x2(jnp.transpose(x, (3, 0, 1, 2)), impl=impl, spatial=(2, 3))
         np.testing.assert_array_equal(jnp.transpose(cf, (1, 2, 3, 0)), want)
-    print(f"all {len(CONV_IMPLS)} conv and {len(POOL_IMPLS)} pool formulations match the "
-          "lax reference (value and VJP)")
+    print(f"all {len(CONV_IMPLS)} conv (and 6 chwn) and {len(POOL_IMPLS)} pool (and the chwn "
+          "relu + pool) formulations match the lax reference (value and VJP)")
 
 
 def _per_client(step, *arrays):

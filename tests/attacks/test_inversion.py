@@ -162,13 +162,14 @@ def test_attack_trials_sum_of_clients_shapes_and_keys(tiny):
 
 @pytest.mark.slow  # compiles LeNet-5's second-order gradient in both formulations
 def test_second_order_gradients_through_lenet5_cpu_convolutions():
-    """The attack differentiates the model's gradient: through the CPU formulation
-    (``conv_impl="mixed"``, hand-written VJPs) it equals the plain-JAX reference."""
+    """The attack differentiates the model's gradient: through the CPU formulations
+    (``conv_impl="chwn"`` and ``"mixed"``, hand-written VJPs) it equals the plain-JAX
+    reference."""
     x = jax.random.uniform(jax.random.PRNGKey(1), (1, 28, 28, 1))
     t = jax.random.normal(jax.random.PRNGKey(2), (61706,))
     y = jax.nn.one_hot(jnp.array([3]), 10)
     out = {}
-    for impl, pool in (("mixed", "reshape"), ("xla", "window")):
+    for impl, pool in (("chwn", "reshape"), ("mixed", "reshape"), ("xla", "window")):
         m = get_model("lenet5", input_shape=(28, 28, 1), num_classes=10, conv_impl=impl,
                       pool_impl=pool)
         p = m.init(jax.random.PRNGKey(0), jnp.zeros((1, 28, 28, 1)))
@@ -177,6 +178,7 @@ def test_second_order_gradients_through_lenet5_cpu_convolutions():
         out[impl] = np.asarray(jax.jit(jax.grad(f))(x))
     assert np.abs(out["xla"]).max() > 1e-3
     np.testing.assert_allclose(out["mixed"], out["xla"], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(out["chwn"], out["xla"], rtol=1e-4, atol=1e-5)
 
 
 def test_clip_dummy_without_bound_has_finite_gradient():

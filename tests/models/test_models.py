@@ -11,12 +11,12 @@ import pytest
 
 from ldpsim import LdpsimError
 from ldpsim.models import get_model, num_params
-from ldpsim._src.models._layers import (conv2d, conv2d_cnhw, max_pool2x2, resolve_conv_impl,
-                                   resolve_pool_impl)
+from ldpsim._src.models._layers import (conv2d, conv2d_chwn, conv2d_cnhw, max_pool2x2,
+                                        resolve_conv_impl, resolve_pool_impl)
 
 KEY = jax.random.key(0)
-IMPLS = ("im2col", "cnhw", "xla")  # conv2d's formulations ("mixed" = conv1 cnhw, conv2 im2col)
-LENET_IMPLS = ("mixed", "xla")
+IMPLS = ("im2col", "cnhw", "chwn", "xla")  # conv2d's ("mixed" = conv1 cnhw, conv2 im2col)
+LENET_IMPLS = ("chwn", "mixed", "xla")
 POOLS = ("reshape", "window")
 REFERENCE = dict(conv_impl="xla", pool_impl="window")  # lax.conv_general_dilated, reduce_window
 
@@ -79,6 +79,25 @@ def test_conv2d_matches_lax_reference(impl, padding, channels):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("batch", [10, 16])  # 16: taps + convolution kernel gradient
+@pytest.mark.parametrize("channels", [1, 3])
+def test_conv2d_chwn_matches_lax_reference(batch, channels):
+    """Batch-innermost conv2d_chwn ([C, H, W, B]) on both of its paths, value and gradients."""
+    kx, kw, kg = jax.random.split(jax.random.key(batch + channels), 3)
+    x = jax.random.normal(kx, (batch, 9, 7, channels))
+    w = jax.random.normal(kw, (3, 5, channels, 4))
+    for padding in ("SAME", "VALID"):
+        ref, ref_vjp = jax.vjp(lambda x, w, padding=padding: jax.lax.conv_general_dilated(
+            x, w, (1, 1), padding, dimension_numbers=("NHWC", "HWIO", "NHWC"),
+            precision=jax.lax.Precision.HIGHEST), x, w)
+        out, vjp = jax.vjp(lambda x, w, padding=padding: jnp.transpose(conv2d_chwn(
+            jnp.transpose(x, (3, 1, 2, 0)), w, padding=padding), (3, 1, 2, 0)), x, w)
+        np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+        g = jax.random.normal(kg, out.shape)
+        for a, b in zip(vjp(g), ref_vjp(g), strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+
+
 def test_max_pool_impls_agree_and_match_numpy():
     """reshape-max against lax.reduce_window and numpy, in value and gradient (odd sizes crop)."""
     x = jax.random.normal(KEY, (2, 7, 6, 3))  # no ties: the gradient is unambiguous
@@ -102,8 +121,9 @@ def _value_and_grad(model, x, y):
 
 
 @pytest.mark.parametrize("conv, pool", [
-    ("mixed", "reshape"), ("xla", "reshape"),
-    # one compilation each; on CPU auto is mixed/reshape, and the pools agree (test above)
+    ("chwn", "reshape"), ("mixed", "reshape"), ("xla", "reshape"),
+    # one compilation each; on CPU auto is chwn/reshape, and the pools agree (test above)
+    pytest.param("chwn", "window", marks=pytest.mark.slow),
     pytest.param("mixed", "window", marks=pytest.mark.slow),
     pytest.param("auto", "auto", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("shape, padding", [((28, 28, 1), "SAME"),
@@ -121,11 +141,47 @@ def test_lenet5_fast_path_matches_reference_in_value_and_gradient(conv, pool, sh
     _leaves_close(grads, ref_grads, rtol=1e-3, atol=1e-5)
 
 
+@pytest.mark.parametrize("rows", [10, 16])  # 16: chwn's taps + convolution path
+def test_lenet5_chwn_params_unchanged_and_partial_batch_under_vmap(rows):
+    """chwn: the same param tree as the reference; per-client weights under jax.vmap
+    (as the engine runs), for a batch of 16 and of 10 (not a multiple of the 16-float
+    vector), padded: the masked rows must not change the gradient."""
+    build = lambda **kw: get_model("lenet5", input_shape=(28, 28, 1),  # noqa: E731
+                                   num_classes=10, **kw)
+    chwn, ref = build(conv_impl="chwn", pool_impl="reshape"), build(**REFERENCE)
+    x = jax.random.normal(KEY, (1, 28, 28, 1))
+    p_chwn, p_ref = chwn.init(KEY, x), ref.init(KEY, x)
+    assert (jax.tree_util.tree_structure(p_chwn) == jax.tree_util.tree_structure(p_ref))
+    _leaves_close(p_chwn, p_ref, rtol=0, atol=0)  # same names, shapes and initial values
+    clients = 2
+    kx, ky, kp = jax.random.split(jax.random.key(3), 3)
+    xs = jax.random.uniform(kx, (clients, rows, 28, 28, 1))
+    ys = jax.random.randint(ky, (clients, rows), 0, 10)
+    mask = jnp.arange(rows) < 7  # rows 7.. are padding
+    params = jax.vmap(lambda k: chwn.init(k, x))(jax.random.split(kp, clients))
+
+    def grads(model, p, x, y):
+        def loss(p):
+            ce = -jax.nn.log_softmax(model.apply(p, x))[jnp.arange(rows), y]
+            return jnp.sum(jnp.where(mask, ce, 0.0)) / jnp.sum(mask)
+        return jax.grad(loss)(p)
+
+    got = jax.jit(jax.vmap(lambda p, x, y: grads(chwn, p, x, y)))(params, xs, ys)
+    want = jax.jit(jax.vmap(lambda p, x, y: grads(ref, p, x, y)))(params, xs, ys)
+    _leaves_close(got, want, rtol=1e-3, atol=1e-5)
+    # the padded rows are ignored: garbage in them gives the same gradient
+    junk = xs.at[:, 7:].set(1e3)
+    _leaves_close(jax.jit(jax.vmap(lambda p, x, y: grads(chwn, p, x, y)))(params, junk, ys),
+                  got, rtol=1e-5, atol=1e-6)
+
+
 def test_auto_is_the_per_backend_policy():
-    assert (resolve_conv_impl("auto", "cpu"), resolve_pool_impl("auto", "cpu")) == ("mixed",
+    assert (resolve_conv_impl("auto", "cpu"), resolve_pool_impl("auto", "cpu")) == ("chwn",
                                                                                   "reshape")
+    assert resolve_conv_impl("auto", "cpu", model="femnist_cnn") == "mixed"  # chwn: LeNet only
     for backend in ("gpu", "tpu", "cuda"):
         assert resolve_conv_impl("auto", backend) == "xla"
+        assert resolve_conv_impl("auto", backend, model="femnist_cnn") == "xla"
         assert resolve_pool_impl("auto", backend) == "window"
     model = get_model("lenet5", input_shape=(28, 28, 1), num_classes=10)
     assert model.config["conv_impl"] == resolve_conv_impl("auto")
@@ -180,8 +236,9 @@ def test_apply_accepts_flat_rows():
     [
         ("resnet", {}, "model must be one of"),
         ("lenet5", {"input_shape": (8, 8, 1)}, "too small"),
-        ("lenet5", {"conv_impl": "fft"}, "conv_impl must be one of auto, mixed, xla"),
-        ("lenet5", {"conv_impl": "im2col"}, "conv_impl must be one of auto, mixed, xla"),
+        ("lenet5", {"conv_impl": "fft"}, "conv_impl must be one of auto, chwn, mixed, xla"),
+        ("lenet5", {"conv_impl": "im2col"}, "conv_impl must be one of auto, chwn, mixed, xla"),
+        ("femnist_cnn", {"conv_impl": "chwn"}, "conv_impl must be one of auto, mixed, xla"),
         ("lenet5", {"pool_impl": "slices"}, "pool_impl must be one of auto, reshape, window"),
         ("lenet5", {"first_conv_padding": "FULL"}, "first_conv_padding"),
         ("mlp", {"hidden": (0,)}, "hidden must be an integer"),

@@ -30,10 +30,11 @@ key is explicit, and one call attacks one client (``jax.vmap`` it over clients).
   2022, arXiv:2105.09369); then only the inputs are optimised.
 
 Second-order gradients: the attack differentiates the gradient of the model. LeNet-5's
-CPU convolutions (``conv_impl="mixed"``) have hand-written VJPs made of ``.at[].add``; their
-VJPs are differentiable again, and the attack's input gradient agrees with the plain-JAX
-reference (``conv_impl="xla"``) to 1.5e-7 (tests/attacks/test_inversion.py), so the
-engine's default formulation is used.
+CPU convolutions (``conv_impl="chwn"``, the default, and ``"mixed"``) have hand-written
+VJPs made of ``.at[].add``, matmuls and (chwn) a convolution; their VJPs are
+differentiable again, and the attack's input gradient agrees with the plain-JAX reference
+(``conv_impl="xla"``; "mixed" to 1.5e-7, tests/attacks/test_inversion.py checks both to
+rtol 1e-4), so the engine's default formulation is used.
 """
 
 from __future__ import annotations

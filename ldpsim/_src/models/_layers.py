@@ -1,13 +1,13 @@
 """LeNet-5's convolution and max-pooling, and the one per-backend choice between formulations.
 
-Two formulations are kept, nothing else (every one computes the same function, up to
+Three formulations are kept, nothing else (every one computes the same function, up to
 float rounding; the slower ones measured, and their numbers, are in
 ``benchmarks/conv_variants.py``):
 
 * ``"xla"``: :func:`jax.lax.conv_general_dilated` and :func:`jax.lax.reduce_window`.
   The fast path on accelerators, and the plain-JAX reference the tests check the CPU
   path against.
-* ``"mixed"`` (CPU): with per-client weights, ``jax.vmap`` turns an XLA convolution
+* ``"mixed"``: with per-client weights, ``jax.vmap`` turns an XLA convolution
   into a grouped convolution (one group per client), which XLA's CPU backend runs
   poorly.  So LeNet-5's convolutions are written as matmuls over static-slice patches,
   whose batching rule is a batched matmul: the first (1 input channel) channels-first,
@@ -17,7 +17,19 @@ float rounding; the slower ones measured, and their numbers, are in
   (:func:`im2col`).  Both patch functions have a hand-written VJP (col2im: ``kh*kw``
   in-place ``.at[].add`` into a zero input): autodiff's transpose of the slices
   (``kh*kw`` pads + adds, fused into one fusion) cost about twice as much on XLA CPU.
-  Max-pooling is a reshape + max.
+  Max-pooling is a reshape + max.  The CPU default until ``"chwn"``.
+* ``"chwn"`` (CPU default): batch-innermost activations ``[C, H, W, B]`` from the
+  input to the dense head (one transpose in, one before the NHWC-order flatten), as
+  cuda-convnet had them: with a batch of 16 a row of B floats is one 512-bit vector,
+  windows are static slices of contiguous ``W*B`` runs, and pooling keeps B innermost.
+  :func:`conv2d_chwn`: the one-channel conv1 as 25 broadcast multiply-adds (no patch
+  matrix), conv2 as ``kernel.T @ patches``; a hand VJP whose kernel gradient is one
+  XLA convolution (input read as NHWC with ``N = C``, features ``B``; the cotangent as
+  the kernel) -- the ``[O, Ho*Wo*B] x [K, Ho*Wo*B]^T`` dot autodiff gives (e.g. a [6, 25]
+  output contracted over 12,544) ran at ~15 GFLOP/s and was a quarter of a client
+  update -- and whose input gradient is an in-place col2im.  Under ``jax.vmap`` over
+  clients that kernel-gradient convolution becomes a grouped one: fine at the CPU
+  engine's one client per scan step, slower for wide chunks (see the policy below).
 
 The choice per backend is :data:`_AUTO_CONV` / :data:`_AUTO_POOL` below, the only
 place that tests the backend.
@@ -34,29 +46,48 @@ from jax import lax
 from ldpsim._src._checks import check_choice
 
 #: ``conv_impl`` of :func:`ldpsim.models.lenet5`: how its two convolutions are formulated.
-_CONV_IMPLS = ("auto", "mixed", "xla")
+_CONV_IMPLS = ("auto", "chwn", "mixed", "xla")
 #: ``pool_impl`` of :func:`ldpsim.models.lenet5`.
 _POOL_IMPLS = ("auto", "reshape", "window")
 
 # The per-backend policy ("auto"); any backend not listed gets "xla" / "window".
 # Measured with benchmarks/client_formulations.py (2-core CPU, one client per scan step,
-# LeNet-5 training only, m = 128, median of 7, client-updates/s): mixed 441, im2col 356,
-# cnhw 269, xla ~40 (23 CPU-ms per update against 3.8 for im2col); pooling "reshape"
-# 435 against "slices" 377 and "window" 358 (with mixed).  benchmarks/conv_variants.py
-# keeps the slower formulations and compares them layer by layer.
-_AUTO_CONV = {"cpu": "mixed"}
+# LeNet-5 training only, batch 16):
+# * chwn against mixed (25 Nov 2026, m = 200, median of 5 interleaved, load ~1 from one
+#   other job): one core (taskset -c 0) 2.04 against 2.92 CPU-ms per update (1.43x);
+#   both cores 468 against 326 updates/s (3.33 against 4.40 CPU-ms).  Engine end to end
+#   (benchmarks/engine_vs_commit.py, m = 1,000): 3.09 against 3.95 CPU-ms per update.
+#   Not a win everywhere (one core, CPU-ms): DP-SGD-style per-example gradients (256
+#   examples, vmap of batch-1 gradients) 112.5 against 102.6; a 10,000-row forward
+#   1,676 against 1,412 (batches of 500 / 1,000, as evaluation uses: 51.6 / 49.5, 117 /
+#   119).
+# * earlier (m = 128, median of 7, client-updates/s): mixed 441, im2col 356, cnhw 269,
+#   xla ~40 (23 CPU-ms per update against 3.8 for im2col); pooling "reshape" 435
+#   against "slices" 377 and "window" 358 (with mixed).
+# benchmarks/conv_variants.py keeps the slower formulations and compares them.
+_AUTO_CONV = {"cpu": "chwn"}
+# The LEAF FEMNIST CNN (32 and 64 channels, both convolutions 'SAME') keeps "mixed": chwn
+# was measured on LeNet-5 only, so femnist_cnn does not offer it.
+_CNN_CONV_IMPLS = ("auto", "mixed", "xla")
+_AUTO_CONV_CNN = {"cpu": "mixed"}
 _AUTO_POOL = {"cpu": "reshape"}
 
-#: (conv1, conv2) formulation of :func:`conv2d` for each LeNet-5 ``conv_impl``.
-_LENET_CONVS = {"mixed": ("cnhw", "im2col"), "xla": ("xla", "xla")}
+#: (conv1, conv2) formulation of :func:`conv2d` for each LeNet-5 ``conv_impl``
+#: ("chwn" runs :func:`conv2d_chwn` on batch-innermost activations throughout).
+_LENET_CONVS = {"chwn": ("chwn", "chwn"), "mixed": ("cnhw", "im2col"), "xla": ("xla", "xla")}
 
 
-def resolve_conv_impl(conv_impl: str, backend: str | None = None) -> str:
-    """``conv_impl``, or for ``"auto"`` the formulation measured fastest on ``backend``."""
-    check_choice("conv_impl", conv_impl, _CONV_IMPLS)
+def resolve_conv_impl(conv_impl: str, backend: str | None = None, *,
+                      model: str = "lenet5") -> str:
+    """``conv_impl``, or for ``"auto"`` the formulation measured fastest on ``backend``.
+
+    ``model``: ``"lenet5"`` or ``"femnist_cnn"`` (which offers no ``"chwn"``).
+    """
+    cnn = model == "femnist_cnn"
+    check_choice("conv_impl", conv_impl, _CNN_CONV_IMPLS if cnn else _CONV_IMPLS)
     if conv_impl != "auto":
         return conv_impl
-    return _AUTO_CONV.get(backend or jax.default_backend(), "xla")
+    return (_AUTO_CONV_CNN if cnn else _AUTO_CONV).get(backend or jax.default_backend(), "xla")
 
 
 def resolve_pool_impl(pool_impl: str, backend: str | None = None) -> str:
@@ -161,6 +192,89 @@ def conv2d_cnhw(x: jax.Array, kernel: jax.Array, *, padding: str) -> jax.Array:
     return y.reshape(o, n, ho, wo)
 
 
+#: chwn's one-channel taps forward and its convolution kernel gradient are used when the
+#: batch B is a multiple of this (whole 512-bit vectors of float32); otherwise the patch
+#: matmul and the ``[O, Ho*Wo*B] x [K, Ho*Wo*B]^T`` dot.  LeNet-5, one core, CPU-ms per
+#: client update, chwn against mixed: B = 16 2.01 / 2.86, 24 3.77 / 4.25, 32 4.75 / 5.58;
+#: B = 10 2.89 / 1.80 with taps and the convolution, 1.58 / 1.78 with the fallback;
+#: B = 8 (fallback) 1.30 / 1.44.
+_CHWN_LANES = 16
+
+
+def _windows_chwn(x: jax.Array, kh: int, kw: int) -> list[jax.Array]:
+    """The ``kh*kw`` VALID windows ``[C, Ho, Wo, B]`` of ``x [C, H, W, B]``, order (i, j)."""
+    _, h, w, _ = x.shape
+    ho, wo = h - kh + 1, w - kw + 1
+    return [x[:, i : i + ho, j : j + wo, :] for i in range(kh) for j in range(kw)]
+
+
+def _conv_chwn_forward(x: jax.Array, kernel: jax.Array) -> jax.Array:
+    kh, kw, c, o = kernel.shape
+    wins = _windows_chwn(x, kh, kw)
+    _, ho, wo, b = wins[0].shape
+    if c == 1 and b % _CHWN_LANES == 0:  # a multiply-add per tap along B: no patch matrix
+        out = kernel[0, 0, 0][:, None, None, None] * wins[0]
+        for t in range(1, kh * kw):
+            out = out + kernel[t // kw, t % kw, 0][:, None, None, None] * wins[t]
+        return out
+    p = jnp.concatenate(wins, 0).reshape(kh * kw * c, ho * wo * b)
+    return (kernel.reshape(kh * kw * c, o).T @ p).reshape(o, ho, wo, b)
+
+
+@jax.custom_vjp
+def _conv_chwn_valid(x: jax.Array, kernel: jax.Array) -> jax.Array:
+    return _conv_chwn_forward(x, kernel)
+
+
+def _conv_chwn_valid_fwd(x, kernel):
+    return _conv_chwn_forward(x, kernel), (x, kernel)
+
+
+def _conv_chwn_valid_bwd(res, g):
+    x, kernel = res
+    kh, kw, c, o = kernel.shape
+    _, ho, wo, b = g.shape
+    if b % _CHWN_LANES == 0:
+        # dk[i, j, c, o] = sum_{h, w, b} x[c, h+i, w+j, b] g[o, h, w, b]: a VALID
+        # convolution of x read as NHWC (N = C, features = B) by g read as an HWIO
+        # kernel [Ho, Wo, B, O].
+        dk = lax.conv_general_dilated(x, jnp.transpose(g, (1, 2, 3, 0)), (1, 1), "VALID",
+                                      dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        dk = jnp.transpose(dk, (1, 2, 0, 3))
+    else:
+        p = jnp.concatenate(_windows_chwn(x, kh, kw), 0).reshape(kh * kw * c, ho * wo * b)
+        dk = (p @ g.reshape(o, ho * wo * b).T).reshape(kh, kw, c, o)
+    # dx: col2im of kernel @ g, each window added in place into a zero input (XLA drops
+    # it where x is data, as for the first layer).
+    dp = (kernel.reshape(kh * kw * c, o) @ g.reshape(o, ho * wo * b)).reshape(
+        kh, kw, c, ho, wo, b)
+    dx = jnp.zeros(x.shape, g.dtype)
+    for i in range(kh):
+        for j in range(kw):
+            dx = dx.at[:, i : i + ho, j : j + wo, :].add(dp[i, j])
+    return dx, dk
+
+
+_conv_chwn_valid.defvjp(_conv_chwn_valid_fwd, _conv_chwn_valid_bwd)
+
+
+def conv2d_chwn(x: jax.Array, kernel: jax.Array, *, padding: str) -> jax.Array:
+    """Stride-1 cross-correlation of batch-innermost ``x [C, H, W, B]`` with HWIO ``kernel``.
+
+    Returns ``[O, Ho, Wo, B]``; the same function as :func:`conv2d` in another layout.
+    Forward: for one input channel, ``kh*kw`` broadcast multiply-adds of static windows
+    (no patch matrix), else ``kernel.T [O, kh*kw*C] @ patches [kh*kw*C, Ho*Wo*B]``.
+    Hand-written VJP: the kernel gradient is one XLA convolution (``x`` as NHWC with
+    ``N = C`` and ``B`` as features, by the cotangent as an HWIO kernel), the input
+    gradient an in-place col2im.
+    """
+    check_choice("padding", padding, ("SAME", "VALID"))
+    kh, kw, _, _ = kernel.shape
+    if padding == "SAME":
+        x = _pad_same(x, kh, kw, h_axis=1)
+    return _conv_chwn_valid(x, kernel)
+
+
 def conv2d(x: jax.Array, kernel: jax.Array, *, padding: str, impl: str) -> jax.Array:
     """Stride-1 2-D cross-correlation of NHWC ``x`` with an HWIO ``kernel``.
 
@@ -168,20 +282,24 @@ def conv2d(x: jax.Array, kernel: jax.Array, *, padding: str, impl: str) -> jax.A
       x: ``[N, H, W, C]`` input.
       kernel: ``[kh, kw, C, O]`` weights.
       padding: ``"SAME"`` or ``"VALID"``.
-      impl: ``"xla"`` (the reference), ``"im2col"`` or ``"cnhw"`` (channels-first
-        patches, one transpose of ``x`` in and of the result out).
+      impl: ``"xla"`` (the reference), ``"im2col"``, ``"cnhw"`` (channels-first
+        patches, one transpose of ``x`` in and of the result out) or ``"chwn"``
+        (batch innermost, :func:`conv2d_chwn`, one transpose each way).
 
     Returns:
       ``[N, Ho, Wo, O]``, identical in exact arithmetic for every ``impl``.
     """
     check_choice("padding", padding, ("SAME", "VALID"))
-    check_choice("impl", impl, ("xla", "im2col", "cnhw"))
+    check_choice("impl", impl, ("xla", "im2col", "cnhw", "chwn"))
     if impl == "xla":
         return lax.conv_general_dilated(
             x, kernel, (1, 1), padding, dimension_numbers=("NHWC", "HWIO", "NHWC"))
     if impl == "cnhw":
         y = conv2d_cnhw(jnp.transpose(x, (3, 0, 1, 2)), kernel, padding=padding)
         return jnp.transpose(y, (1, 2, 3, 0))
+    if impl == "chwn":
+        y = conv2d_chwn(jnp.transpose(x, (3, 1, 2, 0)), kernel, padding=padding)
+        return jnp.transpose(y, (3, 1, 2, 0))
     kh, kw, c, o = kernel.shape
     if padding == "SAME":
         x = _pad_same(x, kh, kw)
@@ -190,6 +308,8 @@ def conv2d(x: jax.Array, kernel: jax.Array, *, padding: str, impl: str) -> jax.A
 
 def max_pool2x2(x: jax.Array, *, impl: str) -> jax.Array:
     """2x2 max-pool with stride 2 of NHWC ``x`` ('VALID': an odd last row/column is dropped).
+
+    Axes 1 and 2 are pooled, so a batch-innermost ``[C, H, W, B]`` array pools the same.
 
     ``impl``: ``"window"`` (:func:`jax.lax.reduce_window`, the reference) or
     ``"reshape"`` (crop to even sizes, reshape to ``[N, H/2, 2, W/2, 2, C]``, max).

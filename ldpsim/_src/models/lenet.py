@@ -26,8 +26,8 @@ import jax.numpy as jnp
 
 from ldpsim._src._checks import LdpsimError, check_choice
 from ldpsim._src.models._base import Model, from_flax
-from ldpsim._src.models._layers import (_LENET_CONVS, conv2d, max_pool2x2, resolve_conv_impl,
-                                   resolve_pool_impl)
+from ldpsim._src.models._layers import (_LENET_CONVS, conv2d, conv2d_chwn, max_pool2x2,
+                                        resolve_conv_impl, resolve_pool_impl)
 
 
 class Conv2D(nn.Module):
@@ -38,16 +38,21 @@ class Conv2D(nn.Module):
     padding: str = "VALID"
     use_bias: bool = True
     impl: str = "xla"  # see ldpsim._src.models._layers.conv2d
+    batch_last: bool = False  # x is [C, H, W, B] (conv2d_chwn) instead of NHWC
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         k = self.kernel_size
+        c = x.shape[0] if self.batch_last else x.shape[-1]
         kernel = self.param("kernel", nn.initializers.lecun_normal(),
-                            (k, k, x.shape[-1], self.features), jnp.float32)
-        y = conv2d(x, kernel, padding=self.padding, impl=self.impl)
+                            (k, k, c, self.features), jnp.float32)
+        if self.batch_last:
+            y = conv2d_chwn(x, kernel, padding=self.padding)
+        else:
+            y = conv2d(x, kernel, padding=self.padding, impl=self.impl)
         if self.use_bias:
-            y = y + self.param("bias", nn.initializers.zeros_init(), (self.features,),
-                               jnp.float32)
+            b = self.param("bias", nn.initializers.zeros_init(), (self.features,), jnp.float32)
+            y = y + (b[:, None, None, None] if self.batch_last else b)
         return y
 
 
@@ -57,16 +62,21 @@ class LeNet5(nn.Module):
     num_classes: int = 10
     first_conv_padding: str = "SAME"
     conv_bias: bool = True
-    conv_impl: str = "xla"  # "mixed" or "xla" (not "auto": lenet5() resolves it)
+    conv_impl: str = "xla"  # "chwn", "mixed" or "xla" (not "auto": lenet5() resolves it)
     pool_impl: str = "window"  # "reshape" or "window"
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        first, second = _LENET_CONVS[self.conv_impl]
-        x = Conv2D(6, 5, self.first_conv_padding, self.conv_bias, first, name="conv1")(x)
+        chwn = self.conv_impl == "chwn"  # batch innermost from the input to the dense head
+        first, second = _LENET_CONVS.get(self.conv_impl, (self.conv_impl,) * 2)
+        if chwn:
+            x = jnp.transpose(x, (3, 1, 2, 0))  # [B, H, W, C] -> [C, H, W, B]
+        x = Conv2D(6, 5, self.first_conv_padding, self.conv_bias, first, chwn, name="conv1")(x)
+        x = max_pool2x2(nn.relu(x), impl=self.pool_impl)  # pools axes 1, 2 in both layouts
+        x = Conv2D(16, 5, "VALID", self.conv_bias, second, chwn, name="conv2")(x)
         x = max_pool2x2(nn.relu(x), impl=self.pool_impl)
-        x = Conv2D(16, 5, "VALID", self.conv_bias, second, name="conv2")(x)
-        x = max_pool2x2(nn.relu(x), impl=self.pool_impl)
+        if chwn:  # flatten in NHWC (h, w, c) order: the dense params do not depend on impl
+            x = jnp.transpose(x, (3, 1, 2, 0))
         x = x.reshape(x.shape[0], -1)
         x = nn.relu(nn.Dense(120, name="fc1")(x))
         x = nn.relu(nn.Dense(84, name="fc2")(x))
@@ -83,8 +93,9 @@ def lenet5(*, input_shape: tuple[int, ...] = (28, 28, 1), num_classes: int = 10,
       num_classes: number of classes.
       first_conv_padding: ``"SAME"`` (default; 28x28 behaves like 32x32 'VALID') or ``"VALID"``.
       conv_bias: whether convolutions have a bias (the seed has none).
-      conv_impl: ``"auto"`` (the default backend's fastest: ``"mixed"`` on CPU, ``"xla"``
-        elsewhere), ``"mixed"`` (matmuls over patches, conv1 channels-first) or ``"xla"``
+      conv_impl: ``"auto"`` (the default backend's fastest: ``"chwn"`` on CPU, ``"xla"``
+        elsewhere), ``"chwn"`` (batch-innermost ``[C, H, W, B]`` activations, hand
+        VJPs), ``"mixed"`` (matmuls over patches, conv1 channels-first) or ``"xla"``
         (:func:`jax.lax.conv_general_dilated`); see :mod:`ldpsim._src.models._layers`.
       pool_impl: ``"auto"`` (``"reshape"`` on CPU, ``"window"`` elsewhere),
         ``"reshape"`` or ``"window"`` (:func:`jax.lax.reduce_window`).
