@@ -119,12 +119,14 @@ def _relu_pool_reference(x):
     return x.reshape(c, h // 2, 2, w // 2, 2, b).max(axis=(2, 4))
 
 
-@pytest.mark.parametrize("shape", [(6, 28, 28, 16), (3, 7, 6, 5), (16, 10, 10, 10)])
+@pytest.mark.parametrize("shape", [(6, 28, 28, 16), (3, 7, 6, 16), (16, 10, 10, 32),
+                                   (3, 7, 6, 10)])  # B = 10: "phases" is "reshape" there
 def test_relu_pool_phases_equals_the_reference_with_ties(shape):
-    """pool_impl "phases" (hand VJP) against relu + reshape-max autodiff, bit for bit, on
-    data full of ties: values on a 0.5 grid (equal positive maxima: 2, 3 and 4 to a
-    window), a channel of zeros and negative windows (all four tied at 0 after ReLU);
-    odd sizes are cropped; under jax.vmap too (per-client inputs, as the engine runs)."""
+    """pool_impl "phases" (hand VJP for B a multiple of 16) against relu + reshape-max
+    autodiff, bit for bit, on data full of ties: values on a 0.5 grid (equal positive
+    maxima: 2, 3 and 4 to a window), a channel of zeros and negative windows (all four
+    tied at 0 after ReLU); odd sizes are cropped; under jax.vmap too (per-client inputs,
+    as the engine runs)."""
     kx, kg = jax.random.split(jax.random.fold_in(KEY, shape[1]))
     x = jnp.round(2 * jax.random.normal(kx, shape)) / 2
     x = x.at[0].set(0.0).at[1, :4].set(-1.0).at[2, :2, :2].set(1.5)  # ties, incl. 4 positive
