@@ -49,8 +49,12 @@ convolution (NHWC input, HWIO kernel) through operations whose batching rule is 
   conv2 col2im; ``"chwn_kkt"``: both convolutions taps + that VJP.  The kept
   ``"chwn"`` is conv1 taps and conv2 mm, both with the convolution kernel gradient
   (and in-place col2im input gradient), for B a multiple of 16; for other B it falls
-  back to patches and the dot.  Pool ``"hand"``: relu + pool with a hand VJP
-  (:func:`relu_pool_chwn`, first-maximum routing as ``reduce_window``).
+  back to patches and the dot (that chwn, with the taps forward, is ``"chwn_kept_taps"``;
+  ``"chwn_kept_mm"``: conv1's forward the patch matmul; ``"chwn_kept"``: ldpsim's, conv1's
+  forward one XLA convolution).  Pool ``"hand"``: relu + pool with a hand VJP
+  (:func:`relu_pool_chwn`, first-maximum routing as ``reduce_window``);
+  ``"hand_masks"`` / ``"hand_bits"`` / ``"phases"`` (kept): tie-splitting as JAX's
+  reshape + max (below).
 
 Max-pooling 2x2 / stride 2: ``"reshape"`` (reshape + max, kept for CPU), ``"window"``
 (:func:`jax.lax.reduce_window`, kept), ``"slices"`` (pairwise maximum of the four
@@ -106,6 +110,30 @@ jax 0.10.2; client_formulations.py --batch B):
   hand relu + pool VJP loses as the NHWC one did (XLA fuses the autodiff one with its
   neighbours).
 
+relu + pool (issue 15, item 2, continued; same machine and protocol, one core, m = 200,
+median of 5-7 interleaved, load ~1, CPU-ms per client update):
+  * Why the hand relu + pool VJPs were pathological (11-15 ms; "slices" too): XLA's CPU
+    fusion recomputes an elementwise producer inside each consumer.  With the pooled
+    output an elementwise max of four strided phases (not a reduce, which XLA does not
+    duplicate), the whole of conv1's 25-tap forward + bias + ReLU + pool was fused into
+    each of conv2's 25 window slices (HLO: 25 fusions of ~270 ops, one per window),
+    i.e. conv1 ran 25 times.  Not the phases themselves: alone a strided-phase max, the
+    stack + reshape interleave and the 6-D select each cost 13-27 us (like a copy).
+    ``lax.optimization_barrier`` (in and out of the pooling) changed nothing: XLA CPU
+    expands barriers before fusion; nor did an "expensive" divide by a runtime 1.0.
+  * With conv1's output computed once (an XLA convolution, kept, or the patch matmul
+    ``chwn_kept_mm``) the strided phases are cheap: chwn_kept (XLA conv1) + phases
+    1.59-1.60 against chwn_kept_taps/reshape (the chwn before) 2.03-2.04 and
+    chwn_kept/reshape 1.96; chwn_kept_mm: phases 2.01, reshape 2.37.  Later run:
+    chwn 1.72, chwn_kept_taps/reshape 2.22, chwn_kept/reshape 2.16, hand_masks 2.03,
+    hand_bits 2.05, chwn_kept_mm/phases 2.18, reshape+phases 2.08, mixed 3.06.
+  * Pool variants with tie masks from the forward: the phase residuals (4 bool masks +
+    count, kept) and recomputing them in the backward from ``x`` and the max ran alike
+    (1.60 / 1.61); ``hand_masks`` (full-resolution 6-D mask) 1.91-2.03; ``hand_bits``
+    (one variadic reduce: max + 4-bit tie mask) 2.05 with the XLA conv1 and 2.67-2.95
+    with the taps (its reduce with the taps fused in ran ~550 us a step, scalar code);
+    conv1's taps as a reduce over the 25 taps: 6.1-6.6 whatever the pooling.
+
 Run:  PYTHONPATH=. python benchmarks/conv_variants.py [--m 64] [--repeats 5]
       (checks every formulation against the lax reference, then times each layer).
 The whole-model comparison: benchmarks/client_formulations.py --formulations
@@ -148,7 +176,7 @@ KEPT_POOL = ("auto", "reshape", "window", "phases")
 # im2col_autodiff is the package's im2col without its hand-written VJP.
 from ldpsim._src.models._layers import _im2col as im2col_autodiff  # noqa: E402
 from ldpsim._src.models._layers import _pad_same, conv2d_cnhw, im2col  # noqa: E402
-from ldpsim._src.models._layers import _conv_chwn_valid_bwd, _windows_chwn  # noqa: E402
+from ldpsim._src.models._layers import _conv_chwn_valid_bwd  # noqa: E402
 from ldpsim._src.models._layers import conv2d_chwn as kept_conv2d_chwn  # noqa: E402
 from ldpsim._src.models._layers import relu_max_pool2x2  # noqa: E402
 

@@ -149,6 +149,15 @@ def test_relu_pool_phases_equals_the_reference_with_ties(shape):
 
     np.testing.assert_array_equal(pullback(lambda x: relu_max_pool2x2(x, impl="phases")),
                                   pullback(_relu_pool_reference))
+    # differentiable again (inversion attacks take the gradient of a gradient): on data
+    # without ties, as the reference
+    xc = jax.random.normal(kx, shape)
+
+    def second(f):
+        return jax.grad(lambda x: jnp.sum(jax.vjp(f, x)[1](g)[0] * jnp.sin(x)))(xc)
+
+    np.testing.assert_allclose(second(lambda x: relu_max_pool2x2(x, impl="phases")),
+                               second(_relu_pool_reference), rtol=1e-6, atol=1e-7)
 
 
 def _value_and_grad(model, x, y):
@@ -232,7 +241,8 @@ def test_auto_is_the_per_backend_policy():
         assert resolve_pool_impl("auto", backend) == "window"
     model = get_model("lenet5", input_shape=(28, 28, 1), num_classes=10)
     assert model.config["conv_impl"] == resolve_conv_impl("auto")
-    assert model.config["pool_impl"] == resolve_pool_impl("auto", conv_impl=resolve_conv_impl("auto"))
+    conv = resolve_conv_impl("auto")
+    assert model.config["pool_impl"] == resolve_pool_impl("auto", conv_impl=conv)
     import ldpsim.models
 
     assert not {"conv2d", "im2col", "max_pool2x2", "CONV_IMPLS"} & set(ldpsim.models.__all__)

@@ -30,9 +30,14 @@ float rounding; the slower ones measured, and their numbers, are in
   update -- and whose input gradient is an in-place col2im.  Under ``jax.vmap`` over
   clients that kernel-gradient convolution becomes a grouped one: fine at the CPU
   engine's one client per scan step, slower for wide chunks (see the policy below).
+  With B a multiple of 16 conv1's forward is one XLA convolution in that layout
+  (dimension numbers ``CHWN``), and ReLU + pooling is :func:`relu_max_pool2x2`'s
+  ``"phases"``: the maximum of the four strided 2x2 phases with a hand VJP that keeps
+  the tie masks and tie count from the forward (each tied maximum gets ``g / count``,
+  as ``jnp.max``'s gradient).
 
-The choice per backend is :data:`_AUTO_CONV` / :data:`_AUTO_POOL` below, the only
-place that tests the backend.
+The choice per backend is :data:`_AUTO_CONV` / :data:`_AUTO_POOL` (and
+:data:`_AUTO_POOL_CHWN`) below, the only place that tests the backend.
 """
 
 from __future__ import annotations
@@ -61,6 +66,16 @@ _POOL_IMPLS = ("auto", "reshape", "window", "phases")
 #   examples, vmap of batch-1 gradients) 112.5 against 102.6; a 10,000-row forward
 #   1,676 against 1,412 (batches of 500 / 1,000, as evaluation uses: 51.6 / 49.5, 117 /
 #   119).
+# * chwn + pool "phases" (conv1's forward one XLA convolution), 25 Nov 2026, m = 200,
+#   median of 7 interleaved, load ~1: one core 1.72-1.76 against 2.22-2.24 CPU-ms for
+#   the chwn before (taps forward, pool reshape: conv_variants' chwn_kept_taps/reshape)
+#   and 3.06-3.12 for mixed; both cores 515 against 450 and 319 updates/s.  Engine end
+#   to end against 7de142f: see benchmarks/README.md.  One core, CPU-ms, chwn / the
+#   chwn before / mixed: 256 per-example gradients 133 / 132 / 124 (vmap of B = 1:
+#   "phases" is "reshape" there); forward of 10,000 rows 1,668 / 1,753 / 1,476, of
+#   1,008 141 / 134 / 168, of 512 57 / 50 / 67; B = 10 client update 1.59 / 1.60 / 1.80.
+#   Only together: the XLA conv1 with pool "reshape" 1.96-2.16, pool "phases" after
+#   the taps 14.9 (XLA recomputes conv1's taps in each of conv2's 25 windows).
 # * earlier (m = 128, median of 7, client-updates/s): mixed 441, im2col 356, cnhw 269,
 #   xla ~40 (23 CPU-ms per update against 3.8 for im2col); pooling "reshape" 435
 #   against "slices" 377 and "window" 358 (with mixed).
