@@ -132,7 +132,13 @@ median of 5-7 interleaved, load ~1, CPU-ms per client update):
     (1.60 / 1.61); ``hand_masks`` (full-resolution 6-D mask) 1.91-2.03; ``hand_bits``
     (one variadic reduce: max + 4-bit tie mask) 2.05 with the XLA conv1 and 2.67-2.95
     with the taps (its reduce with the taps fused in ran ~550 us a step, scalar code);
-    conv1's taps as a reduce over the 25 taps: 6.1-6.6 whatever the pooling.
+    conv1's taps as a reduce over the 25 taps: 6.1-6.6 whatever the pooling.  Pool2's
+    formulation hardly matters (one run: phases 1.65, phases+reshape 1.68,
+    phases+hand_masks 1.64).
+  * Left in a client (profile, one core, 2 steps, ~1.65 ms): conv1's kernel-gradient
+    convolution ~140 us a step (alone 154 us; as the [25, 12544] x [6, 12544]^T dot
+    239, as 28 row-batched dots 362-523, jax's own rhs transpose 150), conv2's ~85, the
+    XLA conv1 forward ~50, the dense layers' dots 60-80 each.
 
 Run:  PYTHONPATH=. python benchmarks/conv_variants.py [--m 64] [--repeats 5]
       (checks every formulation against the lax reference, then times each layer).
