@@ -135,7 +135,7 @@ median of 5-7 interleaved, load ~1, CPU-ms per client update):
     conv1's taps as a reduce over the 25 taps: 6.1-6.6 whatever the pooling.  Pool2's
     formulation hardly matters (one run: phases 1.65, phases+reshape 1.68,
     phases+hand_masks 1.64).
-  * Left in a client (profile, one core, 2 steps, ~1.65 ms): conv1's kernel-gradient
+  * Left in a client (per-thunk profile, one core, ~1.9 ms profiled): conv1's kernel-gradient
     convolution ~140 us a step (alone 154 us; as the [25, 12544] x [6, 12544]^T dot
     239, as 28 row-batched dots 362-523, jax's own rhs transpose 150), conv2's ~85, the
     XLA conv1 forward ~50, the dense layers' dots 60-80 each.
