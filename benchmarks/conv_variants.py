@@ -49,8 +49,12 @@ convolution (NHWC input, HWIO kernel) through operations whose batching rule is 
   conv2 col2im; ``"chwn_kkt"``: both convolutions taps + that VJP.  The kept
   ``"chwn"`` is conv1 taps and conv2 mm, both with the convolution kernel gradient
   (and in-place col2im input gradient), for B a multiple of 16; for other B it falls
-  back to patches and the dot.  Pool ``"hand"``: relu + pool with a hand VJP
-  (:func:`relu_pool_chwn`, first-maximum routing as ``reduce_window``).
+  back to patches and the dot (that chwn, with the taps forward, is ``"chwn_kept_taps"``;
+  ``"chwn_kept_mm"``: conv1's forward the patch matmul; ``"chwn_kept"``: ldpsim's, conv1's
+  forward one XLA convolution).  Pool ``"hand"``: relu + pool with a hand VJP
+  (:func:`relu_pool_chwn`, first-maximum routing as ``reduce_window``);
+  ``"hand_masks"`` / ``"hand_bits"`` / ``"phases"`` (kept): tie-splitting as JAX's
+  reshape + max (below).
 
 Max-pooling 2x2 / stride 2: ``"reshape"`` (reshape + max, kept for CPU), ``"window"``
 (:func:`jax.lax.reduce_window`, kept), ``"slices"`` (pairwise maximum of the four
@@ -106,6 +110,36 @@ jax 0.10.2; client_formulations.py --batch B):
   hand relu + pool VJP loses as the NHWC one did (XLA fuses the autodiff one with its
   neighbours).
 
+relu + pool (issue 15, item 2, continued; same machine and protocol, one core, m = 200,
+median of 5-7 interleaved, load ~1, CPU-ms per client update):
+  * Why the hand relu + pool VJPs were pathological (11-15 ms; "slices" too): XLA's CPU
+    fusion recomputes an elementwise producer inside each consumer.  With the pooled
+    output an elementwise max of four strided phases (not a reduce, which XLA does not
+    duplicate), the whole of conv1's 25-tap forward + bias + ReLU + pool was fused into
+    each of conv2's 25 window slices (HLO: 25 fusions of ~270 ops, one per window),
+    i.e. conv1 ran 25 times.  Not the phases themselves: alone a strided-phase max, the
+    stack + reshape interleave and the 6-D select each cost 13-27 us (like a copy).
+    ``lax.optimization_barrier`` (in and out of the pooling) changed nothing: XLA CPU
+    expands barriers before fusion; nor did an "expensive" divide by a runtime 1.0.
+  * With conv1's output computed once (an XLA convolution, kept, or the patch matmul
+    ``chwn_kept_mm``) the strided phases are cheap: chwn_kept (XLA conv1) + phases
+    1.59-1.60 against chwn_kept_taps/reshape (the chwn before) 2.03-2.04 and
+    chwn_kept/reshape 1.96; chwn_kept_mm: phases 2.01, reshape 2.37.  Later run:
+    chwn 1.72, chwn_kept_taps/reshape 2.22, chwn_kept/reshape 2.16, hand_masks 2.03,
+    hand_bits 2.05, chwn_kept_mm/phases 2.18, reshape+phases 2.08, mixed 3.06.
+  * Pool variants with tie masks from the forward: the phase residuals (4 bool masks +
+    count, kept) and recomputing them in the backward from ``x`` and the max ran alike
+    (1.60 / 1.61); ``hand_masks`` (full-resolution 6-D mask) 1.91-2.03; ``hand_bits``
+    (one variadic reduce: max + 4-bit tie mask) 2.05 with the XLA conv1 and 2.67-2.95
+    with the taps (its reduce with the taps fused in ran ~550 us a step, scalar code);
+    conv1's taps as a reduce over the 25 taps: 6.1-6.6 whatever the pooling.  Pool2's
+    formulation hardly matters (one run: phases 1.65, phases+reshape 1.68,
+    phases+hand_masks 1.64).
+  * Left in a client (per-thunk profile, one core, ~1.9 ms profiled): conv1's kernel-gradient
+    convolution ~140 us a step (alone 154 us; as the [25, 12544] x [6, 12544]^T dot
+    239, as 28 row-batched dots 362-523, jax's own rhs transpose 150), conv2's ~85, the
+    XLA conv1 forward ~50, the dense layers' dots 60-80 each.
+
 Run:  PYTHONPATH=. python benchmarks/conv_variants.py [--m 64] [--repeats 5]
       (checks every formulation against the lax reference, then times each layer).
 The whole-model comparison: benchmarks/client_formulations.py --formulations
@@ -129,12 +163,15 @@ from ldpsim.models import Model, get_model
 
 CONV_IMPLS = ("xla", "im2col", "im2col_autodiff", "patches", "taps", "cnhw")
 CHWN_IMPLS = ("chwn_taps_mm", "chwn_taps", "chwn_mm", "chwn_col2im", "chwn_red", "chwn_kconv",
-              "chwn_kconv_taps", "chwn_kkt", "chwn_kept")  # whole-network batch-innermost layouts
+              "chwn_kconv_taps", "chwn_kkt", "chwn_kept", "chwn_kept_taps",
+              "chwn_kept_mm")  # whole-network batch-innermost layouts
 LENET_CONV_IMPLS = CONV_IMPLS + ("mixed",) + CHWN_IMPLS
 POOL_IMPLS = ("reshape", "window", "slices")
-CHWN_POOL_IMPLS = POOL_IMPLS + ("hand",)  # "hand": relu + pool with a hand VJP (chwn_* only)
+# relu + pool with a hand VJP (chwn_* only): "hand" (first maximum), "hand_masks",
+# "hand_bits" and the kept "phases" (tie-splitting, as JAX's).  "a+b": pool1 a, pool2 b.
+CHWN_POOL_IMPLS = POOL_IMPLS + ("hand", "hand_masks", "hand_bits", "phases")
 KEPT_CONV = ("auto", "chwn", "mixed", "xla")  # what ldpsim.models.lenet5 accepts
-KEPT_POOL = ("auto", "reshape", "window")
+KEPT_POOL = ("auto", "reshape", "window", "phases")
 
 
 # --------------------------------------------------------------------------- formulations
@@ -145,7 +182,9 @@ KEPT_POOL = ("auto", "reshape", "window")
 # im2col_autodiff is the package's im2col without its hand-written VJP.
 from ldpsim._src.models._layers import _im2col as im2col_autodiff  # noqa: E402
 from ldpsim._src.models._layers import _pad_same, conv2d_cnhw, im2col  # noqa: E402
+from ldpsim._src.models._layers import _conv_chwn_valid_bwd  # noqa: E402
 from ldpsim._src.models._layers import conv2d_chwn as kept_conv2d_chwn  # noqa: E402
+from ldpsim._src.models._layers import relu_max_pool2x2  # noqa: E402
 
 
 def conv2d(x, kernel, *, padding, impl):
@@ -374,6 +413,126 @@ def _relu_pool_chwn_bwd(res, g):
 relu_pool_chwn.defvjp(_relu_pool_chwn_fwd, _relu_pool_chwn_bwd)
 
 
+def _pool6(x):
+    c, h, w, b = x.shape
+    return x.reshape(c, h // 2, 2, w // 2, 2, b)
+
+
+@jax.custom_vjp
+def relu_pool_masks(x):
+    """``max_pool2x2(relu(x))`` of ``[C, H, W, B]`` (even H, W), tie-splitting hand VJP.
+
+    The forward keeps the full-resolution tie mask (``[C, H/2, 2, W/2, 2, B]``, ReLU's
+    ``max > 0`` folded in) and the tie count; the backward is one select.
+    """
+    return jnp.maximum(_pool6(x).max(axis=(2, 4)), 0.0)
+
+
+def _relu_pool_masks_fwd(x):
+    r = _pool6(x)
+    m = r.max(axis=(2, 4))
+    mb = m[:, :, None, :, None, :]
+    hit = r == mb
+    return jnp.maximum(m, 0.0), (hit & (mb > 0), hit.sum(axis=(2, 4), dtype=x.dtype))
+
+
+def _relu_pool_masks_bwd(res, g):
+    hit, count = res
+    c, h2, _, w2, _, b = hit.shape
+    dx = jnp.where(hit, (g / count)[:, :, None, :, None, :], 0.0)
+    return (dx.reshape(c, 2 * h2, 2 * w2, b),)
+
+
+relu_pool_masks.defvjp(_relu_pool_masks_fwd, _relu_pool_masks_bwd)
+
+
+def _window_bit():
+    shape = (1, 1, 2, 1, 2, 1)
+    return (2 * lax.broadcasted_iota(jnp.int8, shape, 2)
+            + lax.broadcasted_iota(jnp.int8, shape, 4))
+
+
+def _max_and_ties(a, b):
+    (av, ab), (bv, bb) = a, b
+    return jnp.maximum(av, bv), jnp.where(av > bv, ab, jnp.where(bv > av, bb, ab | bb))
+
+
+@jax.custom_vjp
+def relu_pool_bits(x):
+    """As :func:`relu_pool_masks`; the forward is one variadic reduce giving the maximum and
+    a 4-bit mask of its tied window positions (int8), the backward decodes the bits."""
+    return jnp.maximum(_pool6(x).max(axis=(2, 4)), 0.0)
+
+
+def _relu_pool_bits_fwd(x):
+    r = _pool6(x)
+    bits = jnp.broadcast_to(jnp.left_shift(jnp.int8(1), _window_bit()), r.shape)
+    m, code = lax.reduce((r, bits), (jnp.array(-jnp.inf, x.dtype), jnp.int8(0)),
+                         _max_and_ties, (2, 4))
+    y = jnp.maximum(m, 0.0)
+    return y, (code, y)
+
+
+def _relu_pool_bits_bwd(res, g):
+    code, y = res
+    count = sum((code >> k) & 1 for k in range(4)).astype(g.dtype)
+    share = jnp.where(y > 0, g / count, 0.0)[:, :, None, :, None, :]
+    hit = ((code[:, :, None, :, None, :] >> _window_bit()) & 1) == 1
+    dx = jnp.where(hit, share, 0.0)
+    c, h2, _, w2, _, b = dx.shape
+    return (dx.reshape(c, 2 * h2, 2 * w2, b),)
+
+
+relu_pool_bits.defvjp(_relu_pool_bits_fwd, _relu_pool_bits_bwd)
+
+_HAND_POOLS = {"hand": relu_pool_chwn, "hand_masks": relu_pool_masks, "hand_bits": relu_pool_bits}
+
+
+def _kept_taps_forward(x, kernel):
+    """conv2d_chwn's earlier forward (before pool "phases"): for one input channel, 25
+    broadcast multiply-adds of static windows; else the patch matmul."""
+    kh, kw, c, o = kernel.shape
+    wins = _windows_chwn(x, kh, kw)
+    _, ho, wo, b = wins[0].shape
+    if c == 1 and b % 16 == 0:
+        out = kernel[0, 0, 0][:, None, None, None] * wins[0]
+        for t in range(1, kh * kw):
+            out = out + kernel[t // kw, t % kw, 0][:, None, None, None] * wins[t]
+        return out
+    p = jnp.concatenate(wins, 0).reshape(kh * kw * c, ho * wo * b)
+    return (kernel.reshape(kh * kw * c, o).T @ p).reshape(o, ho, wo, b)
+
+
+def _kept_mm_forward(x, kernel):
+    """conv2d_chwn's forward as ``kernel.T @ patches`` for every layer."""
+    kh, kw, c, o = kernel.shape
+    wins = _windows_chwn(x, kh, kw)
+    _, ho, wo, b = wins[0].shape
+    p = jnp.concatenate(wins, 0).reshape(kh * kw * c, ho * wo * b)
+    return (kernel.reshape(kh * kw * c, o).T @ p).reshape(o, ho, wo, b)
+
+
+def _kept_with_forward(forward):
+    @jax.custom_vjp
+    def conv(x, kernel):
+        return forward(x, kernel)
+
+    conv.defvjp(lambda x, k: (forward(x, k), (x, k)), _conv_chwn_valid_bwd)
+
+    def conv2d(x, kernel, *, padding):
+        kh, kw, _, _ = kernel.shape
+        if padding == "SAME":
+            x = _pad_same(x, kh, kw, h_axis=1)
+        return conv(x, kernel)
+
+    return conv2d
+
+
+#: ldpsim's conv2d_chwn (its VJP) with another forward, for B a multiple of 16.
+KEPT_CHWN_FORWARDS = {"chwn_kept_taps": _kept_with_forward(_kept_taps_forward),
+                      "chwn_kept_mm": _kept_with_forward(_kept_mm_forward)}
+
+
 # --------------------------------------------------------------------------- LeNet-5
 
 
@@ -395,6 +554,8 @@ class Conv2D(nn.Module):
                             (k, k, c, self.features), jnp.float32)
         if self.impl == "chwn_kept":  # ldpsim's conv2d_chwn (for other poolings with it)
             y = kept_conv2d_chwn(x, kernel, padding=self.padding)
+        elif self.impl in KEPT_CHWN_FORWARDS:
+            y = KEPT_CHWN_FORWARDS[self.impl](x, kernel, padding=self.padding)
         elif self.impl.startswith("chwn_"):
             y = conv2d_chwn(x, kernel, padding=self.padding, form=self.impl[5:])
         elif self.channels_first:
@@ -447,18 +608,24 @@ class LeNet5(nn.Module):
                          "chwn_kconv": ("chwn_kconv", "chwn_col2im"),
                          "chwn_kconv_taps": ("chwn_kconv_taps", "chwn_col2im"),
                          "chwn_kkt": ("chwn_kconv_taps",) * 2,
-                         "chwn_kept": ("chwn_kept",) * 2}[self.conv_impl]
+                         "chwn_kept": ("chwn_kept",) * 2,
+                         "chwn_kept_taps": ("chwn_kept_taps", "chwn_kept"),
+                         "chwn_kept_mm": ("chwn_kept_mm", "chwn_kept")}[self.conv_impl]
         x = jnp.transpose(x, (3, 1, 2, 0))
-        def relu_pool(x):
-            if self.pool_impl != "hand":
-                return max_pool2x2(nn.relu(x), impl=self.pool_impl, spatial=(1, 2))
+        pool1, _, pool2 = self.pool_impl.partition("+")
+
+        def relu_pool(x, impl):
+            if impl == "phases":
+                return relu_max_pool2x2(x, impl=impl)
+            if impl not in _HAND_POOLS:
+                return max_pool2x2(nn.relu(x), impl=impl, spatial=(1, 2))
             h2, w2 = x.shape[1] // 2, x.shape[2] // 2
-            return relu_pool_chwn(x[:, : 2 * h2, : 2 * w2, :])
+            return _HAND_POOLS[impl](x[:, : 2 * h2, : 2 * w2, :])
 
         x = Conv2D(6, 5, self.first_conv_padding, self.conv_bias, first, True, name="conv1")(x)
-        x = relu_pool(x)
+        x = relu_pool(x, pool1)
         x = Conv2D(16, 5, "VALID", self.conv_bias, second, True, name="conv2")(x)
-        x = relu_pool(x)
+        x = relu_pool(x, pool2 or pool1)
         x = jnp.transpose(x, (3, 1, 2, 0))  # [B, H, W, C]: the NHWC flatten order
         x = x.reshape(x.shape[0], -1)
         x = nn.relu(nn.Dense(120, name="fc1")(x))
@@ -481,9 +648,9 @@ def lenet5_variant(conv_impl="auto", pool_impl="auto", *, input_shape=(28, 28, 1
     if conv_impl == "auto":
         conv_impl = "chwn" if cpu else "xla"
     if pool_impl == "auto":
-        pool_impl = "reshape" if cpu else "window"
+        pool_impl = ("phases" if conv_impl in CHWN_IMPLS else "reshape") if cpu else "window"
     pools = CHWN_POOL_IMPLS if conv_impl in CHWN_IMPLS else POOL_IMPLS
-    if conv_impl not in LENET_CONV_IMPLS or pool_impl not in pools:
+    if conv_impl not in LENET_CONV_IMPLS or not set(pool_impl.split("+")) <= set(pools):
         raise ValueError(f"conv_impl must be one of {LENET_CONV_IMPLS} and pool_impl one of "
                          f"{pools}; got {conv_impl!r}, {pool_impl!r}")
     shape = tuple(int(s) for s in input_shape)
@@ -548,6 +715,13 @@ def check_against_reference():
     want, ref_vjp = jax.vjp(lambda x: max_pool2x2(nn.relu(x), impl="window", spatial=(1, 2)), x)
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(vjp(g)[0], ref_vjp(g)[0])
+    # the tie-splitting ones against relu + reshape-max (each tied maximum gets g / count)
+    want, ref_vjp = jax.vjp(lambda x: max_pool2x2(nn.relu(x), impl="reshape"), x)
+    for f in (relu_pool_masks, relu_pool_bits, functools.partial(relu_max_pool2x2,
+                                                                  impl="phases")):
+        got, vjp = jax.vjp(f, x)
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(vjp(g)[0], ref_vjp(g)[0])
     x = jax.random.normal(key, (2, 7, 6, 3))
     want = np.asarray(x)[:, :6, :6, :].reshape(2, 3, 2, 3, 2, 3).max(axis=(2, 4))
     for impl in POOL_IMPLS:

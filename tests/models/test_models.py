@@ -12,7 +12,8 @@ import pytest
 from ldpsim import LdpsimError
 from ldpsim.models import get_model, num_params
 from ldpsim._src.models._layers import (conv2d, conv2d_chwn, conv2d_cnhw, max_pool2x2,
-                                        resolve_conv_impl, resolve_pool_impl)
+                                        relu_max_pool2x2, resolve_conv_impl,
+                                        resolve_pool_impl)
 
 KEY = jax.random.key(0)
 IMPLS = ("im2col", "cnhw", "chwn", "xla")  # conv2d's ("mixed" = conv1 cnhw, conv2 im2col)
@@ -110,6 +111,55 @@ def test_max_pool_impls_agree_and_match_numpy():
     assert np.count_nonzero(grads[0]) == ref.size
 
 
+def _relu_pool_reference(x):
+    """ReLU then reshape + max (crop odd sizes): JAX's gradient gives every tied maximum of
+    a window ``g / count`` (and ReLU zero where ``x <= 0``)."""
+    c, h, w, b = x.shape
+    x = jax.nn.relu(x[:, : h // 2 * 2, : w // 2 * 2, :])
+    return x.reshape(c, h // 2, 2, w // 2, 2, b).max(axis=(2, 4))
+
+
+@pytest.mark.parametrize("shape", [(6, 28, 28, 16), (3, 7, 6, 16), (16, 10, 10, 32),
+                                   (3, 7, 6, 10)])  # B = 10: "phases" is "reshape" there
+def test_relu_pool_phases_equals_the_reference_with_ties(shape):
+    """pool_impl "phases" (hand VJP for B a multiple of 16) against relu + reshape-max
+    autodiff, bit for bit, on data full of ties: values on a 0.5 grid (equal positive
+    maxima: 2, 3 and 4 to a window), a channel of zeros and negative windows (all four
+    tied at 0 after ReLU); odd sizes are cropped; under jax.vmap too (per-client inputs,
+    as the engine runs)."""
+    kx, kg = jax.random.split(jax.random.fold_in(KEY, shape[1]))
+    x = jnp.round(2 * jax.random.normal(kx, shape)) / 2
+    x = x.at[0].set(0.0).at[1, :4].set(-1.0).at[2, :2, :2].set(1.5)  # ties, incl. 4 positive
+    windows = np.asarray(x)[:, : shape[1] // 2 * 2, : shape[2] // 2 * 2]
+    windows = windows.reshape(shape[0], shape[1] // 2, 2, shape[2] // 2, 2, shape[3])
+    top = windows.max(axis=(2, 4), keepdims=True)
+    ties = ((windows == top) & (top > 0)).sum(axis=(2, 4))
+    assert {2, 3, 4} <= set(np.unique(ties).tolist()) and (top <= 0).any()  # the data has ties
+    g = jax.random.normal(kg, (shape[0], shape[1] // 2, shape[2] // 2, shape[3]))
+    got, vjp = jax.vjp(lambda x: relu_max_pool2x2(x, impl="phases"), x)
+    want, ref_vjp = jax.vjp(_relu_pool_reference, x)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(vjp(g)[0], ref_vjp(g)[0])
+    for impl in POOLS:  # the other kept poolings (ReLU first) compute the same values
+        np.testing.assert_array_equal(relu_max_pool2x2(x, impl=impl), want)
+    xs, gs = jnp.stack([x, -x, x[::-1]]), jnp.stack([g, -g, 2 * g])
+
+    def pullback(f):
+        return jax.jit(jax.vmap(lambda x, g: jax.vjp(f, x)[1](g)[0]))(xs, gs)
+
+    np.testing.assert_array_equal(pullback(lambda x: relu_max_pool2x2(x, impl="phases")),
+                                  pullback(_relu_pool_reference))
+    # differentiable again (inversion attacks take the gradient of a gradient): on data
+    # without ties, as the reference
+    xc = jax.random.normal(kx, shape)
+
+    def second(f):
+        return jax.grad(lambda x: jnp.sum(jax.vjp(f, x)[1](g)[0] * jnp.sin(x)))(xc)
+
+    np.testing.assert_allclose(second(lambda x: relu_max_pool2x2(x, impl="phases")),
+                               second(_relu_pool_reference), rtol=1e-6, atol=1e-7)
+
+
 def _value_and_grad(model, x, y):
     params = model.init(KEY, x)
 
@@ -121,8 +171,9 @@ def _value_and_grad(model, x, y):
 
 
 @pytest.mark.parametrize("conv, pool", [
-    ("chwn", "reshape"), ("mixed", "reshape"), ("xla", "reshape"),
-    # one compilation each; on CPU auto is chwn/reshape, and the pools agree (test above)
+    ("chwn", "phases"), ("mixed", "reshape"), ("xla", "reshape"),
+    # one compilation each; on CPU auto is chwn/phases, and the pools agree (tests above)
+    pytest.param("chwn", "reshape", marks=pytest.mark.slow),
     pytest.param("chwn", "window", marks=pytest.mark.slow),
     pytest.param("mixed", "window", marks=pytest.mark.slow),
     pytest.param("auto", "auto", marks=pytest.mark.slow)])
@@ -141,14 +192,14 @@ def test_lenet5_fast_path_matches_reference_in_value_and_gradient(conv, pool, sh
     _leaves_close(grads, ref_grads, rtol=1e-3, atol=1e-5)
 
 
-@pytest.mark.parametrize("rows", [10, 16])  # 16: chwn's taps + convolution path
+@pytest.mark.parametrize("rows", [10, 16])  # 16: chwn's convolution forward and gradient
 def test_lenet5_chwn_params_unchanged_and_partial_batch_under_vmap(rows):
     """chwn: the same param tree as the reference; per-client weights under jax.vmap
     (as the engine runs), for a batch of 16 and of 10 (not a multiple of the 16-float
     vector), padded: the masked rows must not change the gradient."""
     build = lambda **kw: get_model("lenet5", input_shape=(28, 28, 1),  # noqa: E731
                                    num_classes=10, **kw)
-    chwn, ref = build(conv_impl="chwn", pool_impl="reshape"), build(**REFERENCE)
+    chwn, ref = build(conv_impl="chwn", pool_impl="phases"), build(**REFERENCE)
     x = jax.random.normal(KEY, (1, 28, 28, 1))
     p_chwn, p_ref = chwn.init(KEY, x), ref.init(KEY, x)
     assert (jax.tree_util.tree_structure(p_chwn) == jax.tree_util.tree_structure(p_ref))
@@ -176,8 +227,13 @@ def test_lenet5_chwn_params_unchanged_and_partial_batch_under_vmap(rows):
 
 
 def test_auto_is_the_per_backend_policy():
-    assert (resolve_conv_impl("auto", "cpu"), resolve_pool_impl("auto", "cpu")) == ("chwn",
-                                                                                  "reshape")
+    assert resolve_conv_impl("auto", "cpu") == "chwn"
+    assert resolve_pool_impl("auto", "cpu", conv_impl="chwn") == "phases"
+    assert resolve_pool_impl("auto", "cpu", conv_impl="mixed") == "reshape"
+    assert resolve_pool_impl("auto", "cpu") == "reshape"
+    assert resolve_pool_impl("auto", "cpu", conv_impl="chwn", model="femnist_cnn") == "reshape"
+    with pytest.raises(LdpsimError):
+        resolve_pool_impl("phases", model="femnist_cnn")
     assert resolve_conv_impl("auto", "cpu", model="femnist_cnn") == "mixed"  # chwn: LeNet only
     for backend in ("gpu", "tpu", "cuda"):
         assert resolve_conv_impl("auto", backend) == "xla"
@@ -185,7 +241,8 @@ def test_auto_is_the_per_backend_policy():
         assert resolve_pool_impl("auto", backend) == "window"
     model = get_model("lenet5", input_shape=(28, 28, 1), num_classes=10)
     assert model.config["conv_impl"] == resolve_conv_impl("auto")
-    assert model.config["pool_impl"] == resolve_pool_impl("auto")
+    conv = resolve_conv_impl("auto")
+    assert model.config["pool_impl"] == resolve_pool_impl("auto", conv_impl=conv)
     import ldpsim.models
 
     assert not {"conv2d", "im2col", "max_pool2x2", "CONV_IMPLS"} & set(ldpsim.models.__all__)

@@ -30,9 +30,14 @@ float rounding; the slower ones measured, and their numbers, are in
   update -- and whose input gradient is an in-place col2im.  Under ``jax.vmap`` over
   clients that kernel-gradient convolution becomes a grouped one: fine at the CPU
   engine's one client per scan step, slower for wide chunks (see the policy below).
+  With B a multiple of 16 conv1's forward is one XLA convolution in that layout
+  (dimension numbers ``CHWN``), and ReLU + pooling is :func:`relu_max_pool2x2`'s
+  ``"phases"``: the maximum of the four strided 2x2 phases with a hand VJP that keeps
+  the tie masks and tie count from the forward (each tied maximum gets ``g / count``,
+  as ``jnp.max``'s gradient).
 
-The choice per backend is :data:`_AUTO_CONV` / :data:`_AUTO_POOL` below, the only
-place that tests the backend.
+The choice per backend is :data:`_AUTO_CONV` / :data:`_AUTO_POOL` (and
+:data:`_AUTO_POOL_CHWN`) below, the only place that tests the backend.
 """
 
 from __future__ import annotations
@@ -48,7 +53,7 @@ from ldpsim._src._checks import check_choice
 #: ``conv_impl`` of :func:`ldpsim.models.lenet5`: how its two convolutions are formulated.
 _CONV_IMPLS = ("auto", "chwn", "mixed", "xla")
 #: ``pool_impl`` of :func:`ldpsim.models.lenet5`.
-_POOL_IMPLS = ("auto", "reshape", "window")
+_POOL_IMPLS = ("auto", "reshape", "window", "phases")
 
 # The per-backend policy ("auto"); any backend not listed gets "xla" / "window".
 # Measured with benchmarks/client_formulations.py (2-core CPU, one client per scan step,
@@ -61,6 +66,16 @@ _POOL_IMPLS = ("auto", "reshape", "window")
 #   examples, vmap of batch-1 gradients) 112.5 against 102.6; a 10,000-row forward
 #   1,676 against 1,412 (batches of 500 / 1,000, as evaluation uses: 51.6 / 49.5, 117 /
 #   119).
+# * chwn + pool "phases" (conv1's forward one XLA convolution), 25 Nov 2026, m = 200,
+#   median of 7 interleaved, load ~1: one core 1.72-1.76 against 2.22-2.24 CPU-ms for
+#   the chwn before (taps forward, pool reshape: conv_variants' chwn_kept_taps/reshape)
+#   and 3.06-3.12 for mixed; both cores 515 against 450 and 319 updates/s.  Engine end
+#   to end against 7de142f: see benchmarks/README.md.  One core, CPU-ms, chwn / the
+#   chwn before / mixed: 256 per-example gradients 133 / 132 / 124 (vmap of B = 1:
+#   "phases" is "reshape" there); forward of 10,000 rows 1,668 / 1,753 / 1,476, of
+#   1,008 141 / 134 / 168, of 512 57 / 50 / 67; B = 10 client update 1.59 / 1.60 / 1.80.
+#   Only together: the XLA conv1 with pool "reshape" 1.96-2.16, pool "phases" after
+#   the taps 14.9 (XLA recomputes conv1's taps in each of conv2's 25 windows).
 # * earlier (m = 128, median of 7, client-updates/s): mixed 441, im2col 356, cnhw 269,
 #   xla ~40 (23 CPU-ms per update against 3.8 for im2col); pooling "reshape" 435
 #   against "slices" 377 and "window" 358 (with mixed).
@@ -71,6 +86,9 @@ _AUTO_CONV = {"cpu": "chwn"}
 _CNN_CONV_IMPLS = ("auto", "mixed", "xla")
 _AUTO_CONV_CNN = {"cpu": "mixed"}
 _AUTO_POOL = {"cpu": "reshape"}
+# LeNet-5's chwn pools with "phases" (relu_max_pool2x2), the femnist CNN cannot.
+_AUTO_POOL_CHWN = {"cpu": "phases"}
+_CNN_POOL_IMPLS = ("auto", "reshape", "window")
 
 #: (conv1, conv2) formulation of :func:`conv2d` for each LeNet-5 ``conv_impl``
 #: ("chwn" runs :func:`conv2d_chwn` on batch-innermost activations throughout).
@@ -90,12 +108,21 @@ def resolve_conv_impl(conv_impl: str, backend: str | None = None, *,
     return (_AUTO_CONV_CNN if cnn else _AUTO_CONV).get(backend or jax.default_backend(), "xla")
 
 
-def resolve_pool_impl(pool_impl: str, backend: str | None = None) -> str:
-    """``pool_impl``, or for ``"auto"`` the pooling measured fastest on ``backend``."""
-    check_choice("pool_impl", pool_impl, _POOL_IMPLS)
+def resolve_pool_impl(pool_impl: str, backend: str | None = None, *,
+                      conv_impl: str | None = None, model: str = "lenet5") -> str:
+    """``pool_impl``, or for ``"auto"`` the pooling measured fastest on ``backend``.
+
+    ``conv_impl``: the resolved convolution formulation (LeNet-5's ``"chwn"`` has its own
+    default); ``model``: ``"lenet5"`` or ``"femnist_cnn"`` (which offers no ``"phases"``).
+    """
+    cnn = model == "femnist_cnn"
+    check_choice("pool_impl", pool_impl, _CNN_POOL_IMPLS if cnn else _POOL_IMPLS)
     if pool_impl != "auto":
         return pool_impl
-    return _AUTO_POOL.get(backend or jax.default_backend(), "window")
+    backend = backend or jax.default_backend()
+    if conv_impl == "chwn" and not cnn and backend in _AUTO_POOL_CHWN:
+        return _AUTO_POOL_CHWN[backend]
+    return _AUTO_POOL.get(backend, "window")
 
 
 def _pad_same(x: jax.Array, kh: int, kw: int, h_axis: int = 1) -> jax.Array:
@@ -192,12 +219,12 @@ def conv2d_cnhw(x: jax.Array, kernel: jax.Array, *, padding: str) -> jax.Array:
     return y.reshape(o, n, ho, wo)
 
 
-#: chwn's one-channel taps forward and its convolution kernel gradient are used when the
-#: batch B is a multiple of this (whole 512-bit vectors of float32); otherwise the patch
+#: chwn's one-channel convolution forward and its convolution kernel gradient are used when
+#: the batch B is a multiple of this (whole 512-bit vectors of float32); otherwise the patch
 #: matmul and the ``[O, Ho*Wo*B] x [K, Ho*Wo*B]^T`` dot.  LeNet-5, one core, CPU-ms per
 #: client update, chwn against mixed: B = 16 2.01 / 2.86, 24 3.77 / 4.25, 32 4.75 / 5.58;
 #: B = 10 2.89 / 1.80 with taps and the convolution, 1.58 / 1.78 with the fallback;
-#: B = 8 (fallback) 1.30 / 1.44.
+#: B = 8 (fallback) 1.30 / 1.44.  (Measured with the taps forward, before pool "phases".)
 _CHWN_LANES = 16
 
 
@@ -212,11 +239,14 @@ def _conv_chwn_forward(x: jax.Array, kernel: jax.Array) -> jax.Array:
     kh, kw, c, o = kernel.shape
     wins = _windows_chwn(x, kh, kw)
     _, ho, wo, b = wins[0].shape
-    if c == 1 and b % _CHWN_LANES == 0:  # a multiply-add per tap along B: no patch matrix
-        out = kernel[0, 0, 0][:, None, None, None] * wins[0]
-        for t in range(1, kh * kw):
-            out = out + kernel[t // kw, t % kw, 0][:, None, None, None] * wins[t]
-        return out
+    if c == 1 and b % _CHWN_LANES == 0:
+        # One XLA convolution in the batch-innermost layout, not 25 broadcast multiply-adds
+        # of static windows ("taps", chwn's first forward): XLA fused the taps into every
+        # consumer and recomputed them there (the pooling's forward, its tie mask and
+        # count, ReLU's backward, and with pool_impl "phases" each of conv2's 25 windows:
+        # 7x slower); a convolution is computed once.
+        return lax.conv_general_dilated(x, kernel, (1, 1), "VALID",
+                                        dimension_numbers=("CHWN", "HWIO", "CHWN"))
     p = jnp.concatenate(wins, 0).reshape(kh * kw * c, ho * wo * b)
     return (kernel.reshape(kh * kw * c, o).T @ p).reshape(o, ho, wo, b)
 
@@ -320,3 +350,60 @@ def max_pool2x2(x: jax.Array, *, impl: str) -> jax.Array:
     n, h, w, c = x.shape
     h2, w2 = h // 2, w // 2
     return x[:, : 2 * h2, : 2 * w2, :].reshape(n, h2, 2, w2, 2, c).max(axis=(2, 4))
+
+
+def _pool_phases(x: jax.Array) -> list[jax.Array]:
+    """The four 2x2 phases ``x[:, i::2, j::2, :]`` of even-sized axes 1, 2, order (i, j)."""
+    return [x[:, i::2, j::2, :] for i in range(2) for j in range(2)]
+
+
+@jax.custom_vjp
+def _relu_pool_phases(x: jax.Array) -> jax.Array:
+    # Undifferentiated (inference): reshape + max, the same values.  The phases' maximum
+    # is an elementwise fusion that XLA recomputes inside each of conv2's 25 windows (a
+    # 10,000-row LeNet-5 forward took 4.6 s against 1.7 s, one core).
+    c, h, w, b = x.shape
+    return jnp.maximum(x.reshape(c, h // 2, 2, w // 2, 2, b).max(axis=(2, 4)), 0.0)
+
+
+def _relu_pool_phases_fwd(x):
+    phases = _pool_phases(x)
+    a, b, c, d = phases
+    m = jnp.maximum(jnp.maximum(a, b), jnp.maximum(c, d))
+    hits = [p == m for p in phases]
+    count = sum(h.astype(x.dtype) for h in hits)
+    positive = m > 0  # ReLU passes a gradient only where the maximum is > 0
+    return jnp.maximum(m, 0.0), (tuple(h & positive for h in hits), count)
+
+
+def _relu_pool_phases_bwd(res, g):
+    hits, count = res
+    share = g / count  # each tied maximum gets g / count, as jnp.max's gradient
+    d = [jnp.where(h, share, 0.0) for h in hits]
+    c, h2, w2, b = share.shape
+    rows = [jnp.stack(d[2 * i : 2 * i + 2], axis=3) for i in range(2)]  # [C, H/2, W/2, 2, B]
+    return (jnp.stack(rows, axis=2).reshape(c, 2 * h2, 2 * w2, b),)
+
+
+_relu_pool_phases.defvjp(_relu_pool_phases_fwd, _relu_pool_phases_bwd)
+
+
+def relu_max_pool2x2(x: jax.Array, *, impl: str) -> jax.Array:
+    """``max_pool2x2(relu(x), impl=impl)``; ``impl`` may also be ``"phases"``.
+
+    ``"phases"``: the maximum of the four strided 2x2 phases ``x[:, i::2, j::2, :]`` with a
+    hand-written VJP that keeps, from the forward, each phase's tie mask (and ReLU's
+    ``max > 0``) and the number of tied maxima: the backward gives each tied maximum
+    ``g / count`` -- the gradient of ``relu`` then the reshape + max reference, exactly --
+    through four selects interleaved back by a stack and a reshape (no scatter, no reduce,
+    no recomputation of ``x``).  The same function as the others, measured for LeNet-5's
+    ``"chwn"`` (whose first convolution is then an XLA one, see
+    :func:`_conv_chwn_forward`) and used only where the last axis (chwn's batch B) is a
+    multiple of :data:`_CHWN_LANES`; otherwise ``"phases"`` is ``"reshape"``, faster there
+    (one core, CPU-ms: B = 10 client update 1.60 against 2.12; 256 per-example gradients,
+    vmap of B = 1, 129 against 152).
+    """
+    if impl != "phases" or x.shape[-1] % _CHWN_LANES:
+        return max_pool2x2(jax.nn.relu(x), impl="reshape" if impl == "phases" else impl)
+    h2, w2 = x.shape[1] // 2, x.shape[2] // 2
+    return _relu_pool_phases(x[:, : 2 * h2, : 2 * w2, :])

@@ -91,7 +91,7 @@ def femnist_cnn(*, input_shape: tuple[int, ...] = FEMNIST_SHAPE, num_classes: in
     dense = check_positive_int("dense", dense)
     num_classes = check_positive_int("num_classes", num_classes)
     conv_impl = resolve_conv_impl(conv_impl, model="femnist_cnn")
-    pool_impl = resolve_pool_impl(pool_impl)
+    pool_impl = resolve_pool_impl(pool_impl, model="femnist_cnn")
     module = LeafCNN(num_classes, dense, conv_impl, pool_impl)
     return from_flax(module, name="femnist_cnn", input_shape=shape, num_classes=num_classes,
                      config=dict(dense=dense, conv_impl=conv_impl, pool_impl=pool_impl))

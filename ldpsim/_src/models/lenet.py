@@ -26,7 +26,7 @@ import jax.numpy as jnp
 
 from ldpsim._src._checks import LdpsimError, check_choice
 from ldpsim._src.models._base import Model, from_flax
-from ldpsim._src.models._layers import (_LENET_CONVS, conv2d, conv2d_chwn, max_pool2x2,
+from ldpsim._src.models._layers import (_LENET_CONVS, conv2d, conv2d_chwn, relu_max_pool2x2,
                                         resolve_conv_impl, resolve_pool_impl)
 
 
@@ -63,7 +63,7 @@ class LeNet5(nn.Module):
     first_conv_padding: str = "SAME"
     conv_bias: bool = True
     conv_impl: str = "xla"  # "chwn", "mixed" or "xla" (not "auto": lenet5() resolves it)
-    pool_impl: str = "window"  # "reshape" or "window"
+    pool_impl: str = "window"  # "phases", "reshape" or "window"
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -72,9 +72,9 @@ class LeNet5(nn.Module):
         if chwn:
             x = jnp.transpose(x, (3, 1, 2, 0))  # [B, H, W, C] -> [C, H, W, B]
         x = Conv2D(6, 5, self.first_conv_padding, self.conv_bias, first, chwn, name="conv1")(x)
-        x = max_pool2x2(nn.relu(x), impl=self.pool_impl)  # pools axes 1, 2 in both layouts
+        x = relu_max_pool2x2(x, impl=self.pool_impl)  # pools axes 1, 2 in both layouts
         x = Conv2D(16, 5, "VALID", self.conv_bias, second, chwn, name="conv2")(x)
-        x = max_pool2x2(nn.relu(x), impl=self.pool_impl)
+        x = relu_max_pool2x2(x, impl=self.pool_impl)
         if chwn:  # flatten in NHWC (h, w, c) order: the dense params do not depend on impl
             x = jnp.transpose(x, (3, 1, 2, 0))
         x = x.reshape(x.shape[0], -1)
@@ -97,7 +97,9 @@ def lenet5(*, input_shape: tuple[int, ...] = (28, 28, 1), num_classes: int = 10,
         elsewhere), ``"chwn"`` (batch-innermost ``[C, H, W, B]`` activations, hand
         VJPs), ``"mixed"`` (matmuls over patches, conv1 channels-first) or ``"xla"``
         (:func:`jax.lax.conv_general_dilated`); see :mod:`ldpsim._src.models._layers`.
-      pool_impl: ``"auto"`` (``"reshape"`` on CPU, ``"window"`` elsewhere),
+      pool_impl: ``"auto"`` (on CPU ``"phases"`` with ``"chwn"``, else ``"reshape"``;
+        ``"window"`` elsewhere), ``"phases"`` (ReLU + pooling of the four strided 2x2
+        phases with a hand VJP, :func:`~ldpsim._src.models._layers.relu_max_pool2x2`),
         ``"reshape"`` or ``"window"`` (:func:`jax.lax.reduce_window`).
 
     Returns:
@@ -120,7 +122,7 @@ def lenet5(*, input_shape: tuple[int, ...] = (28, 28, 1), num_classes: int = 10,
         raise LdpsimError(f"input_shape {input_shape!r} is too small for lenet5 (need H, W >= "
                           f"{16 if first_conv_padding == 'SAME' else 20})")
     conv_impl = resolve_conv_impl(conv_impl)
-    pool_impl = resolve_pool_impl(pool_impl)
+    pool_impl = resolve_pool_impl(pool_impl, conv_impl=conv_impl)
     module = LeNet5(num_classes, first_conv_padding, conv_bias, conv_impl, pool_impl)
     config = dict(first_conv_padding=first_conv_padding, conv_bias=conv_bias,
                   conv_impl=conv_impl, pool_impl=pool_impl)
