@@ -22,8 +22,8 @@ float rounding; the slower ones measured, and their numbers, are in
   input to the dense head (one transpose in, one before the NHWC-order flatten), as
   cuda-convnet had them: with a batch of 16 a row of B floats is one 512-bit vector,
   windows are static slices of contiguous ``W*B`` runs, and pooling keeps B innermost.
-  :func:`conv2d_chwn`: the one-channel conv1 as 25 broadcast multiply-adds (no patch
-  matrix), conv2 as ``kernel.T @ patches``; a hand VJP whose kernel gradient is one
+  :func:`conv2d_chwn`: conv2 (and conv1 when B is not a multiple of 16) as
+  ``kernel.T @ patches``; a hand VJP whose kernel gradient is one
   XLA convolution (input read as NHWC with ``N = C``, features ``B``; the cotangent as
   the kernel) -- the ``[O, Ho*Wo*B] x [K, Ho*Wo*B]^T`` dot autodiff gives (e.g. a [6, 25]
   output contracted over 12,544) ran at ~15 GFLOP/s and was a quarter of a client
@@ -292,10 +292,11 @@ def conv2d_chwn(x: jax.Array, kernel: jax.Array, *, padding: str) -> jax.Array:
     """Stride-1 cross-correlation of batch-innermost ``x [C, H, W, B]`` with HWIO ``kernel``.
 
     Returns ``[O, Ho, Wo, B]``; the same function as :func:`conv2d` in another layout.
-    Forward: for one input channel, ``kh*kw`` broadcast multiply-adds of static windows
-    (no patch matrix), else ``kernel.T [O, kh*kw*C] @ patches [kh*kw*C, Ho*Wo*B]``.
-    Hand-written VJP: the kernel gradient is one XLA convolution (``x`` as NHWC with
-    ``N = C`` and ``B`` as features, by the cotangent as an HWIO kernel), the input
+    Forward: for one input channel and B a multiple of :data:`_CHWN_LANES`, one XLA
+    convolution with dimension numbers ``CHWN``; else ``kernel.T [O, kh*kw*C] @ patches
+    [kh*kw*C, Ho*Wo*B]``.  Hand-written VJP: the kernel gradient is one XLA convolution
+    (``x`` as NHWC with ``N = C`` and ``B`` as features, by the cotangent as an HWIO
+    kernel) when B is a multiple of :data:`_CHWN_LANES`, else the patches' dot; the input
     gradient an in-place col2im.
     """
     check_choice("padding", padding, ("SAME", "VALID"))

@@ -250,7 +250,13 @@ def _finish(fig: Figure, out: str | Path | None) -> Figure:
     return fig
 
 
+# The columns that tell one grid cell from another (everything a run varies except its seed).
+_CELL_KEYS = ("dataset", "model", "mechanism", "neighbours", "privacy_mode", "noise_mode",
+              "epsilon", "clients_per_round")
+
+
 def _seeds_note(df: pd.DataFrame) -> str:
+    """The title's seed count: "n seeds", or "lo–hi seeds per point" when cells differ."""
     if "seed" not in df.columns:
         return ""
     keys = [c for c in _CELL_KEYS if c in df.columns]
@@ -263,9 +269,6 @@ def _seeds_note(df: pd.DataFrame) -> str:
         return f"mean ± std over {lo}–{hi} seeds per point"
     return f"mean ± std over {hi} seeds" if hi > 1 else "1 seed"
 
-
-# The columns that tell one grid cell from another (everything a run varies except its seed).
-_CELL_KEYS = ("dataset", "model", "mechanism", "neighbours", "privacy_mode", "noise_mode", "epsilon", "clients_per_round")
 
 
 # --------------------------------------------------------------------------- kinds
