@@ -128,7 +128,9 @@ class LocalMechanism(NamedTuple):
             ``"privunitg"``, ``"duchi"``, ``"signds"``, ``"rr"``).
         params: the calibrated parameters (a pytree of float32 scalars; may be traced).
         neighbours: ``"replace"`` (any two clipped inputs) or ``"add-remove"``.
-        epsilon, delta: the per-release guarantee (δ = 0 for pure DP, ε = inf without noise).
+        epsilon, delta: the per-release guarantee **of the float32 realisation that runs**
+            (δ = 0 only for a proven pure DP realisation, ε = inf without noise); never
+            stronger than what the samplers deliver.
         privatize: ``(key, update, params) -> Privatized | Report`` for one client.
         noise_std: ``params -> per-coordinate std`` of one client's noise (additive
             randomizers); for a report randomizer, the root mean per-coordinate variance
@@ -144,6 +146,18 @@ class LocalMechanism(NamedTuple):
         additive: the release is ``clipped + independent noise`` (the engine's metrics
             assume this).
         unbiased: ``mean`` is the clipped update.
+        tail_mass: η, an upper bound on the probability, per release and over the worst pair
+            of inputs, that the float32 realisation produces an output the other input cannot
+            produce (bounded sampler tails, direction-dependent supports). 0 only when proven.
+        tail_scale: ``s ≥ 1``: on outputs both inputs can produce, the realised densities are
+            at most ``s`` times the ideal law's (the realised law is the ideal one restricted
+            to the sampler's range and renormalised). With ``dp_event`` (the ideal part), ``k``
+            releases satisfy ``δ_k(ε) ≤ 1 − (1 − η)^k + s^k·δ_event,k(ε)``
+            (:func:`ldpsim._src.privacy.realised.compose_delta`).
+        ideal_epsilon, ideal_delta: the guarantee of the ideal (real-number) law, for
+            comparison; None when it equals ``epsilon``/``delta``.
+        realisation: one line naming the samplers and the model behind ``epsilon``/``delta``
+            (what the float32 code delivers; see docs/privacy_sharp_edges.md).
     """
 
     name: str
@@ -159,6 +173,11 @@ class LocalMechanism(NamedTuple):
     variance: Callable[[PyTree, PyTree], PyTree] | None = None
     additive: bool = True
     unbiased: bool = True
+    tail_mass: float = 0.0
+    tail_scale: float = 1.0
+    ideal_epsilon: float | None = None
+    ideal_delta: float | None = None
+    realisation: str = ""
 
 
 def total_variance(mech: LocalMechanism, update: PyTree) -> jax.Array:
