@@ -45,6 +45,7 @@ from ldpsim._src.privacy import clipping
 PyTree = Any
 
 __all__ = ["LocalMechanism", "MechanismParams", "Privatized", "Report", "bernoulli",
+           "bernoulli_probability", "signed_scalar_epsilon",
            "check_dim", "check_epsilon", "clip_flat", "pure_dp_event", "signed_scalar",
            "signed_scalar_bound", "signed_scalar_excess",
            "signed_scalar_second_moment", "subkey", "total_variance"]
@@ -282,6 +283,34 @@ def bernoulli(key: jax.Array, prob: jax.typing.ArrayLike) -> jax.Array:
     cut = jnp.minimum(jnp.ceil(p * np.float32(2.0**32)), _U32_MAX_F32).astype(jnp.uint32)
     bits = jax.random.bits(key, jnp.shape(p), jnp.uint32)
     return (bits < cut) | (p >= 1.0)
+
+
+def bernoulli_probability(prob: float) -> float:
+    """The probability :func:`bernoulli` realises for ``prob`` (host side, exact):
+    ``⌈p·2³²⌉/2³²`` with ``p = float32(clip(prob, 0, 1))`` (``p·2³²`` is exact in float32),
+    or 1 for ``p ≥ 1``."""
+    p = float(np.float32(min(max(float(prob), 0.0), 1.0)))
+    if p >= 1.0:
+        return 1.0
+    return min(math.ceil(p * 2.0**32), _U32_MAX_F32) / 2.0**32
+
+
+def signed_scalar_epsilon(clip: float, bound: float, excess: float) -> float:
+    """The ε that :func:`signed_scalar` realises in float32 with these (float32) parameters.
+
+    The release has two values; ``P(+B | r)`` is monotone in ``r`` and extreme at ``r = 0``
+    and ``r = C``, where the coin drawn is ``excess/(2B)`` computed in float32 (replicated here
+    with NumPy float32) and realised by :func:`bernoulli_probability`. The realised ratio is
+    ``(1 − s')/s'`` with ``s'`` that realised probability, so ``ε' = log((1 − s')/s')``
+    (both values: the release is symmetric in ``r ↦ C − r``).
+    """
+    f = np.float32
+    c, b, e = f(clip), f(bound), f(excess)
+    small = (e + f(2.0) * f(0.0)) / (f(2.0) * b)
+    s = bernoulli_probability(float(small))
+    if s <= 0.0:
+        return math.inf
+    return math.log1p(-s) - math.log(s) if s < 0.5 else 0.0
 
 
 def signed_scalar_bound(clip: float, epsilon: float) -> float:
