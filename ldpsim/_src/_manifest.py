@@ -68,7 +68,7 @@ FORMAT = 1
 PACKAGES = ("jax", "jaxlib", "flax", "optax", "dp-accounting", "numpy", "scipy")
 #: Results columns copied into the privacy record.
 PRIVACY_COLUMNS = ("privacy_mode", "mechanism", "neighbours", "epsilon", "delta", "epsilon_spent",
-                   "sensitivity", "sigma", "clip", "noise_mode", "noise_multiplier",
+                   "delta_spent", "sensitivity", "sigma", "clip", "noise_mode", "noise_multiplier",
                    "sampler_delta_floor", "client_dp_epsilon", "round")
 _ENV_PREFIXES = ("XLA_", "JAX_", "LDPSIM_", "TF_CPP_", "CUDA_VISIBLE_DEVICES", "TPU_")
 #: Keys of a session kept in ``earlier_sessions``.
@@ -310,11 +310,15 @@ def guarantee(row: Mapping[str, Any]) -> dict[str, Any]:
         statement = (f"user-level ({_fmt(eps)}, {_fmt(delta)})-DP after {rounds} rounds "
                      f"({mode} DP-FedAvg, noise multiplier {_fmt(rec.get('noise_multiplier'))}, "
                      f"{rec.get('neighbours')} neighbours, sensitivity {_fmt(rec.get('sensitivity'))})")
-    elif isinstance(delta, float) and math.isnan(delta):   # pure epsilon-LDP (delta unused)
-        statement = (f"local DP per client: pure {_fmt(rec.get('epsilon'))}-LDP per round "
+    elif isinstance(delta, float) and math.isnan(delta):   # pure ideal epsilon-LDP
+        spent = rec.get("delta_spent", 0.0)
+        spent = 0.0 if spent is None or (isinstance(spent, float) and math.isnan(spent)) else spent
+        kind = ("pure " if spent == 0 else "ideally pure ") + f"{_fmt(rec.get('epsilon'))}-LDP"
+        statement = (f"local DP per client: {kind} per round "
                      f"({rec.get('mechanism')}, {rec.get('neighbours')} neighbours); "
-                     f"epsilon_spent {_fmt(eps)} (pure composition, delta 0) for the "
-                     f"most-sampled client after {rounds} rounds ({mode})")
+                     f"epsilon_spent {_fmt(eps)} at delta {_fmt(spent)} (pure composition; the "
+                     f"delta is what the float32 realisation adds) for the most-sampled client "
+                     f"after {rounds} rounds ({mode})")
     else:
         statement = (f"local DP per client: ({_fmt(rec.get('epsilon'))}, {_fmt(delta)}) per round, "
                      f"{rec.get('neighbours')} neighbours (sensitivity "

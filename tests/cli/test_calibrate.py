@@ -14,8 +14,8 @@ def test_json_gaussian(capsys):
     assert main(["calibrate", "--epsilon", "1", "--delta", "1e-5", "--clip", "1", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert set(out) == {"mechanism", "epsilon", "delta", "clip", "neighbours", "sensitivity", "method", "sigma",
-                        "achieved_epsilon", "achieved_delta",
-                        "sampler_delta_floor"}
+                        "achieved_epsilon", "achieved_delta", "ideal_epsilon", "ideal_delta",
+                        "sampler", "dim", "tail_mass", "sampler_delta_floor"}
     assert out["neighbours"] == "replace" and out["sensitivity"] == 2.0 and out["method"] == "analytic"
     assert out["sigma"] == pytest.approx(2 * 3.730632, rel=1e-6)
 

@@ -84,8 +84,10 @@ def test_laplace_scale_and_neighbours():
     c = cal.calibrate("laplace", epsilon=2.0, clip=1.0)
     assert (c.sensitivity, c.scale, c.neighbours, c.method) == (2.0, 1.0, "replace", "laplace")
     assert set(c.as_dict()) == {"mechanism", "epsilon", "delta", "clip", "neighbours", "sensitivity", "method", "scale",
-                                "achieved_epsilon", "achieved_delta"}
-    assert c.achieved_epsilon == 2.0 and c.achieved_delta is None and not c.shortfall
+                                "achieved_epsilon", "achieved_delta", "ideal_epsilon", "ideal_delta",
+                                "sampler", "dim", "tail_mass"}
+    assert c.achieved_epsilon == 2.0 and c.ideal_delta == 0.0 and not c.shortfall
+    assert 0 < c.achieved_delta < 1e-18   # the 64-bit Laplace sampler's bounded tails
     g = cal.calibrate(epsilon=50, delta=0.01, clip=1, method="mindspore", neighbours="add-remove")
     assert g.sigma == pytest.approx(0.125934, rel=1e-3) and g.sensitivity == 1.0
     assert "sigma" in g.as_dict() and "scale" not in g.as_dict()

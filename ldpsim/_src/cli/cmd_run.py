@@ -291,8 +291,11 @@ def run(args: argparse.Namespace) -> int:
         budget = f"user-level, noise multiplier {last['noise_multiplier']:g}"
     else:
         budget = f"epsilon {last['epsilon']:g} per round"
-    at_delta = ("(pure, delta 0)" if math.isnan(last["delta"])
-                else f"at delta {last['delta']:g}")
+    spent = last.get("delta_spent", math.nan)
+    spent = 0.0 if spent is None or math.isnan(spent) else spent
+    at_delta = (f"at delta {last['delta']:g}" if not math.isnan(last["delta"])
+                else "(pure, delta 0)" if not spent else
+                f"at delta {spent:.3g} (pure composition; the float32 realisation's delta)")
     print(f"privacy: {last['privacy_mode']} {last['mechanism']}, {budget}, sigma "
           f"{last['sigma']:.4g}, {last['neighbours']} neighbours, sensitivity "
           f"{last['sensitivity']:.4g}; epsilon_spent {last['epsilon_spent']:.4g} {at_delta}")

@@ -77,7 +77,11 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "n_eff": ("release", "(sum w)^2 / sum w^2 of the aggregation weights (weights by "
                          "example count are reported to the server in the clear)"),
     "max_participation": ("release", "most rounds any one client has taken part in"),
-    "epsilon_spent": ("release", "the accountant's epsilon so far (see the privacy docs)"),
+    "epsilon_spent": ("release", "the accountant's epsilon so far, for what the float32 "
+                                 "samplers deliver (see the privacy docs)"),
+    "delta_spent": ("release", "the delta at which epsilon_spent holds: the run's delta, or "
+                               "for a pure-epsilon randomizer the delta its float32 "
+                               "realisation adds (0 only when proven pure)"),
     "client_dp_epsilon": ("release", "DP-SGD clients: sample-level epsilon of the worst client"),
     "ledger_epsilon_max": ("release", "stop_at_epsilon: the per-client ledger's largest spent "
                                       "epsilon (NaN without a budget)"),

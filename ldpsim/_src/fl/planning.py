@@ -34,6 +34,7 @@ import jax.numpy as jnp
 from ldpsim._src._checks import LdpsimError, check_open_unit, check_positive
 from ldpsim._src.fl import dp_client, modes
 from ldpsim._src.fl.config import SimulationConfig
+from ldpsim._src.privacy import realised
 from ldpsim._src.privacy import accounting, adaptive, calibration, sampling
 from ldpsim._src.privacy import mechanism as mechanism_lib
 
@@ -60,9 +61,11 @@ class PrivacyPlan(NamedTuple):
             (the clip bound, and σ/sensitivity where they follow an adaptive bound).
         epsilon_of: ``(max_participation, rounds, min_noise_fraction) -> ε`` spent so far
             (``min_noise_fraction``: the smallest realised / target noise variance of the
-            rounds so far, 1 outside distributed DP); ``inf`` where the sampler's bounded
-            tails cannot deliver the claimed δ (with a
-            :class:`~ldpsim.privacy.SamplerTailWarning`).
+            rounds so far, 1 outside distributed DP), for what the float32 samplers
+            deliver (:mod:`ldpsim._src.privacy.realised`); ``inf`` where their bounded tails
+            cannot deliver the claimed δ (with a :class:`~ldpsim.privacy.SamplerTailWarning`).
+        delta_of: same arguments ``-> δ`` at which ``epsilon_of`` holds: the run's δ, or for a
+            pure ideal randomizer the δ its realisation adds (0 only when proven pure).
         client_hyper: the clients' trainer's traced knobs (``RoundHyper.client``).
         client_epsilon_of: ``max_participation -> ε``: sample-level ε of the worst-case
             client's local training (from the trainer's ``dp_event``); NaN where local
@@ -76,9 +79,10 @@ class PrivacyPlan(NamedTuple):
     epsilon_of: Callable[[int, int, float], float]
     client_hyper: PyTree = ()
     client_epsilon_of: Callable[[int], float] = lambda k: math.nan
+    delta_of: Callable[[int, int, float], float] = lambda k, t, frac: math.nan
 
 
-def noise_scale(config: SimulationConfig) -> tuple[float, float, str]:
+def noise_scale(config: SimulationConfig, dim: int | None = None) -> tuple[float, float, str]:
     """``(sigma, sensitivity, mechanism)`` of an additive-noise ``"ldp"`` run via
     :func:`ldpsim.privacy.calibrate`: ``sigma`` is the Gaussian std or the
     Laplace scale; ε = inf gives ``(0, nan, "none")``.
@@ -93,7 +97,7 @@ def noise_scale(config: SimulationConfig) -> tuple[float, float, str]:
         raise LdpsimError(f"noise_scale: {config.mechanism!r} adds no noise of a scale; "
                           f"calibrate it with local_randomizer(config, dim)")
     cal = calibration.calibrate(config.mechanism,
-                                **_RANDOMIZER_OPTIONS[config.mechanism](config, None))
+                                **_RANDOMIZER_OPTIONS[config.mechanism](config, dim))
     scale = cal.sigma if cal.sigma is not None else cal.scale
     return float(scale), float(cal.sensitivity), config.mechanism
 
@@ -164,26 +168,57 @@ def _outside_ldpsim() -> int:
     return level
 
 
-def _with_floor(epsilon_of: Callable, floor: float, claimed_delta: float,
-                gaussian: bool) -> Callable:
-    """``epsilon_of``, limited by the sampler's δ floor: above the claimed δ, warn; for
-    Gaussian noise ε is then infinite once anything was released (no ε holds)."""
-    if not floor > claimed_delta:
-        return epsilon_of
-    if not gaussian:
-        warnings.warn(
-            f"float32 Laplace noise is bounded (|x| <= 16.64 b): at this epsilon the release "
-            f"is not pure epsilon-DP; worst-case neighbours are told apart with probability "
-            f">= {floor:.3g} (column sampler_delta_floor)", calibration.SamplerTailWarning,
-            stacklevel=_outside_ldpsim())
-        return epsilon_of
-    warnings.warn(
-        f"the Gaussian sampler's bounded tails make delta={claimed_delta:g} impossible at "
-        f"this noise level: worst-case neighbours are told apart with probability >= "
-        f"{floor:.3g} whatever epsilon, so epsilon_spent is reported as inf; use a smaller "
-        f"epsilon per round or a larger delta (see docs/privacy_sharp_edges.md)",
-        calibration.SamplerTailWarning, stacklevel=_outside_ldpsim())
-    return lambda k, t, frac: math.inf if max(k, t) > 0 else 0.0
+def _laplace_impl() -> str:
+    return "bits" if _sampler_impl() != "jax" else "jax"
+
+
+def _tail_warning(message: str) -> None:
+    warnings.warn(message, calibration.SamplerTailWarning, stacklevel=_outside_ldpsim())
+
+
+def _realised_gaussian(impl: str, shift: float, dim: int | None, delta: float
+                       ) -> Callable[[int], float]:
+    """``k -> ε`` at ``delta`` of ``k`` realised Gaussian releases (bound (1) of
+    :mod:`ldpsim._src.privacy.realised`; inf where the sampler's tails exhaust δ, with one
+    :class:`~ldpsim.privacy.SamplerTailWarning`)."""
+    d = realised.check_dim(dim)
+    warned = []
+
+    @functools.lru_cache(maxsize=256)
+    def eps(k: int) -> float:
+        out = realised.realised_epsilon("gaussian", impl, shift, d, delta, k)
+        if math.isinf(out) and not warned:
+            warned.append(k)
+            r = realised.additive_realisation("gaussian", impl, shift, d)
+            _tail_warning(
+                f"the Gaussian sampler {impl!r} reaches only {r.model.bound:.4g} sigma: after "
+                f"{k} release(s) worst-case neighbours are told apart with probability up to "
+                f"{realised.compose_delta(0.0, r.tail_mass, r.tail_scale, k):.3g} >= "
+                f"delta={delta:g}, so epsilon_spent is reported as inf; use a smaller epsilon "
+                f"per round, a larger delta, or the 'tail' sampler (docs/privacy_sharp_edges.md)")
+        return out
+
+    return eps
+
+
+def _coupled_epsilon(ideal_at: Callable[[float], float], delta: float, tv: float) -> float:
+    """ε at ``delta`` of a realisation within total variation ``tv`` of an ideal transcript
+    whose ε at δ' is ``ideal_at(δ')``: ``P'(S) ≤ e^ε P'_neighbour(S) + δ_ideal + (1 + e^ε)·tv``.
+    A share ``f`` of δ is given to the coupling (the first of 1e-3, 0.1, 0.5 that fits)."""
+    if tv <= 0:
+        return ideal_at(delta)
+    for f in (1e-3, 0.1, 0.5):
+        eps = ideal_at(delta * (1.0 - f))
+        if (1.0 + math.exp(min(eps, 700.0))) * tv <= f * delta:
+            return eps
+    return math.inf
+
+
+def _gaussian_draw_tail(dim: int | None) -> float:
+    """Probability that one d-coordinate draw of the default Gaussian sampler differs from
+    the ideal draw it idealises (the coupling's total variation per draw)."""
+    model = realised.sampler_model(_sampler_impl(), "gaussian")
+    return realised.check_dim(dim) * model.coordinate_tail_mass
 
 
 def _accountant(event: Any, delta: float) -> Callable[[int], float]:
@@ -202,8 +237,10 @@ def _privunit_options(c: SimulationConfig, dim: int | None) -> dict:
 #: dimension d (host table; the report randomizers are calibrated for d).
 _RANDOMIZER_OPTIONS: dict[str, Callable[[SimulationConfig, int | None], dict]] = {
     "gaussian": lambda c, d: dict(epsilon=c.epsilon, delta=c.delta, clip=c.clip,
-                                  neighbours=c.neighbours, method=c.calibration),
-    "laplace": lambda c, d: dict(epsilon=c.epsilon, clip=c.clip, neighbours=c.neighbours),
+                                  neighbours=c.neighbours, method=c.calibration, dim=d,
+                                  sampler=_sampler_impl()),
+    "laplace": lambda c, d: dict(epsilon=c.epsilon, clip=c.clip, neighbours=c.neighbours,
+                                 dim=d, sampler=_laplace_impl()),
     "privunit2": _privunit_options,
     "privunitg": _privunit_options,
     "duchi": lambda c, d: dict(epsilon=c.epsilon, dim=d, clip=c.clip),
@@ -248,42 +285,50 @@ def _plan_report(config: SimulationConfig, dim: int | None) -> PrivacyPlan:
     pair) composed at δ = 0."""
     lm = local_randomizer(config, dim)
     acc = _accountant(lm.dp_event(lm.params), 0.0)
-    columns = {"mechanism": lm.name, "neighbours": lm.neighbours, "epsilon": config.epsilon,
+    columns = {"mechanism": lm.name, "neighbours": lm.neighbours, "epsilon": lm.epsilon,
                "delta": math.nan, "clip": config.clip, "sensitivity": math.nan,
                # root mean per-coordinate variance of one decoded report at ‖x‖ = C
                "sigma": float(lm.noise_std(lm.params)),
                "noise_multiplier": math.nan, "sampler_delta_floor": math.nan}
     return PrivacyPlan(modes.local(lm.name), modes.ReportHyper(lm.params), columns,
                        lambda row: {"clip_bound": config.clip},
-                       lambda k, t, frac: acc(k))
+                       lambda k, t, frac: acc(k),
+                       delta_of=lambda k, t, frac: realised.compose_delta(
+                           0.0, lm.tail_mass, lm.tail_scale, k))
 
 
 def _plan_ldp(config: SimulationConfig, population: int, dim: int | None = None) -> PrivacyPlan:
     if config.private and config.mechanism not in calibration.MECHANISMS:
         return _plan_report(config, dim)
-    sigma, sens, randomizer = noise_scale(config)
-    lm = local_randomizer(config)
+    sigma, sens, randomizer = noise_scale(config, dim)
+    lm = local_randomizer(config, dim)
     mech = modes.local(lm.name)
-    # The randomizer's accounting event, at the float64 calibration (its params are float32).
-    event = lm.dp_event(mechanism_lib.MechanismParams(config.clip, sigma))
-    pure = lm.delta == 0.0
     floor, claimed = math.nan, math.nan
-    if isinstance(event, dp_accounting.NonPrivateDpEvent):
+    delta_of: Callable[[int, int, float], float] = lambda k, t, frac: math.nan  # noqa: E731
+    if not config.private:
         epsilon_of = lambda k, t, frac: math.nan  # noqa: E731  (no privacy: no ε column)
-    else:
-        if lm.name in calibration.MECHANISMS:
-            floor = calibration.sampler_delta_floor(sigma, sens, mechanism=lm.name,
-                                                    impl=_sampler_impl())
-        claimed = _PURE_DP_WARN_DELTA if pure else config.delta
-        acc = _accountant(event, config.delta)
+    elif lm.name == "gaussian":
+        floor = calibration.sampler_delta_floor(sigma, sens, impl=_sampler_impl())
+        acc = _realised_gaussian(_sampler_impl(), sens / sigma, dim, config.delta)
         epsilon_of = lambda k, t, frac: acc(k)  # noqa: E731
+        delta_of = lambda k, t, frac: config.delta if k else 0.0  # noqa: E731
+    else:   # Laplace: pure ε per release ideally, the realised δ composes by bound (1)
+        floor = calibration.sampler_delta_floor(sigma, sens, mechanism="laplace")
+        per = sens / sigma
+        epsilon_of = lambda k, t, frac: k * per  # noqa: E731
+        delta_of = lambda k, t, frac: realised.compose_delta(  # noqa: E731
+            0.0, lm.tail_mass, lm.tail_scale, k)
+        if lm.delta > _PURE_DP_WARN_DELTA:
+            _tail_warning(f"float32 Laplace noise is bounded: at epsilon {config.epsilon:g} "
+                          f"the release is (epsilon, {lm.delta:.3g})-DP, not pure "
+                          f"(column delta_spent)")
+    pure = lm.name == "laplace"
     columns = {"mechanism": randomizer, "neighbours": config.neighbours,
                "epsilon": config.epsilon, "delta": math.nan if pure else config.delta,
                "clip": config.clip, "sensitivity": sens, "sigma": sigma,
                "noise_multiplier": math.nan, "sampler_delta_floor": floor}
     return PrivacyPlan(mech, modes.LocalHyper(_f32(sigma)), columns,
-                       lambda row: {"clip_bound": config.clip},
-                       _with_floor(epsilon_of, floor, claimed, not pure))
+                       lambda row: {"clip_bound": config.clip}, epsilon_of, delta_of=delta_of)
 
 
 def _plan_mindspore(config: SimulationConfig, population: int, dim: int | None = None
@@ -297,17 +342,18 @@ def _plan_mindspore(config: SimulationConfig, population: int, dim: int | None =
                "epsilon": config.dp_eps, "delta": config.dp_delta, "clip": math.nan,
                "sensitivity": math.nan, "sigma": math.nan, "noise_multiplier": math.nan,
                "sampler_delta_floor": floor}
-    # Every round is exactly (dp_eps, dp_delta)-DP whatever C_t: the accountant of N(0, a²)
-    # with sensitivity `unit` per unit of C.
-    acc = _accountant(dp_accounting.GaussianDpEvent(a / unit), config.dp_delta)
-    epsilon_of = _with_floor(lambda k, t, frac: acc(k), floor, config.dp_delta, True)
+    # Every round is (dp_eps, dp_delta)-DP whatever C_t (ideal): the accountant of N(0, a²)
+    # with sensitivity `unit` per unit of C, here for the realised sampler.
+    acc = _realised_gaussian(_sampler_impl(), unit / a, dim, config.dp_delta)
+    epsilon_of = lambda k, t, frac: acc(k)  # noqa: E731
 
     def row_columns(row: dict) -> dict:
         c = row["clip_bound"]
         return {"sigma": a * c, "sensitivity": unit * c}
 
     return PrivacyPlan(mech, modes.MindSporeHyper(_f32(a), _f32(config.dp_norm_clip)), columns,
-                       row_columns, epsilon_of)
+                       row_columns, epsilon_of,
+                       delta_of=lambda k, t, frac: config.dp_delta if k else 0.0)
 
 
 def _plan_sum(config: SimulationConfig, population: int, dim: int | None = None, *,
@@ -335,14 +381,24 @@ def _plan_sum(config: SimulationConfig, population: int, dim: int | None = None,
                "sensitivity": math.nan, "sigma": math.nan,
                "noise_multiplier": config.noise_multiplier, "sampler_delta_floor": floor}
     cache: dict = {}
+    # The realised noise of a round is one d-coordinate draw (central; plus the adaptive
+    # clip's count), or m shares (distributed): within total variation t·draws·d·(tail
+    # mass) of the ideal transcript, composed by coupling (_coupled_epsilon).
+    draws = m if distributed_mode else 1
+    tv_round = draws * (_gaussian_draw_tail(dim) + (_gaussian_draw_tail(1)
+                                                    if config.adaptive_clip else 0.0))
 
     def ideal(k: int, t: int, frac: float) -> float:
         z = config.noise_multiplier * (math.sqrt(frac) if distributed_mode else 1.0)
-        if (z, t) not in cache:
-            cache[(z, t)] = central_epsilon(
-                noise_multiplier=z, clients_per_round=m, population=population, rounds=t,
-                delta=config.delta, sampling=config.sampling)
-        return cache[(z, t)]
+
+        def at(delta: float) -> float:
+            if (z, t, delta) not in cache:
+                cache[(z, t, delta)] = central_epsilon(
+                    noise_multiplier=z, clients_per_round=m, population=population, rounds=t,
+                    delta=delta, sampling=config.sampling)
+            return cache[(z, t, delta)]
+
+        return _coupled_epsilon(at, config.delta, t * tv_round)
 
     per_client = 1.0 / math.sqrt(m) if distributed_mode else 1.0
 
@@ -350,8 +406,8 @@ def _plan_sum(config: SimulationConfig, population: int, dim: int | None = None,
         c = row["clip_bound"]
         return {"sigma": z_value * c * per_client, "sensitivity": sens * c}
 
-    return PrivacyPlan(mech, hyper, columns, row_columns,
-                       _with_floor(ideal, floor, config.delta, True))
+    return PrivacyPlan(mech, hyper, columns, row_columns, ideal,
+                       delta_of=lambda k, t, frac: config.delta if t else 0.0)
 
 
 _PLANS: dict[str, Callable[[SimulationConfig, int, int | None], PrivacyPlan]] = {
@@ -390,8 +446,14 @@ def plan(config: SimulationConfig, population: int, *,
     if training.dp_event is not None:
         steps = (config.local_epochs * -(-smallest_client // config.batch_size)
                  if config.local_epochs else config.local_steps)
-        client_epsilon_of = _accountant(training.dp_event(
+        event = training.dp_event(
             config.client_dp_noise_multiplier, num_examples=smallest_client,
-            batch_size=config.batch_size, local_steps=steps), config.delta)
+            batch_size=config.batch_size, local_steps=steps)
+        tv_step = _gaussian_draw_tail(dim)   # one noise draw per local step
+
+        @functools.lru_cache(maxsize=256)
+        def client_epsilon_of(k: int) -> float:
+            return _coupled_epsilon(lambda d: dp_client.event_epsilon(event, k, d),
+                                    config.delta, k * steps * tv_step)
     return base._replace(mechanism=modes.with_client_training(mech, training),
                          client_hyper=knobs, client_epsilon_of=client_epsilon_of)

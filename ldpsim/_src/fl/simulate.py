@@ -439,6 +439,7 @@ def simulate_lanes(configs: Sequence[SimulationConfig | Experiment], *, progress
             row["model_change_norm"] = float(lane(change))
             row["max_participation"] = k_max
             row["epsilon_spent"] = p.epsilon_of(k_max, t + 1, float(lane(min_fraction)))
+            row["delta_spent"] = p.delta_of(k_max, t + 1, float(lane(min_fraction)))
             row["client_dp_epsilon"] = p.client_epsilon_of(k_max)
             row.update(budget)
             row["wall_time"] = elapsed

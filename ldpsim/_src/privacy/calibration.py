@@ -77,6 +77,7 @@ import numpy as np
 from scipy import optimize, special
 
 from ldpsim._src._checks import LdpsimError, check_choice, check_open_unit, check_positive
+from ldpsim._src.privacy import realised
 
 NEIGHBOURS = ("replace", "add-remove")
 GAUSSIAN_METHODS = ("analytic", "classic", "mindspore")
@@ -585,52 +586,51 @@ class SamplerTailWarning(UserWarning):
 
 
 def sampler_delta_floor(scale: float, sensitivity: float, *, mechanism: str = "gaussian",
-                        impl: str = "fast") -> float:
-    """A floor under the δ that the *implemented* noise can deliver, at every ε.
+                        impl: str | None = None) -> float:
+    """A floor under the δ that the *implemented* noise can deliver, at every ε (a
+    diagnostic: a lower bound, not the guarantee).
 
     Floating-point samplers have bounded tails (Mironov, "On significance of the least
     significant bits for differential privacy", CCS 2012): ldpsim's default Gaussian
-    sampler never returns ``|z| > T = 6.764`` (``"icdf"``: 9.08; ``jax.random.normal``:
-    5.42; ``jax.random.laplace``: 16.64 in units of b; :data:`ldpsim._src.privacy.sampling.TAIL_BOUND`).
+    sampler (``"tail"``) never returns ``|z| > 11.60`` (``"fast"``: 6.764; ``"icdf"``: 9.08;
+    ``jax.random.normal``: 5.42), its Laplace sampler never ``|x| > 44.36 b``
+    (``jax.random.laplace``: 16.64 b); :func:`ldpsim._src.privacy.realised.sampler_model`.
     Take two neighbouring inputs whose clipped updates differ by the full sensitivity Δ
     along one coordinate, ``x' = x + Δ e₁``. Under ``x'`` a release below
     ``x₁ + Δ − T·s`` on that coordinate is impossible, while under ``x`` it has
-    probability ``P(Z < Δ/s − T)``. So for every ε the implemented mechanism is not
+    probability about ``P(Z < Δ/s − T)``. So for every ε the implemented mechanism is not
     (ε, δ)-DP for any ``δ`` below
 
         ``floor = P(Z < Δ/s − T)``  (Z the sampler's standard law, s = σ or b),
 
-    whatever the ideal analysis says. With the default sampler at δ = 1e-5 this bites
-    once Δ/σ > 2.5, i.e. for a per-release ε above about 14 (replace-one, analytic
-    calibration); ``jax.random.normal`` already above ε ≈ 5.6. For Laplace the floor is
-    positive for every ε: float32 Laplace noise is never pure ε-DP.
-
-    The value uses the ideal law's tail up to ``T``, which the samplers reproduce to
-    within their distribution error (< 1e-6 for ``"fast"``; see
-    :mod:`ldpsim._src.privacy.sampling`). It is a lower bound, not a guarantee: it says when
-    a claimed δ is certainly *not* delivered.
+    whatever the ideal analysis says. The guarantee itself -- the realised δ at each ε, an
+    upper bound -- is :func:`ldpsim._src.privacy.realised.realised_delta`, which every
+    calibration and accountant of ldpsim uses.
 
     Args:
         scale: σ (Gaussian std) or b (Laplace scale) per coordinate, > 0.
         sensitivity: Δ > 0 (L2 for Gaussian, L1 for Laplace).
         mechanism: ``"gaussian"`` or ``"laplace"``.
-        impl: the Gaussian sampler (``"fast"``, ``"icdf"``, ``"jax"``); ignored for Laplace.
+        impl: the sampler (Gaussian ``"tail"``, ``"fast"``, ``"icdf"``, ``"jax"``; Laplace
+            ``"jax"`` or any other value for the default); default ldpsim's.
 
     Returns:
         The floor in [0, 1].
     """
-    from ldpsim._src.privacy.sampling import IMPLS, LAPLACE_TAIL_BOUND, TAIL_BOUND
-
     check_choice("mechanism", mechanism, MECHANISMS)
     scale = check_positive("scale", scale)
     sens = check_positive("sensitivity", sensitivity)
     mu = sens / scale
     if mechanism == "laplace":
-        t = mu - LAPLACE_TAIL_BOUND
-        if t >= LAPLACE_TAIL_BOUND:
+        lap = "jax" if impl == "jax" else realised.default_sampler("laplace")
+        bound = realised.sampler_model(lap, "laplace").bound
+        t = mu - bound
+        if t >= bound:
             return 1.0
         return 0.5 * math.exp(t) if t < 0 else 1.0 - 0.5 * math.exp(-t)
-    bound = TAIL_BOUND[check_choice("impl", impl, IMPLS)]
+    impl = realised.default_sampler("gaussian") if impl is None else impl
+    bound = realised.sampler_model(check_choice("impl", impl, realised.SAMPLERS["gaussian"]),
+                                   "gaussian").bound
     if mu - bound >= bound:
         return 1.0
     return float(special.ndtr(mu - bound))
@@ -686,12 +686,22 @@ class Calibration:
         method: the Gaussian calibration method, or ``"laplace"``.
         sigma: Gaussian noise std per coordinate (None for Laplace).
         scale: Laplace scale b per coordinate (None for Gaussian).
-        achieved_epsilon: the exact smallest ε the returned noise satisfies at the
-            requested δ (Gaussian: :func:`analytic_gaussian_epsilon`; Laplace:
-            ``Δ₁/b``, rounded up). ≤ ``epsilon`` iff the request is met.
-        achieved_delta: Gaussian: the exact δ(σ) at the requested ε
-            (:func:`analytic_gaussian_delta`), ≤ ``delta`` iff the request is met;
-            None for Laplace (pure DP).
+        achieved_epsilon: what the **float32 noise that runs** delivers
+            (:mod:`ldpsim._src.privacy.realised`): Gaussian, the smallest ε at the requested δ
+            (≤ ``epsilon`` iff the request is met); Laplace, ``Δ₁/b`` rounded up, holding with
+            ``achieved_delta``.
+        achieved_delta: what the float32 noise delivers at the requested ε: Gaussian, ≤
+            ``delta`` iff the request is met; Laplace, the δ its bounded sampler adds to the
+            ideal pure ε (never exactly 0; e.g. 2.9e-7 at ε = 30 with the 64-bit sampler).
+        ideal_epsilon, ideal_delta: the same two numbers for ideal real-valued noise
+            (Balle & Wang's exact δ(σ); Laplace: ``Δ₁/b`` and 0).
+        sampler: the noise sampler the guarantee is computed for
+            (:data:`ldpsim._src.privacy.realised.DEFAULT_SAMPLER` by default).
+        dim: the number of coordinates the guarantee holds up to (the realised δ grows with
+            d for bounded samplers; :data:`ldpsim._src.privacy.realised.DEFAULT_DIM` when not
+            given).
+        tail_mass: η of one release (:class:`ldpsim._src.privacy.realised.AdditiveRealisation`):
+            the probability that a neighbour's release lands where this input's cannot.
     """
 
     mechanism: str
@@ -705,6 +715,11 @@ class Calibration:
     scale: float | None = None
     achieved_epsilon: float | None = None
     achieved_delta: float | None = None
+    ideal_epsilon: float | None = None
+    ideal_delta: float | None = None
+    sampler: str | None = None
+    dim: int | None = None
+    tail_mass: float | None = None
 
     @property
     def noise_std(self) -> float:
@@ -726,12 +741,16 @@ class Calibration:
         """JSON-ready dict of the fields.
 
         Gaussian has key ``sigma``, Laplace has key ``scale``; both have
-        ``achieved_epsilon`` and ``achieved_delta`` (None for Laplace), finite floats
-        for any calibration :func:`calibrate` returns (``achieved_epsilon`` is ``inf`` only
-        when the exact value exceeds float64, e.g. ``classic`` at ε ≳ 1e150).
+        ``achieved_epsilon``/``achieved_delta`` (what runs) and ``ideal_epsilon``/
+        ``ideal_delta``, ``sampler``, ``dim`` and ``tail_mass``; an infinite ε (no ε
+        delivers the requested δ, e.g. ``classic`` at δ = 1e-300 whose σ the sampler's reach
+        cannot support) is the string ``"inf"``.
         """
         out = dataclasses.asdict(self)
         out.pop("scale" if self.mechanism == "gaussian" else "sigma")
+        for key in ("achieved_epsilon", "ideal_epsilon"):   # JSON has no infinity
+            if isinstance(out[key], float) and math.isinf(out[key]):
+                out[key] = "inf"
         return out
 
 
@@ -743,6 +762,8 @@ def calibrate(
     clip: float,
     method: str | None = None,
     neighbours: str = "replace",
+    dim: int | None = None,
+    sampler: str | None = None,
 ) -> Calibration:
     """Calibrate a local randomizer for one release of a client update clipped to ``clip``.
 
@@ -755,6 +776,15 @@ def calibrate(
             ``"mindspore"``; for Laplace only ``None``/``"laplace"``.
         neighbours: ``"replace"`` (Δ = 2C, default) or ``"add-remove"`` (Δ = C,
             MindSpore's convention).
+        dim: the number of coordinates d of the update (the realised guarantee of a bounded
+            sampler depends on it); default :data:`~ldpsim._src.privacy.realised.DEFAULT_DIM`
+            (the guarantee then holds for every d up to it).
+        sampler: the noise sampler that will run (Gaussian ``"tail"``, ``"fast"``,
+            ``"icdf"``, ``"jax"``; Laplace ``"bits"``, ``"jax"``); default: ldpsim's default.
+
+    The analytic σ is the smallest whose **realised** δ at ε is ≤ δ: it equals Balle &
+    Wang's exact σ whenever the sampler's bounded tails add nothing measurable (the default
+    sampler, up to ε ≈ 40 at δ = 1e-5), and is larger where they do.
 
     Returns:
         A :class:`Calibration` naming the mechanism, relation, sensitivity and scale,
@@ -782,20 +812,51 @@ def calibrate(
         if delta not in (None, 0, 0.0):
             raise LdpsimError(f"the Laplace mechanism is pure epsilon-DP: delta must be omitted, got {delta!r}")
         scale = laplace_scale(epsilon, sens)
+        sampler = realised.default_sampler("laplace") if sampler is None else sampler
+        check_choice("sampler", sampler, realised.SAMPLERS["laplace"])
+        d = realised.check_dim(dim)
+        shift = laplace_epsilon(scale, sens)
         return Calibration(
             mechanism="laplace", epsilon=epsilon, delta=None, clip=clip, neighbours=neighbours,
             sensitivity=sens, method="laplace", scale=scale,
-            achieved_epsilon=laplace_epsilon(scale, sens), achieved_delta=None,
+            achieved_epsilon=shift,
+            achieved_delta=realised.realised_delta("laplace", sampler, shift, d, shift),
+            ideal_epsilon=shift, ideal_delta=0.0, sampler=sampler, dim=d,
+            tail_mass=realised.additive_realisation("laplace", sampler, shift, d).tail_mass,
         )
     method = "analytic" if method is None else method
     check_choice("method", method, GAUSSIAN_METHODS)
     if delta is None:
         raise LdpsimError("the Gaussian mechanism needs delta in (0, 1); e.g. delta=1e-5 or 1/population")
     delta = check_open_unit("delta", delta)
+    sampler = realised.default_sampler("gaussian") if sampler is None else sampler
+    check_choice("sampler", sampler, realised.SAMPLERS["gaussian"])
+    d = realised.check_dim(dim)
     sigma = _GAUSSIAN[method](epsilon, delta, sens)
-    achieved_epsilon, achieved_delta = gaussian_achieved(sigma, epsilon, delta, sens)
+    if method == "analytic":   # the smallest σ whose realised δ at ε is ≤ δ
+        shift = realised.gaussian_shift_for(epsilon, delta, sampler, d, sens / sigma)
+        if shift < sens / sigma:
+            sigma = _round_up(sens / shift, lambda s: realised.realised_delta(
+                "gaussian", sampler, sens / s, d, epsilon) <= delta)
+    ideal_epsilon, ideal_delta = gaussian_achieved(sigma, epsilon, delta, sens)
+    achieved_delta = realised.realised_delta("gaussian", sampler, sens / sigma, d, epsilon)
+    achieved_epsilon = realised.realised_epsilon("gaussian", sampler, sens / sigma, d, delta)
+    if _is_shortfall(achieved_delta, delta) and not _is_shortfall(ideal_delta, delta):
+        warnings.warn(
+            f"method {method!r}: sigma={sigma:.6g} meets (epsilon={epsilon:.6g}, "
+            f"delta={delta:.6g}) for ideal noise, but the float32 sampler {sampler!r} reaches "
+            f"only its bounded range: what runs is (epsilon={epsilon:.6g}, "
+            f"delta={achieved_delta:.6g})-DP for updates of up to {d:,} coordinates; "
+            "method='analytic' calibrates for what runs", CalibrationShortfallWarning,
+            stacklevel=2)
+    if achieved_delta <= delta:   # one fact (monotone in ε): consistent to the last ulp
+        achieved_epsilon = min(achieved_epsilon, float(epsilon))
+    else:
+        achieved_epsilon = max(achieved_epsilon, math.nextafter(float(epsilon), math.inf))
     return Calibration(
         mechanism="gaussian", epsilon=epsilon, delta=delta, clip=clip, neighbours=neighbours,
         sensitivity=sens, method=method, sigma=sigma,
         achieved_epsilon=achieved_epsilon, achieved_delta=achieved_delta,
+        ideal_epsilon=ideal_epsilon, ideal_delta=ideal_delta, sampler=sampler, dim=d,
+        tail_mass=realised.additive_realisation("gaussian", sampler, sens / sigma, d).tail_mass,
     )

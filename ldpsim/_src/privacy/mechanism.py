@@ -132,8 +132,25 @@ def _sensitivity(params: MechanismParams, neighbours: str) -> float:
     return calibration.sensitivity(float(params.clip), neighbours)
 
 
+def _realisation_fields(cal, law: str) -> dict:
+    """The LocalMechanism fields of the float32 realisation of a calibrated additive noise."""
+    from ldpsim._src.privacy import realised
+
+    shift = cal.sensitivity / (cal.sigma if law == "gaussian" else cal.scale)
+    r = realised.additive_realisation(law, cal.sampler, shift, cal.dim)
+    model = r.model
+    reach = (f"disk of radius {model.bound:.4g}" if model.kind == "disk"
+             else f"|z| <= {model.bound:.4g}")
+    return dict(tail_mass=r.tail_mass, tail_scale=r.tail_scale,
+                ideal_epsilon=cal.ideal_epsilon, ideal_delta=cal.ideal_delta,
+                realisation=(f"{law} noise from sampler {cal.sampler!r} (ideal law restricted to "
+                             f"{reach}), up to d = {cal.dim:,} coordinates; float32 output "
+                             f"grid not modelled"))
+
+
 def gaussian(*, epsilon: float, delta: float, clip: float, neighbours: str = "replace",
-             method: str = "analytic") -> LocalMechanism:
+             method: str = "analytic", dim: int | None = None,
+             sampler: str | None = None) -> LocalMechanism:
     """Gaussian local randomizer: L2-clip to C, add N(0, σ² I), σ calibrated for (ε, δ).
 
     Args:
@@ -143,9 +160,15 @@ def gaussian(*, epsilon: float, delta: float, clip: float, neighbours: str = "re
         neighbours: ``"replace"`` (Δ = 2C, default) or ``"add-remove"`` (Δ = C).
         method: ``"analytic"`` (exact, Balle & Wang 2018), ``"classic"`` or ``"mindspore"``
             (:func:`ldpsim.privacy.calibrate`).
+        dim: the update's number of coordinates (default: the guarantee holds up to
+            :data:`ldpsim._src.privacy.realised.DEFAULT_DIM`).
+        sampler: the N(0, 1) sampler the guarantee is computed for (default: ldpsim's,
+            which ``privatize`` uses for threefry keys).
 
     Returns:
-        A :class:`LocalMechanism`. Its ``dp_event`` is ``GaussianDpEvent(σ/Δ)``.
+        A :class:`LocalMechanism` whose ``epsilon``/``delta`` are what the float32 noise
+        delivers (``tail_mass``/``tail_scale`` carry its bounded tails into composition).
+        Its ``dp_event`` is the ideal part, ``GaussianDpEvent(σ/Δ)``.
 
     References:
         Balle & Wang, "Improving the Gaussian Mechanism for Differential Privacy",
@@ -154,7 +177,7 @@ def gaussian(*, epsilon: float, delta: float, clip: float, neighbours: str = "re
     if math.isinf(float(epsilon)):
         return clip_only(clip=clip, neighbours=neighbours)
     cal = calibration.calibrate("gaussian", epsilon=epsilon, delta=delta, clip=clip,
-                                neighbours=neighbours, method=method)
+                                neighbours=neighbours, method=method, dim=dim, sampler=sampler)
 
     def dp_event(params: MechanismParams):
         import dp_accounting
@@ -164,20 +187,24 @@ def gaussian(*, epsilon: float, delta: float, clip: float, neighbours: str = "re
 
     return LocalMechanism(
         name="gaussian", params=MechanismParams.create(clip=cal.clip, scale=cal.sigma),
-        neighbours=neighbours, epsilon=cal.epsilon, delta=cal.delta,
-        **_entry_functions("gaussian"), dp_event=dp_event)
+        neighbours=neighbours, epsilon=min(cal.epsilon, cal.achieved_epsilon)
+        if cal.achieved_delta <= cal.delta else cal.achieved_epsilon, delta=cal.delta,
+        **_entry_functions("gaussian"), dp_event=dp_event, **_realisation_fields(cal, "gaussian"))
 
 
-def laplace(*, epsilon: float, clip: float, neighbours: str = "replace") -> LocalMechanism:
+def laplace(*, epsilon: float, clip: float, neighbours: str = "replace",
+            dim: int | None = None, sampler: str | None = None) -> LocalMechanism:
     """Laplace local randomizer: L1-clip to C, add Lap(b) per coordinate, b = Δ₁/ε.
 
-    ε-LDP for the stated relation with ideal noise (Dwork & Roth 2014, Thm. 3.6); float32
-    Laplace noise is bounded, so pure DP does not hold exactly (docs/privacy_sharp_edges.md).
-    Its ``dp_event`` is ``LaplaceDpEvent(b/Δ₁)``.
+    ε-LDP for the stated relation with ideal noise (Dwork & Roth 2014, Thm. 3.6). Float32
+    Laplace noise is bounded, so the realisation is (ε, δ)-LDP with the small δ its sampler's
+    reach allows (``delta``; 5e-20 at ε = 1, 3e-7 at ε = 30 with the default 64-bit sampler:
+    docs/privacy_sharp_edges.md). Its ``dp_event`` is the ideal part, ``LaplaceDpEvent(b/Δ₁)``.
     """
     if math.isinf(float(epsilon)):
         return clip_only(clip=clip, neighbours=neighbours, norm="l1")
-    cal = calibration.calibrate("laplace", epsilon=epsilon, clip=clip, neighbours=neighbours)
+    cal = calibration.calibrate("laplace", epsilon=epsilon, clip=clip, neighbours=neighbours,
+                                dim=dim, sampler=sampler)
 
     def dp_event(params: MechanismParams):
         import dp_accounting
@@ -187,8 +214,8 @@ def laplace(*, epsilon: float, clip: float, neighbours: str = "replace") -> Loca
 
     return LocalMechanism(
         name="laplace", params=MechanismParams.create(clip=cal.clip, scale=cal.scale),
-        neighbours=neighbours, epsilon=cal.epsilon, delta=0.0,
-        **_entry_functions("laplace"), dp_event=dp_event)
+        neighbours=neighbours, epsilon=cal.achieved_epsilon, delta=cal.achieved_delta,
+        **_entry_functions("laplace"), dp_event=dp_event, **_realisation_fields(cal, "laplace"))
 
 
 def clip_only(*, clip: float, neighbours: str = "replace", norm: str = "l2") -> LocalMechanism:

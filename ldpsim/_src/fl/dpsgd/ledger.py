@@ -85,6 +85,8 @@ MONITOR_LABEL = ("MindArmour's RDPMonitor with the nominal multiplier: assumes P
 #: geometric grid GRID_RATIO**k before the Poisson RDP composition (conservative).
 EXACT_DISTINCT_MULTIPLIERS = 16
 GRID_RATIO = 1.01
+#: Share of δ given to the float32 sampler's deviation from ideal noise (coupling).
+COUPLING_SHARE = 1e-3
 #: RDP orders of the accountant: dp_accounting's defaults (1.1 … 1024). Orders closer to 1
 #: would lower the (meaningless, ε ≳ 10³) figures of tiny multipliers, but dp_accounting's
 #: series for them fails to converge at moderate q.
@@ -161,8 +163,18 @@ class Ledger:
     trainer (module docstring).
     """
 
-    def __init__(self, config: DpsgdConfig, num_train: int, steps_per_epoch: int) -> None:
+    def __init__(self, config: DpsgdConfig, num_train: int, steps_per_epoch: int,
+                 dim: int | None = None) -> None:
         self.config, self.n, self.per_epoch = config, num_train, steps_per_epoch
+        # The float32 noise of a step is one d-coordinate draw of the default sampler (plus
+        # the unclipped fraction's scalar): within total variation `tv_step` of the ideal
+        # draw (ldpsim._src.privacy.realised). ε is computed at δ·(1 − COUPLING_SHARE) and
+        # holds at δ when (1 + e^ε)·steps·tv_step ≤ COUPLING_SHARE·δ (else inf).
+        from ldpsim._src.privacy import realised
+
+        model = realised.sampler_model(realised.default_sampler("gaussian"), "gaussian")
+        self.tv_step = (realised.check_dim(dim) + 1) * model.coordinate_tail_mass
+        self.accounting_delta = config.delta * (1.0 - COUPLING_SHARE)
         self.steps = 0
         self.last_trajectory: tuple[np.ndarray, np.ndarray] | None = None  # (C_t, m_t) used
         self.setting = privacy_setting(config)
@@ -204,7 +216,10 @@ class Ledger:
         finite = z_value[np.isfinite(z_value) & (z_value > 0)]
         if finite.size == 0:
             return
-        floor = sampler_delta_floor(float(np.min(finite)), 1.0)
+        from ldpsim._src.privacy import realised
+
+        floor = sampler_delta_floor(float(np.min(finite)), 1.0,
+                                    impl=realised.default_sampler("gaussian"))
         if self.config.sampling == "poisson":
             floor *= self.q
         if floor > self.floor:
@@ -289,7 +304,13 @@ class Ledger:
         else:
             eps_rdp, eps_pld, z_now, what = self._poisson_epsilon(zs, last, parts)
         eps = float(np.nanmin([eps_rdp, eps_pld]))
-        if self.floor > cfg.delta:
+        tv = self.steps * self.tv_step
+        if (1.0 + math.exp(min(eps, 700.0))) * tv > COUPLING_SHARE * cfg.delta:
+            eps = eps_rdp = eps_pld = math.inf
+            parts.append(f"inf: the float32 sampler's bounded tails (total variation "
+                         f"{tv:.3g} from ideal noise over {self.steps} steps) leave no room "
+                         f"in delta at this epsilon")
+        elif self.floor > cfg.delta:
             eps = eps_rdp = eps_pld = math.inf
             parts.append(f"inf: the float32 sampler's bounded tails deliver no delta below "
                          f"{self.floor:.3g} (sampler_delta_floor)")
@@ -312,8 +333,8 @@ class Ledger:
         else:
             acc = _RdpAccountant(orders=list(RDP_ORDERS))
             acc.compose(dp_accounting.GaussianDpEvent(z_total))
-            eps_rdp = float(acc.get_epsilon(cfg.delta))
-            eps_pld = float(dp_accounting.get_epsilon_gaussian(z_total, cfg.delta))
+            eps_rdp = float(acc.get_epsilon(self.accounting_delta))
+            eps_pld = float(dp_accounting.get_epsilon_gaussian(z_total, self.accounting_delta))
         z_now = z_epoch
         what = (f"exact composition of {epochs} Gaussian(s), one per epoch at the "
                 f"epoch's smallest step multiplier (now {_fmt(z_epoch)}; all epochs: "
@@ -335,12 +356,13 @@ class Ledger:
         if self.z_first is None:
             self.z_first = float(distinct[0])
         self.homogeneous &= bool(len(distinct) == 1 and distinct[0] == self.z_first)
-        eps_rdp = float(compute_epsilon(list(RDP_ORDERS), self.rdp, cfg.delta)[0])
+        eps_rdp = float(compute_epsilon(list(RDP_ORDERS), self.rdp, self.accounting_delta)[0])
         eps_pld = math.nan
         pld_now = cfg.pld == "every_epoch" or (cfg.pld == "final" and last)
         if self.homogeneous and pld_now and math.isfinite(self.z_first):
             rep = dpsgd_epsilon(noise_multiplier=self.z_first, batch_size=cfg.batch_size,
-                                num_examples=self.n, steps=self.steps, delta=cfg.delta,
+                                num_examples=self.n, steps=self.steps,
+                                delta=self.accounting_delta,
                                 sampling="poisson", method="pld")
             # Out of the PLD accountant's range the report falls back to RDP: not a PLD.
             eps_pld = rep.epsilon if rep.method == "pld" else math.nan

@@ -171,7 +171,8 @@ def train_dpsgd(config: DpsgdConfig, *, progress: bool = False,
         params, opt_state, x_tr, y_tr, batches0).compile()
     evaluate = _xla.jit(make_eval_fn(model.apply, config.eval_batch_size))
     compile_time = time.perf_counter() - t0
-    ledger = Ledger(config, n, steps_per_epoch)
+    ledger = Ledger(config, n, steps_per_epoch,
+                    dim=sum(int(np.size(x)) for x in jax.tree_util.tree_leaves(params)))
 
     def step(carry, e):
         params, opt_state, _, _ = carry
