@@ -263,7 +263,9 @@ def _round_event(noise_multiplier: float, *, num_examples: int, batch_size: int,
 
 
 def event_epsilon(event: Any, count: int, delta: float) -> float:
-    """ε at ``delta`` of ``count`` independent releases of a ``dp_accounting`` event.
+    """ε at ``delta`` of ``count`` independent releases of a ``dp_accounting`` event (the ideal
+    law of the event: callers add what a float32 realisation changes,
+    :mod:`ldpsim._src.privacy.realised`).
 
     Exact where a closed form exists, through :func:`ldpsim.privacy.ldp_epsilon`:
     Gaussians compose exactly (``k`` of multiplier ``z`` are one of ``z/√k``, Balle & Wang
@@ -290,10 +292,10 @@ def event_epsilon(event: Any, count: int, delta: float) -> float:
         if z == 0:
             return math.inf
         return accounting.ldp_epsilon("gaussian", sensitivity=1.0, sigma=z, rounds=count,
-                                      delta=delta, method="analytic").epsilon
+                                      delta=delta, method="analytic", sampler="ideal").epsilon
     if isinstance(event, dp_accounting.LaplaceDpEvent):
         return accounting.ldp_epsilon("laplace", sensitivity=1.0, scale=event.noise_multiplier,
-                                      rounds=count, method="basic").epsilon
+                                      rounds=count, method="basic", sampler="ideal").epsilon
     if isinstance(event, dp_accounting.RandomizedResponseDpEvent):   # pure-ε report randomizers
         return accounting.randomized_response_epsilon(event, count, delta)
     for accountant in (dp_accounting.pld.PLDAccountant(), dp_accounting.rdp.RdpAccountant()):

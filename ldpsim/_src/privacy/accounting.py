@@ -55,6 +55,7 @@ from dp_accounting.pld import PLDAccountant
 from dp_accounting.rdp import RdpAccountant
 from dp_accounting.rdp import rdp_privacy_accountant as _rdp
 
+from ldpsim._src.privacy import realised
 from ldpsim._src.privacy.calibration import analytic_gaussian_epsilon
 from ldpsim._src._checks import (
     LdpsimError,
@@ -283,8 +284,11 @@ def ldp_round_epsilon(
     delta: float | None = None,
     sigma: float | None = None,
     scale: float | None = None,
+    sampler: str | None = None,
+    dim: int | None = None,
 ) -> PrivacyReport:
-    """The per-round (ε₀, δ₀) of one local randomizer release.
+    """The per-round (ε₀, δ₀) of one local randomizer release, as the float32 noise that runs
+    delivers it (``sampler="ideal"``: real-valued noise).
 
     Gaussian: the exact (tightest) ε of ``N(0, sigma²)`` noise on a query of L2
     sensitivity ``sensitivity`` at ``delta`` (Balle & Wang 2018, Thm. 8;
@@ -297,18 +301,41 @@ def ldp_round_epsilon(
         delta: δ₀ in (0, 1) (Gaussian only; Laplace reports δ = 0).
         sigma: Gaussian noise std per coordinate.
         scale: Laplace scale b per coordinate.
+        sampler: the noise sampler (default ldpsim's; ``"ideal"``: real-valued noise); its
+            bounded tails add to δ (:mod:`ldpsim._src.privacy.realised`): Laplace reports the
+            δ₀ they add, Gaussian the ε₀ at ``delta`` they leave.
+        dim: coordinates of the update (default: up to 10⁷).
 
     Returns:
         A :class:`PrivacyReport` with ``count = 1``.
     """
     event, details, delta = _ldp_event_and_eps0(mechanism, sigma, scale, sensitivity, delta)
+    sampler, d, extra = _realisation(mechanism, sampler, dim, event.noise_multiplier)
     if mechanism == "gaussian":
         eps = analytic_gaussian_epsilon(event.noise_multiplier, delta)
+        if sampler != "ideal":
+            eps = max(eps, realised.realised_epsilon("gaussian", sampler,
+                                                     1.0 / event.noise_multiplier, d, delta))
         method = "analytic"
     else:
         eps, method = 1.0 / event.noise_multiplier, "laplace"
+        if sampler != "ideal":
+            delta = max(delta, realised.realised_delta("laplace", sampler, eps, d, eps))
     return PrivacyReport(eps, delta, method, _ldp_neighbouring(sensitivity), 1,
-                         {"mechanism": mechanism, "sensitivity": float(sensitivity), **details})
+                         {"mechanism": mechanism, "sensitivity": float(sensitivity), **details,
+                          **extra})
+
+
+def _realisation(mechanism: str, sampler: str | None, dim, multiplier: float):
+    """``(sampler, d, info)``: the sampler the LDP accountants compute for and its facts."""
+    if sampler == "ideal":
+        return "ideal", None, {"sampler": "ideal"}
+    sampler = realised.default_sampler(mechanism) if sampler is None else sampler
+    check_choice("sampler", sampler, realised.SAMPLERS[mechanism] + ("ideal",))
+    d = realised.check_dim(dim)
+    r = realised.additive_realisation(mechanism, sampler, 1.0 / multiplier, d)
+    return sampler, d, {"sampler": sampler, "dim": d, "tail_mass": r.tail_mass,
+                        "tail_scale": r.tail_scale}
 
 
 def ldp_epsilon(
@@ -320,8 +347,15 @@ def ldp_epsilon(
     sigma: float | None = None,
     scale: float | None = None,
     method: str = "pld",
+    sampler: str | None = None,
+    dim: int | None = None,
 ) -> PrivacyReport:
-    """The guarantee of one client over the ``rounds`` rounds it took part in (LDP).
+    """The guarantee of one client over the ``rounds`` rounds it took part in (LDP), as the
+    float32 noise that runs delivers it (``sampler="ideal"``: real-valued noise).
+
+    The sampler's bounded tails enter by bound (1) of :mod:`ldpsim._src.privacy.realised`:
+    the ideal composition is evaluated at ``δ' = (δ − (1 − (1 − η)^k))/s^k`` (ε = inf when
+    nothing is left).
 
     Methods:
         * ``"basic"``: basic composition of the per-round :func:`ldp_round_epsilon`:
@@ -342,6 +376,8 @@ def ldp_epsilon(
         sigma: Gaussian noise std per coordinate.
         scale: Laplace scale per coordinate.
         method: one of ``basic``, ``rdp``, ``pld`` (default), ``analytic``.
+        sampler: the noise sampler (default ldpsim's; ``"ideal"`` for real-valued noise).
+        dim: coordinates of the update (default: the guarantee holds up to 10⁷).
 
     Returns:
         A :class:`PrivacyReport`; ε = 0 when ``rounds == 0``.
@@ -349,24 +385,31 @@ def ldp_epsilon(
     method = _check_method(method, LDP_METHODS)
     k = _check_count("rounds", rounds)
     event, details, delta = _ldp_event_and_eps0(mechanism, sigma, scale, sensitivity, delta)
-    info = {"mechanism": mechanism, "sensitivity": float(sensitivity), **details}
+    sampler, d, extra = _realisation(mechanism, sampler, dim, event.noise_multiplier)
+    info = {"mechanism": mechanism, "sensitivity": float(sensitivity), **details, **extra}
     neighbouring = _ldp_neighbouring(sensitivity)
     if method == "basic":
         per_round = ldp_round_epsilon(mechanism, sensitivity=sensitivity, delta=delta,
-                                      sigma=sigma, scale=scale)
+                                      sigma=sigma, scale=scale, sampler=sampler, dim=d)
         return PrivacyReport(k * per_round.epsilon, min(1.0, k * per_round.delta), method,
                              neighbouring, k, {**info, "epsilon_per_round": per_round.epsilon,
                                                "delta_per_round": per_round.delta})
     if mechanism == "laplace" and delta == 0.0:
         raise LdpsimError("rdp/pld/analytic composition of Laplace needs delta in (0, 1); "
                           "use method='basic' for pure ε-DP")
-    if method == "analytic":
-        if mechanism != "gaussian":
-            raise LdpsimError("method='analytic' applies to mechanism='gaussian' only")
+    if method == "analytic" and mechanism != "gaussian":
+        raise LdpsimError("method='analytic' applies to mechanism='gaussian' only")
+    budget = delta
+    if sampler != "ideal" and k > 0:
+        budget = realised.delta_budget(delta, extra["tail_mass"], extra["tail_scale"], k)
+        info["ideal_delta_budget"] = budget
+    if k > 0 and not budget > 0:
+        eps = math.inf   # the sampler's tails alone exhaust δ
+    elif method == "analytic":
         eps = 0.0 if k == 0 else analytic_gaussian_epsilon(
-            event.noise_multiplier / math.sqrt(k), delta)
+            event.noise_multiplier / math.sqrt(k), budget)
     else:
-        eps, method = _epsilon_and_method(event, k, delta, method)
+        eps, method = _epsilon_and_method(event, k, budget, method)
     return PrivacyReport(eps, delta, method, neighbouring, k, info)
 
 
@@ -388,8 +431,10 @@ class LdpAccountant:
     """
 
     def __init__(self, sigma: float, sensitivity: float, delta: float, *,
-                 mechanism: str = "gaussian", method: str = "pld") -> None:
+                 mechanism: str = "gaussian", method: str = "pld", sampler: str | None = None,
+                 dim: int | None = None) -> None:
         kwargs = {"sigma": sigma} if mechanism == "gaussian" else {"scale": sigma}
+        kwargs.update(sampler=sampler, dim=dim)
         # Validate everything once, eagerly.
         ldp_epsilon(mechanism, sensitivity=sensitivity, rounds=0, delta=delta,
                     method=method, **kwargs)
