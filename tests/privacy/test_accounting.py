@@ -124,8 +124,14 @@ def test_ldp_round_epsilon_gaussian_is_exact():
 
 
 def test_ldp_round_epsilon_laplace():
-    report = ldp_round_epsilon("laplace", scale=0.5, sensitivity=2.0)
+    report = ldp_round_epsilon("laplace", scale=0.5, sensitivity=2.0, sampler="ideal")
     assert report.epsilon == 4.0 and report.delta == 0.0
+    # what the 64-bit Laplace sampler (|x| <= 64 ln 2 scales) delivers: ½·e^{-T}·(e^ε − 1)
+    # for a one-coordinate worst case (T = 44.36), up to the renormalisation
+    real = ldp_round_epsilon("laplace", scale=0.5, sensitivity=2.0)
+    t = 64 * math.log(2)
+    assert real.epsilon == 4.0
+    assert real.delta == pytest.approx(0.5 * math.exp(-t) * math.expm1(4.0), rel=1e-4)
 
 
 def test_ldp_composition_methods_ordering():

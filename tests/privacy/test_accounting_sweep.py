@@ -198,7 +198,7 @@ def test_cli_account_full_participation(kind, extra, capsys):
 def test_cli_account_pld_out_of_range_reports_rdp(capsys):
     """A tiny multiplier used to exhaust memory in PLD (87 TiB); now the RDP bound."""
     code = main(["account", "ldp", "--sigma", "1e-4", "--sensitivity", "2", "--delta", "1e-5",
-                 "--rounds", "3", "--method", "pld", "--json"])
+                 "--rounds", "3", "--method", "pld", "--json", "--sampler", "ideal"])
     captured = capsys.readouterr()
     assert code == 0
     out = json.loads(captured.out)
@@ -309,3 +309,13 @@ def test_huge_epsilon_is_a_result_or_a_clear_error(argv, capsys):
 def test_ldp_round_epsilon_of_vanishing_noise_is_inf():
     rep = accounting.ldp_round_epsilon("gaussian", sensitivity=2.0, delta=1e-5, sigma=3.7e-299)
     assert math.isinf(rep.epsilon)
+
+
+def test_cli_account_no_epsilon_where_the_sampler_cannot_hide_the_shift(capsys):
+    """σ = 1e-4 for a sensitivity of 2: the shift is 20,000 noise stds, far beyond any float
+    sampler's reach, so what runs tells the inputs apart with certainty (ε = inf)."""
+    code = main(["account", "ldp", "--sigma", "1e-4", "--sensitivity", "2", "--delta", "1e-5",
+                 "--rounds", "3", "--json"])
+    captured = capsys.readouterr()
+    assert code == 0 and json.loads(captured.out)["epsilon"] == float("inf")
+    assert "no epsilon holds" in captured.err

@@ -207,11 +207,22 @@ def _coupled_epsilon(ideal_at: Callable[[float], float], delta: float, tv: float
     A share ``f`` of δ is given to the coupling (the first of 1e-3, 0.1, 0.5 that fits)."""
     if tv <= 0:
         return ideal_at(delta)
-    for f in (1e-3, 0.1, 0.5):
+    for f in (1e-12, 1e-6, 1e-3, 0.1, 0.5):
         eps = ideal_at(delta * (1.0 - f))
         if (1.0 + math.exp(min(eps, 700.0))) * tv <= f * delta:
             return eps
     return math.inf
+
+
+def _bounded_gaussian_budget(delta: float, shift: float, dim: int | None, draws: int) -> float:
+    """The δ left for the ideal accountant after ``draws`` releases of d-coordinate Gaussian
+    noise from the default sampler whose mixture components (subsampling, cohorts) differ
+    by at most ``shift`` noise stds: bound (1) of :mod:`ldpsim._src.privacy.realised` (on
+    the event that every release lies where all components reach, the realised densities
+    are the ideal ones over Z₁^d; off it, at most η per release). ``≤ 0``: none."""
+    r = realised.additive_realisation("gaussian", _sampler_impl(), shift,
+                                      realised.check_dim(dim))
+    return realised.delta_budget(delta, r.tail_mass, r.tail_scale, draws)
 
 
 def _gaussian_draw_tail(dim: int | None) -> float:
@@ -381,12 +392,12 @@ def _plan_sum(config: SimulationConfig, population: int, dim: int | None = None,
                "sensitivity": math.nan, "sigma": math.nan,
                "noise_multiplier": config.noise_multiplier, "sampler_delta_floor": floor}
     cache: dict = {}
-    # The realised noise of a round is one d-coordinate draw (central; plus the adaptive
-    # clip's count), or m shares (distributed): within total variation t·draws·d·(tail
-    # mass) of the ideal transcript, composed by coupling (_coupled_epsilon).
-    draws = m if distributed_mode else 1
-    tv_round = draws * (_gaussian_draw_tail(dim) + (_gaussian_draw_tail(1)
-                                                    if config.adaptive_clip else 0.0))
+    # Central: a round's noise is one d-coordinate draw of the sampler (plus the adaptive
+    # clip's count), bound (1) with the cohort's shift sens/z. Distributed: m shares whose
+    # sum is not a restricted Gaussian: within total variation t·m·d·(mass never reached)
+    # of the ideal transcript, composed by coupling (_coupled_epsilon).
+    tv_round = config.clients_per_round * (_gaussian_draw_tail(dim) + (
+        _gaussian_draw_tail(1) if config.adaptive_clip else 0.0))
 
     def ideal(k: int, t: int, frac: float) -> float:
         z = config.noise_multiplier * (math.sqrt(frac) if distributed_mode else 1.0)
@@ -398,7 +409,13 @@ def _plan_sum(config: SimulationConfig, population: int, dim: int | None = None,
                     delta=delta, sampling=config.sampling)
             return cache[(z, t, delta)]
 
-        return _coupled_epsilon(at, config.delta, t * tv_round)
+        if t == 0 or z <= 0:
+            return at(config.delta)
+        if distributed_mode:
+            return _coupled_epsilon(at, config.delta, t * tv_round)
+        draws = t * (2 if config.adaptive_clip else 1)
+        budget = _bounded_gaussian_budget(config.delta, sens / z_value, dim, draws)
+        return at(budget) if budget > 0 else math.inf
 
     per_client = 1.0 / math.sqrt(m) if distributed_mode else 1.0
 
@@ -449,11 +466,15 @@ def plan(config: SimulationConfig, population: int, *,
         event = training.dp_event(
             config.client_dp_noise_multiplier, num_examples=smallest_client,
             batch_size=config.batch_size, local_steps=steps)
-        tv_step = _gaussian_draw_tail(dim)   # one noise draw per local step
+        # one d-coordinate noise draw per local step; replace-one example: shift 2/z
+        shift = 2.0 / config.client_dp_noise_multiplier if config.client_dp_noise_multiplier \
+            else math.inf
 
         @functools.lru_cache(maxsize=256)
         def client_epsilon_of(k: int) -> float:
-            return _coupled_epsilon(lambda d: dp_client.event_epsilon(event, k, d),
-                                    config.delta, k * steps * tv_step)
+            if k == 0 or math.isinf(shift):
+                return dp_client.event_epsilon(event, k, config.delta)
+            budget = _bounded_gaussian_budget(config.delta, shift, dim, k * steps)
+            return dp_client.event_epsilon(event, k, budget) if budget > 0 else math.inf
     return base._replace(mechanism=modes.with_client_training(mech, training),
                          client_hyper=knobs, client_epsilon_of=client_epsilon_of)

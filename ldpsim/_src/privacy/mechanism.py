@@ -187,8 +187,9 @@ def gaussian(*, epsilon: float, delta: float, clip: float, neighbours: str = "re
 
     return LocalMechanism(
         name="gaussian", params=MechanismParams.create(clip=cal.clip, scale=cal.sigma),
-        neighbours=neighbours, epsilon=min(cal.epsilon, cal.achieved_epsilon)
-        if cal.achieved_delta <= cal.delta else cal.achieved_epsilon, delta=cal.delta,
+        neighbours=neighbours,
+        epsilon=cal.epsilon if cal.achieved_delta <= cal.delta else cal.achieved_epsilon,
+        delta=cal.delta,
         **_entry_functions("gaussian"), dp_event=dp_event, **_realisation_fields(cal, "gaussian"))
 
 

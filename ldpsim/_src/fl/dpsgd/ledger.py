@@ -85,8 +85,6 @@ MONITOR_LABEL = ("MindArmour's RDPMonitor with the nominal multiplier: assumes P
 #: geometric grid GRID_RATIO**k before the Poisson RDP composition (conservative).
 EXACT_DISTINCT_MULTIPLIERS = 16
 GRID_RATIO = 1.01
-#: Share of δ given to the float32 sampler's deviation from ideal noise (coupling).
-COUPLING_SHARE = 1e-3
 #: RDP orders of the accountant: dp_accounting's defaults (1.1 … 1024). Orders closer to 1
 #: would lower the (meaningless, ε ≳ 10³) figures of tiny multipliers, but dp_accounting's
 #: series for them fails to converge at moderate q.
@@ -166,15 +164,12 @@ class Ledger:
     def __init__(self, config: DpsgdConfig, num_train: int, steps_per_epoch: int,
                  dim: int | None = None) -> None:
         self.config, self.n, self.per_epoch = config, num_train, steps_per_epoch
-        # The float32 noise of a step is one d-coordinate draw of the default sampler (plus
-        # the unclipped fraction's scalar): within total variation `tv_step` of the ideal
-        # draw (ldpsim._src.privacy.realised). ε is computed at δ·(1 − COUPLING_SHARE) and
-        # holds at δ when (1 + e^ε)·steps·tv_step ≤ COUPLING_SHARE·δ (else inf).
-        from ldpsim._src.privacy import realised
-
-        model = realised.sampler_model(realised.default_sampler("gaussian"), "gaussian")
-        self.tv_step = (realised.check_dim(dim) + 1) * model.coordinate_tail_mass
-        self.accounting_delta = config.delta * (1.0 - COUPLING_SHARE)
+        # The float32 noise of a step is one (d + 1)-coordinate draw of the default sampler
+        # (the value and the unclipped fraction): bound (1) of ldpsim._src.privacy.realised
+        # leaves δ' = (δ − (1 − (1 − η)^steps))/s^steps to the ideal accountant, η the mass
+        # a step's release can put where the neighbour's cannot reach (shift 1/z).
+        self.dim = dim
+        self.accounting_delta, self.budget_ok = config.delta, True
         self.steps = 0
         self.last_trajectory: tuple[np.ndarray, np.ndarray] | None = None  # (C_t, m_t) used
         self.setting = privacy_setting(config)
@@ -230,6 +225,24 @@ class Ledger:
                     "is reported as inf (docs/privacy_sharp_edges.md)", SamplerTailWarning,
                     stacklevel=4)
             self.floor = floor
+
+    def _update_budget(self, z_value: np.ndarray) -> None:
+        """Set :attr:`accounting_delta`: bound (1) over the steps so far, each charged the
+        run's smallest multiplier (the largest shift 1/z, in noise stds)."""
+        from ldpsim._src.privacy import realised
+
+        finite = z_value[np.isfinite(z_value) & (z_value > 0)]
+        if finite.size:
+            self.z_min = min(getattr(self, "z_min", math.inf), float(np.min(finite)))
+        z_min = getattr(self, "z_min", math.inf)
+        if not math.isfinite(z_min):
+            self.accounting_delta = self.config.delta
+            return
+        r = realised.additive_realisation("gaussian", realised.default_sampler("gaussian"),
+                                          1.0 / z_min, realised.check_dim(self.dim) + 1)
+        budget = realised.delta_budget(self.config.delta, r.tail_mass, r.tail_scale, self.steps)
+        self.budget_ok = budget > 0
+        self.accounting_delta = budget if self.budget_ok else self.config.delta
 
     def _trajectory(self, first: int, clip_norms: Any, noise_multipliers: Any
                     ) -> tuple[np.ndarray, np.ndarray]:
@@ -287,6 +300,7 @@ class Ledger:
         self.last_trajectory = cs, ms
         z_value, zs = step_noise_multipliers(cfg, cs, ms)
         self._update_floor(z_value)
+        self._update_budget(z_value)
         info["sampler_delta_floor"] = self.floor
         parts = ["value and unclipped-fraction releases combined per step "
                  f"(z_f = {_fmt(self.z_fraction)})"] if math.isfinite(self.z_fraction) else []
@@ -304,12 +318,10 @@ class Ledger:
         else:
             eps_rdp, eps_pld, z_now, what = self._poisson_epsilon(zs, last, parts)
         eps = float(np.nanmin([eps_rdp, eps_pld]))
-        tv = self.steps * self.tv_step
-        if (1.0 + math.exp(min(eps, 700.0))) * tv > COUPLING_SHARE * cfg.delta:
+        if not self.budget_ok:
             eps = eps_rdp = eps_pld = math.inf
-            parts.append(f"inf: the float32 sampler's bounded tails (total variation "
-                         f"{tv:.3g} from ideal noise over {self.steps} steps) leave no room "
-                         f"in delta at this epsilon")
+            parts.append(f"inf: the float32 sampler's bounded tails alone exhaust delta over "
+                         f"{self.steps} steps")
         elif self.floor > cfg.delta:
             eps = eps_rdp = eps_pld = math.inf
             parts.append(f"inf: the float32 sampler's bounded tails deliver no delta below "
