@@ -34,8 +34,9 @@ def test_laplace_never_exceeds_its_tail_bound():
 
 def test_floor_formula():
     t = sampling.TAIL_BOUND["fast"]
+    # (the model's reach is the exact √(66 ln 2); TAIL_BOUND adds the float32 error 1.6e-6)
     assert calibration.sampler_delta_floor(1.0, t - 2.0, impl="fast") == pytest.approx(
-        stats.norm.cdf(-2.0))
+        stats.norm.cdf(-2.0), rel=1e-4)
     assert t == pytest.approx(math.sqrt(66 * math.log(2)), abs=2e-6)
     assert calibration.sampler_delta_floor(1.0, 2 * t, impl="fast") == 1.0
     # Laplace: P(L < ε − T) for a standard Laplace, T = 24 ln 2 (jax.random.laplace).
