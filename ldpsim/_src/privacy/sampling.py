@@ -1,4 +1,4 @@
-"""Fast, exactly reproducible N(0, 1) sampling for per-client LDP noise.
+"""Fast, exactly reproducible N(0, 1) and Laplace sampling for per-client LDP noise.
 
 Per-client Gaussian noise (one key per client, ``fold_in(fold_in(root, round),
 client_id)``, tens of thousands of coordinates each) is the bottleneck of a
@@ -62,18 +62,36 @@ every ``r`` and never exceeds ``R_max = √(-2 ln 2**-33) = √(66 ln 2) ≈ 6.7
   analysis actually relies on: correct tail probabilities up to the level where
   the sampler stops.
 
-For comparison ``jax.random.normal`` (float32) maps a 23-bit uniform through
-``erfinv``: its smallest tail probability is about 2**-24, its samples never
-exceed ``|z| ≈ 5.42`` (``P(|Z| > 5.42) ≈ 6e-8`` per coordinate, about 4e-3 per
+For comparison ``jax.random.normal`` (float32) maps a uniform on a 2**-23 grid
+through ``erfinv``: its samples lie in ``[Φ⁻¹(2**-25), Φ⁻¹(1 − 3·2**-25)] =
+[−5.420, 5.220]`` (``P(Z > 5.22) ≈ 8.9e-8`` per coordinate, about 5.5e-3 per
 61,706-coordinate update). Where longer tails matter, ``impl="icdf"`` reaches
-``|z| = 9.08``.
+``|z| = 9.08`` and ``impl="tail"`` 11.60.
+
+Transform, ``impl="tail"``: Box–Muller with a 96-bit radius uniform
+-------------------------------------------------------------------
+``"fast"``'s radius stops at 6.764 because ``U`` has 32 bits. ``"tail"`` draws a second
+Threefry-2x32-20 block per coordinate, at counter ``(TAIL_TAG, j)``, and uses its two words
+``b2, b3`` as the low 64 bits of ``U``:
+``U = (b0 + b2·2**-32 + (b3 + ½)·2**-64)·2**-32`` (96 bits, smallest value 2**-97), with
+``V`` from ``b1`` as in ``"fast"``. The extra bits only matter when ``b0 < 2**8``
+(``U < 2**-24``): there ``ln U`` is computed from all 96 bits (``U`` is a normal float32,
+≥ 2**-97, so the same Cephes logarithm applies; relative error of ``ln U`` < 1.5e-8);
+otherwise the float32 result is **bit for bit** ``"fast"``'s (the same operations, ``ln U``
+selected afterwards; tested on random blocks and through the jitted, vmapped kernel). So
+switching from ``"fast"`` to ``"tail"`` changes a history only in coordinates whose
+``b0 < 2**8``, probability 2**-24 each (0.004 coordinates per 61,706-coordinate update).
+The radius reaches ``√(-2 ln 2**-97) = √(194 ln 2) ≈ 11.596``; accuracy, as for ``"fast"``,
+within ``2e-7·(1 + R)`` of float64 on the same bits. Everything is one fused elementwise
+kernel; the price is the second cipher block for every coordinate (a vector loop cannot
+skip it for the 2**-24 that need it): see ``benchmarks/README.md`` for the measured cost.
 
 Transform, ``impl="icdf"``: 64-bit inverse CDF (the previous default)
 ---------------------------------------------------------------------
-The top bit gives the sign; the other 63 bits give a tail probability
-``p = (k + 1/2) / 2**64`` with ``k`` uniform on ``{0, ..., 2**63 - 1}`` (31 + 31
-bits are used: ``p`` is exact to 2**-63, finer than float32 can resolve), and the
-sample is ``± Φ⁻¹(1 - p)``. ``Φ⁻¹`` is evaluated in float32 as
+The top bit gives the sign; 31 + 31 further bits (the low 31 of ``b0``, the top 31 of
+``b1``) give a tail probability ``p = (k + 1/2)·2**-63`` with ``k`` uniform on
+``{0, ..., 2**62 - 1}`` (so ``p ∈ [2**-64, 1/2)``, on a grid finer than float32 can
+resolve), and the sample is ``± Φ⁻¹(1 - p)``. ``Φ⁻¹`` is evaluated in float32 as
 ``w = -log(4p(1-p))`` then
 
 * ``w < 5`` (|z| < 2.93, 99.66 % of draws): Giles' single-precision erfinv
@@ -88,6 +106,49 @@ The maximum relative error of ``Φ⁻¹`` in float32 is below 4e-7 over
 ``p ∈ [2**-64, 1/2]`` (checked against ``scipy.special.ndtri``). Draws reach
 ``|z| = Φ⁻¹(1 - 2**-64) ≈ 9.08`` and ``P(|z| > t)`` differs from ``2(1 - Φ(t))`` by
 less than 2**-63 for every ``t ≤ 9`` (up to the 4e-7 relative transform error).
+
+Laplace, ``impl="bits"`` (:func:`laplace`, :func:`laplace_like`)
+----------------------------------------------------------------
+One Threefry-2x32-20 block per coordinate at counter ``(LAPLACE_TAG, j)``: the top bit of
+``b0`` is the sign, the other 63 bits give ``k`` and ``U = (k + ½)·2**-63``, and the
+magnitude is ``-ln U`` (an exponential, Devroye 1986, §II.2), computed as in ``"fast"``
+(``U`` split into an exact 24-bit head and a float32 tail, Fast2Sum residual, Cephes
+logarithm): within ``2e-7·|x| + 2**-46`` of float64 on the same bits. ``P(|x| > t)``
+is ``e^{-t}`` up to 2**-63 for every ``t``, and ``|x| ≤ 64 ln 2 ≈ 44.36``.
+``jax.random.laplace`` (float32, ``impl="jax"``) maps a uniform on a 2**-23 grid by
+``sign(u)·log1p(−|u|)``: ``x ∈ [−(24 ln 2 − ln 3), 24 ln 2] = [−15.537, 16.636]``.
+
+Reach: the model of each sampler, for privacy accounting
+--------------------------------------------------------
+The accounting (``ldpsim._src.privacy.realised``) analyses each sampler's *continuous
+idealisation*: the ideal law restricted to what the sampler reaches, renormalised
+(:class:`SamplerModel`, :func:`sampler_model`, :func:`laplace_model`). A Box–Muller draw with
+``U ≥ U_min`` is the 2-D standard normal conditioned on the disk of radius
+``R = √(−2 ln U_min)`` (``kind="disk"``, ideal mass outside ``U_min``); an inverse-CDF draw
+reaching ``T`` is N(0, 1) (or Laplace) conditioned on ``|z| ≤ T`` (``kind="cube"``, mass
+outside ``P(|Z| > T)``). Each reach below is derived from the bits (smallest uniform: the
+first grid point):
+
+================  ====  =========================  =========  =================
+impl              kind  reach                      bound      tail mass
+================  ====  =========================  =========  =================
+``fast``          disk  √(−2 ln 2**-33)            6.763706   2**-33 = 1.2e-10
+``tail``          disk  √(−2 ln 2**-97)            11.596144  2**-97 = 6.3e-30
+``icdf``          cube  Φ⁻¹(1 − 2**-64)            9.080155   2**-63 = 1.1e-19
+``jax``           cube  Φ⁻¹(1 − 3·2**-25), + side  5.220113   3·2**-24 = 1.8e-7
+Laplace ``bits``  cube  64 ln 2 (U ≥ 2**-64)       44.361420  2**-64 = 5.4e-20
+Laplace ``jax``   cube  24 ln 2 − ln 3, − side     15.536920  3·2**-24 = 1.8e-7
+================  ====  =========================  =========  =================
+
+``jax.random``'s ranges come from running JAX's own compiled ``normal``/``laplace`` on all
+2**23 values of the uniform's mantissa bits (``tests/privacy/test_sampling.py``): its uniform
+is ``max(lo, 2f + lo)`` with ``f`` on the 2**-23 grid of ``[0, 1)`` and ``lo = −1 + 2**-24``
+(``1 − lo`` rounds to 2 in float32), so ``u ∈ [−1 + 2**-24, 1 − 3·2**-24]``: the two sides
+reach differently. The model uses the
+smaller one-sided reach: a symmetric cut there over-states both the mass a neighbouring
+input cannot reach and the renormalisation, so it is conservative. :data:`TAIL_BOUND` and
+:data:`LAPLACE_TAIL_BOUNDS` are instead the largest ``|z|`` a sampler returns, float32
+rounding included (for ``"jax"``: the other side, 5.41998 and 16.63553).
 
 Caveat, common to every floating-point sampler (Mironov 2012): outputs live on
 the float32 grid, so the released ``u + σz`` is not exactly a continuous
@@ -104,21 +165,23 @@ never repeats (period 2**32 coordinates per key, enforced). Different clients
 and rounds use different keys derived by JAX's ``fold_in`` (itself Threefry), so
 their noise is independent as far as Threefry is indistinguishable from a random
 function -- the same assumption every use of ``jax.random`` makes. The counter's
-high word is a fixed tag, ``TAG = 0x6C647073``, which JAX never uses for keys
-(``fold_in``/``split`` use high word 0) nor for ``jax.random.bits`` of arrays
-with fewer than ``TAG·2**32`` elements, so the noise is not a copy of any key or
-bits JAX derives from the same key.
+high word is a fixed tag, ``TAG = 0x6C647073`` ("ldps"; ``"tail"``'s second block
+``TAIL_TAG = 0x6C647074``, the Laplace sampler ``LAPLACE_TAG = 0x6C64706C``), which JAX never
+uses for keys (``fold_in``/``split`` use high word 0) nor for ``jax.random.bits`` of arrays
+with fewer than ``2·TAG`` (≈ 3.6·10⁹) elements, so the noise is not a copy of any key or
+bits JAX derives from the same key, and the three streams of one key are distinct.
 
 Determinism: the noise of client ``c`` depends only on its key and the shape,
 never on the cohort, chunk, batch or device it is drawn in (the draw is
-elementwise in the counter). ``"fast"`` and ``"icdf"`` read the same bits, so they
-are different (not independent) functions of the key: use one per key.
+elementwise in the counter). ``"fast"``, ``"tail"`` and ``"icdf"`` read the same first
+block, so they are different (not independent) functions of the key: use one per key.
 
 References:
     J. K. Salmon, M. A. Moraes, R. O. Dror, D. E. Shaw (2011). Parallel random
     numbers: as easy as 1, 2, 3. SC'11. https://doi.org/10.1145/2063384.2063405
     G. E. P. Box, M. E. Muller (1958). A note on the generation of random normal
     deviates. Ann. Math. Statist. 29(2), 610-611.
+    L. Devroye (1986). Non-Uniform Random Variate Generation. Springer.
     S. L. Moshier (1992). Cephes Math Library, ``logf.c``.
     M. Giles (2010). Approximating the erfinv function. GPU Computing Gems Jade.
     B. Balle, Y.-X. Wang (2018). Improving the Gaussian mechanism for differential
