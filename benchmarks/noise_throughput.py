@@ -6,7 +6,8 @@ inside one jitted ``vmap`` (key derivation included). Methods run round-robin,
 ``--repeats`` times after a warm-up call each, so that load on a shared machine
 hits every method alike; the table shows the median and the ratios to
 ``jax.random.normal`` (threefry) and to ldpsim's default ``"fast"`` sampler measured in the
-same run.
+same run, in wall-clock time and in process CPU time (all threads; steadier than wall time
+when other jobs share the cores).
 
 ``--set samplers`` times only the samplers the privacy accounting distinguishes
 (:func:`ldpsim._src.privacy.sampling.sampler_model`): the N(0, 1) impls ``"fast"``,
@@ -164,25 +165,32 @@ def main(argv=None) -> int:
         compiled[name] = (jitted, root)
 
     times: dict[str, list[float]] = {name: [] for name in compiled}
+    cpu: dict[str, list[float]] = {name: [] for name in compiled}
     for rep in range(args.repeats):
         for name, (jitted, root) in compiled.items():
-            t0 = time.perf_counter()
+            # let the previous call's worker threads go idle first (XLA's pool spins briefly
+            # after a call; that CPU time would otherwise be charged to the next method)
+            time.sleep(0.05)
+            c0, t0 = time.process_time(), time.perf_counter()
             jax.block_until_ready(jitted(root, args.round + 1 + rep))
             times[name].append(time.perf_counter() - t0)
+            cpu[name].append(time.process_time() - c0)
 
     base = statistics.median(times["jax.random.normal threefry"])
     fast = statistics.median(times["ldpsim fast normal (default)"])
+    fast_cpu = statistics.median(cpu["ldpsim fast normal (default)"])
     print(
         f"\nper-client noise: {args.clients} clients x {args.dim} coordinates, "
         f"median of {args.repeats} round-robin repeats after warm-up, "
         f"jax {jax.__version__}, {jax.devices()[0].platform}\n"
     )
-    print("| method | M samples/s | speed vs threefry normal | time / ldpsim fast | median s |")
-    print("|---|---:|---:|---:|---:|")
+    print("| method | M samples/s | speed vs threefry normal | time / ldpsim fast "
+          "| CPU time / ldpsim fast | median s | median CPU s |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for name, ts in times.items():
-        med = statistics.median(ts)
+        med, med_cpu = statistics.median(ts), statistics.median(cpu[name])
         print(f"| {name} | {n / med / 1e6:.1f} | {base / med:.2f} | {med / fast:.2f} "
-              f"| {med:.3f} |")
+              f"| {med_cpu / fast_cpu:.2f} | {med:.3f} | {med_cpu:.3f} |")
     return 0
 
 

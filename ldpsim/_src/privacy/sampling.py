@@ -457,7 +457,7 @@ def _log_unit(x: jax.Array) -> jax.Array:
 
 
 def _log_u32(b0: jax.Array) -> jax.Array:
-    """``ln U`` for ``U = (b0 + 1/2)/2**32`` (``"fast"``'s radius uniform), full relative precision."""
+    """``ln U``, ``U = (b0 + 1/2)/2**32`` (``"fast"``'s radius uniform), full relative precision."""
     # Radius: U = A + B exactly, A = (b0 >> 8)·2**-24, B = (b0 & 255 + 1/2)·2**-32.
     a = (b0 >> np.uint32(8)).astype(jnp.int32).astype(jnp.float32) * np.float32(2.0**-24)
     b = ((b0 & np.uint32(0xFF)).astype(jnp.int32).astype(jnp.float32) + 0.5) * np.float32(
@@ -724,8 +724,8 @@ def normal_like(
 ) -> PyTree:
     """iid N(0, 1) noise with the structure and shapes of ``tree``.
 
-    With ``impl="fast"`` (also ``"tail"``, ``"icdf"``) the leaves (in ``jax.tree_util`` order) take consecutive
-    blocks of one counter range, so the result equals
+    With ``impl="fast"`` (also ``"tail"``, ``"icdf"``) the leaves (in ``jax.tree_util``
+    order) take consecutive blocks of one counter range, so the result equals
     ``unravel(normal(key, (total_size,)))``: no per-leaf key split is needed and
     the noise of a leaf does not depend on the dtypes of the others. With
     ``impl="jax"`` each leaf draws ``jax.random.normal`` from
