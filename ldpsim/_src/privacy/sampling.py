@@ -144,9 +144,9 @@ Laplace ``jax``   cube  24 ln 2 − ln 3, − side     15.536920  3·2**-24 = 1.
 2**23 values of the uniform's mantissa bits (``tests/privacy/test_sampling.py``): its uniform
 is ``max(lo, 2f + lo)`` with ``f`` on the 2**-23 grid of ``[0, 1)`` and ``lo = −1 + 2**-24``
 (``1 − lo`` rounds to 2 in float32), so ``u ∈ [−1 + 2**-24, 1 − 3·2**-24]``: the two sides
-reach differently. The model uses the
-smaller one-sided reach: a symmetric cut there over-states both the mass a neighbouring
-input cannot reach and the renormalisation, so it is conservative. :data:`TAIL_BOUND` and
+reach differently. The model uses the smaller one-sided reach: a symmetric cut there
+over-states both the mass a neighbouring input cannot reach and the renormalisation, so it
+is conservative. :data:`TAIL_BOUND` and
 :data:`LAPLACE_TAIL_BOUNDS` are instead the largest ``|z|`` a sampler returns, float32
 rounding included (for ``"jax"``: the other side, 5.41998 and 16.63553).
 
