@@ -12,7 +12,14 @@ Gaussian noise comes by default from :func:`ldpsim._src.privacy.sampling.normal_
 is a threefry key (JAX's default; other key types fall back to ``jax.random.normal``); the
 leaves take consecutive blocks of one counter range of the key. ``impl="jax"`` restores
 ``jax.random.normal`` with one key per leaf from ``jax.random.split(key, num_leaves)``.
-Laplace noise uses ``jax.random.laplace`` on split keys. Either way leaves receive
+Laplace noise comes by default from :func:`ldpsim._src.privacy.sampling.laplace_like`
+(``impl="bits"``: Threefry-2x32-20 bits at their own counter tag, sign bit and ``-ln U`` of a
+63-bit uniform, ``|x| ≤ 64 ln 2 ≈ 44.36`` scales, validated in
+``tests/privacy/test_laplace_sampler.py``) for threefry keys, with the leaves on consecutive
+counter blocks; other key types fall back to ``jax.random.laplace`` (``impl="jax"``, one key
+per leaf from ``jax.random.split``; ``x ∈ [−15.537, 16.636]`` scales). The reach of each
+sampler, as the privacy accounting needs it: :func:`ldpsim._src.privacy.sampling.laplace_model`
+(and ``sampler_model`` for the Gaussian ones). Either way leaves receive
 independent noise, the same key always gives the same noise, and callers derive
 keys from positions (``fold_in(fold_in(root, round), client_id)``) so that no key is
 ever reused.
@@ -84,17 +91,6 @@ def _check_scale(name: str, value: Any) -> None:
         raise LdpsimError(f"{name} must be finite and >= 0, valid range [0, inf); got {value!r}")
 
 
-def _per_leaf(key: jax.Array, tree: PyTree, draw) -> PyTree:
-    leaves, treedef = jax.tree_util.tree_flatten(tree)
-    keys = jax.random.split(key, max(len(leaves), 1))
-    noise = [draw(k, jnp.shape(x), jnp.result_type(x)) for k, x in zip(keys, leaves)]
-    return jax.tree_util.tree_unflatten(treedef, noise)
-
-
-def _float_dtype(dtype) -> jnp.dtype:
-    return dtype if jnp.issubdtype(dtype, jnp.floating) else jnp.float32
-
-
 def gaussian_noise(
     key: jax.Array, tree: PyTree, stddev: jax.typing.ArrayLike, *, impl: str | None = None
 ) -> PyTree:
@@ -122,20 +118,30 @@ def gaussian_noise(
     return jax.tree_util.tree_map(lambda n: n * jnp.asarray(stddev, n.dtype), z)
 
 
-def laplace_noise(key: jax.Array, tree: PyTree, scale: jax.typing.ArrayLike) -> PyTree:
+def laplace_noise(
+    key: jax.Array, tree: PyTree, scale: jax.typing.ArrayLike, *, impl: str | None = None
+) -> PyTree:
     """iid Laplace(0, scale) noise (density ``exp(-|x|/b)/(2b)``, variance ``2b²``) like ``tree``.
 
-    ``scale`` is the Laplace scale b ≥ 0, finite (a traced scalar is fine but is not
-    checked). Raises :class:`~ldpsim.LdpsimError` for a concrete ``scale`` that
-    is < 0, NaN or inf.
+    Args:
+        key: a PRNG key (``impl="bits"`` needs a threefry key, JAX's default).
+        tree: a pytree whose leaves give the shapes/dtypes of the noise (non-floating leaves
+            get float32 noise).
+        scale: the Laplace scale b ≥ 0, finite (a traced scalar is fine but is not checked).
+        impl: the standard Laplace sampler, one of
+            :data:`ldpsim._src.privacy.sampling.LAPLACE_IMPLS`: ``"bits"`` (Threefry-2x32-20,
+            sign bit + ``-ln U`` of a 63-bit uniform, ``|x| ≤ 64 ln 2 ≈ 44.36``) or ``"jax"``
+            (``jax.random.laplace`` on per-leaf split keys, the previous behaviour, reach
+            15.537 on one side); None (default): ``"bits"`` for threefry keys, ``"jax"`` for
+            other key types (:func:`ldpsim._src.privacy.sampling.resolve_laplace_impl`).
+
+    Raises:
+        LdpsimError: a concrete ``scale`` that is < 0, NaN or inf; unknown ``impl``, or a
+            non-threefry key with ``"bits"``.
     """
     _check_scale("scale", scale)
-
-    def draw(k, shape, dtype):
-        dtype = _float_dtype(dtype)
-        return jax.random.laplace(k, shape, dtype) * jnp.asarray(scale, dtype)
-
-    return _per_leaf(key, tree, draw)
+    x = sampling.laplace_like(key, tree, impl=impl)
+    return jax.tree_util.tree_map(lambda n: n * jnp.asarray(scale, n.dtype), x)
 
 
 def add_gaussian_noise(
@@ -145,6 +151,8 @@ def add_gaussian_noise(
     return jax.tree_util.tree_map(jnp.add, tree, gaussian_noise(key, tree, stddev, impl=impl))
 
 
-def add_laplace_noise(key: jax.Array, tree: PyTree, scale: jax.typing.ArrayLike) -> PyTree:
+def add_laplace_noise(
+    key: jax.Array, tree: PyTree, scale: jax.typing.ArrayLike, *, impl: str | None = None
+) -> PyTree:
     """``tree + Lap(scale)^d`` leaf by leaf (see :func:`laplace_noise`; same checks)."""
-    return jax.tree_util.tree_map(jnp.add, tree, laplace_noise(key, tree, scale))
+    return jax.tree_util.tree_map(jnp.add, tree, laplace_noise(key, tree, scale, impl=impl))
