@@ -122,7 +122,17 @@ DEFAULT_DIM = 10**7
 
 
 def default_sampler(law: str) -> str:
-    """ldpsim's default sampler for ``law`` (``"gaussian"`` or ``"laplace"``)."""
+    """ldpsim's default sampler for ``law`` (``"gaussian"`` or ``"laplace"``); for Gaussian
+    noise the environment variable ``LDPSIM_NOISE_SAMPLER`` (``tail``, ``fast``, ``icdf``)
+    overrides it, e.g. ``fast`` to reproduce histories computed before ``tail`` was the
+    default (every accountant then states ``fast``'s guarantee)."""
+    import os
+
+    from ldpsim._src._checks import check_choice
+
+    if law == "gaussian" and os.environ.get("LDPSIM_NOISE_SAMPLER"):
+        return check_choice("LDPSIM_NOISE_SAMPLER", os.environ["LDPSIM_NOISE_SAMPLER"],
+                            ("tail", "fast", "icdf"))
     return DEFAULT_SAMPLER[law]
 
 
@@ -158,40 +168,35 @@ class SamplerModel(NamedTuple):
     coordinate_tail_mass: float
 
 
-#: ``jax.random.normal`` in float32 (erfinv of a 24-bit uniform) never exceeds this |z|;
-#: ``jax.random.laplace`` (``±log1p(−|u|)`` of a 24-bit uniform) this |x|/b (24 ln 2, as a
-#: float32). Measured over 5·10⁷ draws and equal to the values derived from the bits.
-JAX_NORMAL_BOUND = 5.41998291015625
-JAX_LAPLACE_BOUND = 16.63553237915039
+def _disk(u_min: float, bound: float) -> SamplerModel:
+    return SamplerModel("gaussian", "disk", bound, u_min)
 
 
-def _disk(u_min: float) -> SamplerModel:
-    return SamplerModel("gaussian", "disk", math.sqrt(-2.0 * math.log(u_min)), u_min)
-
-
-def _cube_gaussian(t: float) -> SamplerModel:
-    return SamplerModel("gaussian", "cube", t, 2.0 * float(special.ndtr(-t)))
-
-
-def _cube_laplace(t: float) -> SamplerModel:
-    return SamplerModel("laplace", "cube", t, math.exp(-t))
+# Every reach below is derived from the samplers' bits (ldpsim._src.privacy.sampling, "Reach";
+# 40-digit mpmath values rounded to float64, checked against the samplers in
+# tests/privacy/test_sampling.py). A sampler whose two sides reach differently (jax.random)
+# is modelled by its smaller one-sided reach: the symmetric model over-states both the mass a
+# neighbour cannot reach and the renormalisation, so it is conservative.
+_MODELS = {
+    ("gaussian", "fast"): _disk(2.0**-33, 6.763705635001895),     # U ≥ 2**-33: √(66 ln 2)
+    ("gaussian", "tail"): _disk(2.0**-97, 11.59614388616446),     # U ≥ 2**-97: √(194 ln 2)
+    # sign bit + p ≥ 2**-64: T = Φ⁻¹(1 − 2**-64), P(|Z| > T) = 2**-63
+    ("gaussian", "icdf"): SamplerModel("gaussian", "cube", 9.080155124873613, 2.0**-63),
+    # jax.random.normal: √2·erfinv(u), u ∈ [−1 + 2**-24, 1 − 3·2**-24]: T = Φ⁻¹(1 − 3·2**-25)
+    ("gaussian", "jax"): SamplerModel("gaussian", "cube", 5.220113060600540, 3.0 * 2.0**-24),
+    # sign bit + U ≥ 2**-64: T = 64 ln 2, P(|L| > T) = 2**-64
+    ("laplace", "bits"): SamplerModel("laplace", "cube", 44.36141955583650, 2.0**-64),
+    # jax.random.laplace: the negative side stops at 24 ln 2 − ln 3
+    ("laplace", "jax"): SamplerModel("laplace", "cube", 15.53692004477058, 3.0 * 2.0**-24),
+}
 
 
 def sampler_model(impl: str, law: str = "gaussian") -> SamplerModel:
     """The model of ldpsim's noise sampler ``impl`` (``law`` ``"gaussian"`` or ``"laplace"``)."""
-    if law == "laplace":
-        if impl == "jax":
-            return _cube_laplace(JAX_LAPLACE_BOUND)
-        return _cube_laplace(64.0 * math.log(2.0))
-    if impl == "fast":
-        return _disk(2.0**-33)
-    if impl == "tail":
-        return _disk(2.0**-97)
-    if impl == "icdf":
-        return _cube_gaussian(float(-special.ndtri(2.0**-64)))
-    if impl == "jax":
-        return _cube_gaussian(JAX_NORMAL_BOUND)
-    raise ValueError(f"unknown sampler {impl!r}")
+    from ldpsim._src._checks import check_choice
+
+    check_choice("law", law, tuple(SAMPLERS))
+    return _MODELS[(law, check_choice("sampler", impl, SAMPLERS[law]))]
 
 
 def _gauss_interval(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:

@@ -201,6 +201,7 @@ import numpy as np
 
 from ldpsim._src import _xla
 from ldpsim._src._checks import LdpsimError, check_choice
+from ldpsim._src.privacy import realised
 
 PyTree = Any
 
@@ -245,50 +246,13 @@ LAPLACE_TAG = 0x6C64706C
 Gaussian tags: Laplace and Gaussian noise from one key are distinct blocks)."""
 
 
-class SamplerModel(NamedTuple):
-    """The continuous idealisation of a sampler (the law privacy accounting is about).
-
-    Attributes:
-        kind: ``"disk"``: the coordinate is ``X`` of a 2-D standard normal ``(X, Y)``
-            conditioned on ``X² + Y² ≤ bound²`` (Box–Muller with its radius uniform at least
-            ``U_min``, ``bound = √(−2 ln U_min)``). ``"cube"``: the coordinate is N(0, 1) (or
-            the standard Laplace) conditioned on ``|z| ≤ bound``.
-        bound: ``R`` (disk) or ``T`` (cube), in units of σ (of the Laplace scale b).
-            Exact maths, not float32: the float32 outputs exceed it by at most the rounding
-            in :data:`TAIL_BOUND` (the output grid is Mironov's caveat, not modelled). For a
-            sampler whose two sides reach differently (``"jax"``) it is the *smaller* one-sided
-            reach: the symmetric model on it over-states both the mass a neighbour cannot
-            reach and the renormalisation, so it is conservative.
-        coordinate_tail_mass: the ideal mass the idealisation leaves out. Disk: ``P(ideal
-            pair outside the disk) = e^{−R²/2} = U_min``. Cube: ``P(|Z| > T)``.
-    """
-
-    kind: str
-    bound: float
-    coordinate_tail_mass: float
-
-
-# Every bound below is derived from the bits (the module docstring, "Reach"); the digits
-# are mpmath values (40 digits) rounded to float64, checked in tests/privacy/test_sampling.py.
-_SAMPLER_MODELS = {
-    # Box–Muller, U = (b0 + 1/2)·2**-32 ≥ 2**-33: R = √(66 ln 2).
-    "fast": SamplerModel("disk", 6.763705635001895, 2.0**-33),
-    # Box–Muller, U = (b0 + b2·2**-32 + (b3 + 1/2)·2**-64)·2**-32 ≥ 2**-97: R = √(194 ln 2).
-    "tail": SamplerModel("disk", 11.59614388616446, 2.0**-97),
-    # Sign bit + p = (k + 1/2)·2**-63 ≥ 2**-64: T = Φ⁻¹(1 − 2**-64), P(|Z| > T) = 2·2**-64.
-    "icdf": SamplerModel("cube", 9.080155124873613, 2.0**-63),
-    # jax.random.normal: u ∈ [−1 + 2**-24, 1 − 3·2**-24], z = √2 erfinv(u): the positive side
-    # stops at T = Φ⁻¹(1 − 3·2**-25) (the negative one at |Φ⁻¹(2**-25)| = 5.41998);
-    # P(|Z| > T) = 3·2**-24.
-    "jax": SamplerModel("cube", 5.220113060600540, 3.0 * 2.0**-24),
-}
-_LAPLACE_MODELS = {
-    # Sign bit + U = (k + 1/2)·2**-63 ≥ 2**-64: T = 64 ln 2, P(|L| > T) = e^{−T} = 2**-64.
-    "bits": SamplerModel("cube", 44.36141955583650, 2.0**-64),
-    # jax.random.laplace: the negative side stops at T = 24 ln 2 − ln 3 (the positive one at
-    # 24 ln 2); P(|L| > T) = e^{−T} = 3·2**-24.
-    "jax": SamplerModel("cube", 15.53692004477058, 3.0 * 2.0**-24),
-}
+#: The continuous idealisation of a sampler (the law privacy accounting is about):
+#: :class:`ldpsim._src.privacy.realised.SamplerModel` (``law``, ``kind``, ``bound``,
+#: ``coordinate_tail_mass``). ``"disk"``: the coordinate is ``X`` of a 2-D standard normal
+#: conditioned on ``X² + Y² ≤ bound²`` (Box–Muller with its radius uniform at least ``U_min``);
+#: ``"cube"``: N(0, 1) (or the standard Laplace) conditioned on ``|z| ≤ bound``. The bounds are
+#: exact maths; the float32 outputs exceed them by at most the rounding in :data:`TAIL_BOUND`.
+SamplerModel = realised.SamplerModel
 
 
 def sampler_model(impl: str) -> SamplerModel:
@@ -296,13 +260,13 @@ def sampler_model(impl: str) -> SamplerModel:
 
     Use :func:`resolve_impl` first to name the sampler that runs for a key and ``impl=None``.
     """
-    return _SAMPLER_MODELS[check_choice("impl", impl, IMPLS)]
+    return realised.sampler_model(check_choice("impl", impl, IMPLS), "gaussian")
 
 
 def laplace_model(impl: str) -> SamplerModel:
     """The continuous idealisation of the standard Laplace sampler ``impl`` (one of
     :data:`LAPLACE_IMPLS`; :func:`resolve_laplace_impl` names the one that runs)."""
-    return _LAPLACE_MODELS[check_choice("impl", impl, LAPLACE_IMPLS)]
+    return realised.sampler_model(check_choice("impl", impl, LAPLACE_IMPLS), "laplace")
 
 
 _MAX_SIZE = 2**32
@@ -658,13 +622,14 @@ def _is_threefry(key: jax.Array) -> bool:
 
 
 def resolve_impl(key: jax.Array, impl: str | None) -> str:
-    """``impl``, or for None the default for ``key``: ``"fast"`` for a threefry key
-    (JAX's default), ``"jax"`` for any other key type (e.g. with
-    ``jax_default_prng_impl="rbg"``), whose bits this module cannot reproduce."""
+    """``impl``, or for None the default for ``key``: ``"tail"`` for a threefry key
+    (JAX's default; ``LDPSIM_NOISE_SAMPLER`` in the environment overrides it:
+    :func:`ldpsim._src.privacy.realised.default_sampler`), ``"jax"`` for any other key type
+    (e.g. with ``jax_default_prng_impl="rbg"``), whose bits this module cannot reproduce."""
     if impl is not None:
         check_choice("impl", impl, IMPLS)
         return impl
-    return "fast" if _is_threefry(key) else "jax"
+    return realised.default_sampler("gaussian") if _is_threefry(key) else "jax"
 
 
 def resolve_laplace_impl(key: jax.Array, impl: str | None) -> str:
