@@ -64,11 +64,14 @@ def _signds_counts(mech) -> tuple[list[int], int]:
 
 
 def _old_float32_counts(k, d, h, thr, eps):
-    """The previous sampler's law of ν (float32 CDF on the 2^-24 grid of jax's uniforms)."""
+    """The previous sampler's law of ν: ν = #{j < h : u ≥ cdf_j} for the float32 CDF and
+    jax.random.uniform's float32 u, a multiple of 2^-23: P(ν ≥ j) = #{m : m·2^-23 ≥ cdf_{j−1}}/2^23."""
     cdf = np.cumsum(signds.pmf(thr, k, d, h, eps)).astype(np.float32)
-    grid = np.arange(2**24, dtype=np.float64) / 2**24          # jax.random.uniform's values
-    nu = np.searchsorted(cdf[:-1].astype(np.float64), grid, side="right")
-    return np.bincount(np.minimum(nu, min(h, k)), minlength=min(h, k) + 1).tolist(), 2**24
+    grid = 2**23
+    at_least = [grid] + [max(grid - math.ceil(Fraction(float(c)) * grid), 0) for c in cdf[:-1]] + [0]
+    counts = [a - b for a, b in zip(at_least[:-1], at_least[1:])]
+    top = min(h, k)                                 # ν was clamped to min(h, k)
+    return counts[:top] + [sum(counts[top:])], grid
 
 
 def _worst_ratio_by_count(counts, total, k, d, h) -> Fraction | None:

@@ -20,19 +20,19 @@ every such value lies in ``[(1 − π), π]·2/area``, so for any two inputs in 
 ratio is at most ``π/(1 − π) = e^ε``: **pure ε-LDP, relation "replace"** (inputs above C are
 clipped and counted).
 
-What runs (exact): ``W`` is drawn from ``normal_like`` and normalised in float32; ``Z``
-takes ``±W``, the sign making ``⟨Z, u⟩`` (computed in float32) agree with the side the coins
-chose. Whatever the law ``f`` of the float32 vector ``W``, the release ``z`` then has
-probability ``(f(z) + f(−z))·P(side(z))``: the folded law ``f(z) + f(−z)`` does not depend on
-the input (float32 negation and dot products are exactly antisymmetric), and the side's
-probability ``a(1 − ρ) + (1 − a)ρ`` lies in ``[ρ, 1 − ρ]`` for every realised ``a`` of the
-first coin, where ``ρ`` is the realised probability of the "away" coin. That coin is drawn
-as ``U < c`` for a uniform ``32W``-bit integer (``W ≥ 2`` words) with an integer cut computed
-on the host in exact arithmetic, ``c = ⌈2^{32W}/(e^{ε_t} + 1)⌉`` (ε_t = ε(1 − 2⁻⁴⁴), raised
-until ``(2^{32W} − c)/c ≤ e^{ε_t}`` is proven; ldpsim._src.privacy.rr's thresholds). So the
-discrete float32 law itself is **pure ε'-LDP with ε' = ln((2^{32W} − c)/c) ≤ ε**, exactly
-(no sampler model beyond uniform Threefry bits, no output-grid caveat): ε is printed, ε' is
-in ``realisation`` (:func:`realised_epsilon`). Any ε ≤ :data:`MAX_EPSILON` is realised.
+What runs (exact): ``W`` is drawn from ``normal_like`` and normalised in float32, and the
+release is ``z = W·side(W)·want`` with ``side(W) = ±1`` the float32 sign of ``⟨W, u⟩`` and
+``want = ±1`` from the two coins. So, whatever the law ``f`` of the float32 vector ``W`` and
+however ``side`` rounds, ``P(z) = f(z)·P(want = side(z)) + f(−z)·P(want = −side(−z))``, and
+``P(want = ±1) = a(1 − ρ) + (1 − a)ρ`` or its complement lies in ``[ρ, 1 − ρ]`` for every
+realised ``a`` of the first coin, where ``ρ`` is the realised probability of the "away" coin:
+``P(z | x) ∈ [ρ, 1 − ρ]·(f(z) + f(−z))`` with ``f(z) + f(−z)`` independent of ``x``. The away
+coin is ``U < c`` for a uniform ``32W``-bit integer (``W ≥ 2`` words) and an integer cut
+computed on the host in exact arithmetic (:func:`away_cut`): ``c = ⌈2^{32W}/(e^{ε_t} + 1)⌉``,
+``ε_t = ε(1 − 2⁻⁴⁴)``, raised until ``(2^{32W} − c)/c ≤ e^{ε_t}`` is proven. So the discrete
+float32 law itself is **pure ε'-LDP with ε' = ln((2^{32W} − c)/c) ≤ ε**, exactly (no sampler
+model beyond uniform Threefry bits, no output-grid caveat): ε is printed, ε' is in
+``realisation`` (:func:`realised_epsilon`). Any ε ≤ :data:`MAX_EPSILON` is realised.
 
 ``noise_std`` is the root mean per-coordinate variance at the worst input over the ball:
 the total ``B² − ‖x‖²`` is largest at ``x = 0``, so ``B/√d``.

@@ -11,23 +11,24 @@ elsewhere (:func:`variance`). Averaging decoded reports estimates the histogram.
 
 What runs (exact): the value is replaced iff a uniform ``32W``-bit integer ``U`` (``W``
 Threefry words, most significant first) is below an integer cut ``c`` computed on the host
-in exact integer arithmetic (:func:`replace_cut`): ``c = ⌈2^{32W}(k − 1)/(e^{ε_t} + k − 1)⌉``,
-``ε_t = ε(1 − 2⁻⁴⁴)``, raised until ``(2^{32W} − c)(k − 1)/c ≤ e^{ε_t}`` is proven (the ratio of big integers against
-``e^ε`` to 80 digits), with ``W ≥ 2`` words, more for large ε so that ``c ≥ 2⁶⁴``
-(ε up to :data:`MAX_EPSILON`). The replacement is ``w mod (k − 1)`` of one more word ``w``,
-redrawn while ``w`` falls in the incomplete last block (rejection), so it is exactly uniform.
-The realised law is therefore exactly k-RR with ``p' = 1 − c/2^{32W}`` and
-``q' = c/((k − 1)2^{32W})``: **pure ε'-LDP with ε' = ln(p'/q') ≤ ε** (ε' equals ε to a relative
-6e-14; :func:`realised_epsilon`), so :func:`make` prints ε (proven), accounted as
-``RandomizedResponseDpEvent(k q', k)`` (``k q'`` rounded down, a weaker event). The only
-model is that Threefry's words are uniform bits. :func:`realised_probabilities` gives the
-exact output law.
+in exact integer arithmetic (:func:`replace_cut`):
+``c = ⌈2^{32W}(k − 1)/(e^{ε_t} + k − 1)⌉`` with ``ε_t = ε(1 − 2⁻⁴⁴)``, raised until
+``(2^{32W} − c)(k − 1)/c ≤ e^{ε_t}`` is proven (logarithms of the big integers to 80 digits),
+with ``W ≥ 2`` words, more for large ε so that ``c ≥ 2⁶⁴`` (ε up to :data:`MAX_EPSILON`).
+The replacement is ``w mod (k − 1)`` of one more word ``w``, redrawn while ``w`` falls in the
+incomplete last block (rejection), so it is exactly uniform. The realised law is therefore
+exactly k-RR with ``p' = 1 − c/2^{32W}`` and ``q' = c/((k − 1)2^{32W})``: **pure ε'-LDP with
+ε' = ln(p'/q') ≤ ε** (ε' equals ε to a relative 6e-14; :func:`realised_epsilon`), so
+:func:`make` prints ε (proven), accounted as ``RandomizedResponseDpEvent(k q', k)`` (``k q'``
+rounded down: a weakly less private event). The only model is that Threefry's words are
+uniform bits. :func:`realised_probabilities` gives the exact output law.
 
 A traced ε (inside ``jit`` with ε an argument) cannot reach the host: the cut is then
-computed on the device in float32 on a 64-bit grid (``c = ⌈float32(q)·2⁶⁴⌉``), so the
-realised ε' is within float32 rounding (~1e-7 relative) of ε for ε ≲ 27 + ln(k − 1) and
-degrades beyond it (no replacement at all once ``q < 2⁻⁶⁴``); pass a concrete ε (or use
-:func:`make`) for the exact guarantee.
+computed on the device in float32 on a 64-bit grid, ``c = max(1, ⌈float32(q)·2⁶⁴⌉)`` with
+``q = (k − 1)e^{−ε}/(1 + (k − 1)e^{−ε})``: ε' is within float32 rounding of ε (about 1e-7,
+either side) up to ε ≈ 27 + ln(k − 1), below ε beyond it (c rounds up), and never above
+``ln((2⁶⁴ − 1)(k − 1)) ≈ 44.4 + ln(k − 1)``. Pass a concrete ε (or use :func:`make`) for
+the exact guarantee.
 
 Implementation: the words are ldpsim's unrolled Threefry (counters ``(RR_TAG + s, j)`` for
 stream ``s``) for threefry keys, ``jax.random.bits`` of ``fold_in(key, s)`` otherwise.
@@ -263,11 +264,11 @@ def _stream_words(key: jax.Array, shape: tuple[int, ...], n: int, stream) -> jax
 
 
 def _traced_cut(epsilon: jax.Array, k: int) -> jax.Array:
-    """The cut for a traced ε, in float32 on a 64-bit grid: ``⌈float32(q)·2⁶⁴⌉`` as two
-    words (exact splitting: the float32 product has 24 significant bits)."""
+    """The cut for a traced ε, in float32 on a 64-bit grid: ``max(1, ⌈float32(q)·2⁶⁴⌉)`` as
+    two words (exact splitting: the float32 product has 24 significant bits)."""
     r = np.float32(k - 1) * jnp.exp(-jnp.asarray(epsilon, jnp.float32))
     q = r / (1.0 + r)
-    big = jnp.minimum(jnp.ceil(q * np.float32(2.0**64)), np.float32(2.0**64 - 2.0**40))
+    big = jnp.clip(jnp.ceil(q * np.float32(2.0**64)), 1.0, np.float32(2.0**64 - 2.0**40))
     hi = jnp.floor(big * np.float32(2.0**-32))
     lo = big - hi * np.float32(2.0**32)
     return jnp.stack([hi.astype(jnp.uint32), lo.astype(jnp.uint32)], axis=-1)

@@ -1,4 +1,4 @@
-"""SignDS as MindSpore Federated implements it (ALGORITHMS.md §1.8): pure ε-LDP index release.
+"""SignDS as MindSpore Federated implements it: pure ε-LDP index release.
 
 Client (``SecureProtocol.signDSModel``), on the flattened update Δ of dimension d:
 
@@ -11,8 +11,8 @@ Client (``SecureProtocol.signDSModel``), on the flattened update Δ of dimension
    expected count rises).
    Both searches are public constants and run on the host in MindSpore's own double
    arithmetic (its combination products overflow for large ``sign_k·d``, which stops the
-   search for h there, as in MindSpore); the law of ν that is sampled is computed exactly,
-   in log space (:func:`pmf`).
+   search for h there, as in MindSpore); the ideal law of ν is computed in log space
+   (:func:`pmf`), the sampled one in exact integers (:func:`realised_counts`).
 4. ``ν ~ P(ν) ∝ C(k, ν)·C(d − k, h − ν)·exp(ε·1[ν ≥ ν_th])`` (exponential mechanism, inverse
    CDF on an integer grid, below), then ν indices uniformly from ``T_b`` and ``h − ν`` from
    the rest (Floyd's algorithm with exactly uniform integers).
@@ -44,8 +44,9 @@ are rounded (ceil below ν_th, floor at and above it, with a relative margin) so
 ratio is at most ``e^{ε(1 − 2⁻⁴⁴)}``, proven on the host (logarithms to 80 digits); every
 feasible ν has ``m_ν ≥ 1``, and ``W ≥ 2`` grows until that holds (the counts of least
 probability need ``2^{32W}`` beyond their inverse probability: ``W = 2`` at small ε, 5 at
-MindSpore's default ε = 100, d = 61,706; at most :data:`MAX_WORDS`, else a clear error).
-Hence the float32 code is **pure ε'-LDP with ε' ≤ ε exactly** (no model beyond uniform
+MindSpore's default ε = 100, d = 61,706; at most :data:`MAX_WORDS`, else a clear error;
+where the rarest counts get one grid unit, more than their ideal share, ε' < ε: more
+private than asked, e.g. ε' ≈ 89 at ε = 100, d = 6). Hence the float32 code is **pure ε'-LDP with ε' ≤ ε exactly** (no model beyond uniform
 Threefry bits; the release is integers, so no output-grid caveat): ε is printed, ε' is in
 ``realisation`` and :func:`realised_epsilon`. (The previous float32 inverse CDF on a 2⁻²⁴
 grid never drew counts of probability below its resolution: no finite ε from ε ≈ 30.)
