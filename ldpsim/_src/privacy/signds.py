@@ -46,10 +46,12 @@ feasible ν has ``m_ν ≥ 1``, and ``W ≥ 2`` grows until that holds (the coun
 probability need ``2^{32W}`` beyond their inverse probability: ``W = 2`` at small ε, 5 at
 MindSpore's default ε = 100, d = 61,706; at most :data:`MAX_WORDS`, else a clear error;
 where the rarest counts get one grid unit, more than their ideal share, ε' < ε: more
-private than asked, e.g. ε' ≈ 89 at ε = 100, d = 6). Hence the float32 code is **pure ε'-LDP with ε' ≤ ε exactly** (no model beyond uniform
-Threefry bits; the release is integers, so no output-grid caveat): ε is printed, ε' is in
-``realisation`` and :func:`realised_epsilon`. (The previous float32 inverse CDF on a 2⁻²⁴
-grid never drew counts of probability below its resolution: no finite ε from ε ≈ 30.)
+private than asked, e.g. ε' ≈ 89 at ε = 100, d = 6). Hence the float32 code is **pure
+ε'-LDP with ε' ≤ ε exactly** (no model beyond uniform Threefry bits; the release is integers,
+so no output-grid caveat): ε is printed, ε' is in ``realisation`` and
+:func:`realised_epsilon`. (The previous inverse CDF of float32 uniforms, a 2⁻²³ grid, never
+drew counts of probability below its resolution: 16.001 at ε = 16 and 20.05 at ε = 20 for
+d = 1000, no finite ε from ε ≈ 30.)
 
 MindSpore defaults and valid ranges (``fl_context.h``): sign_k = 0.01 in (0, 0.25],
 sign_eps = 100 in (0, 100], sign_thr_ratio = 0.6 in [0.5, 1], sign_global_lr = 0.1 > 0,
