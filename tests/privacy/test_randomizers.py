@@ -46,13 +46,13 @@ def _norm_ratio(params) -> float:
 @pytest.mark.parametrize("k", [2, 3, 10])
 @pytest.mark.parametrize("eps", [0.5, 1.0, 4.0, 10.0])
 def test_rr_realised_law_is_eps_ldp(k, eps):
-    """The 32-bit grid's exact output law: every ratio over any two inputs <= e^eps (up to the
-    float32 rounding of the cut-off, 1e-6), and tight (it IS randomized response at eps)."""
+    """The integer grid's exact output law (float64 here; exact fractions in
+    test_realised_discrete.py): every ratio over any two inputs <= e^eps, and tight."""
     laws = np.stack([rr.realised_probabilities(eps, k, v) for v in range(k)])
     assert np.allclose(laws.sum(1), 1.0, atol=1e-12)
     ratio = (laws[:, None, :] / laws[None, :, :]).max()
-    assert ratio <= math.exp(eps) * (1 + 1e-6)
-    assert ratio >= math.exp(eps) * (1 - 1e-4)   # the cut-off is an integer (ceil)
+    assert ratio <= math.exp(eps) * (1 + 1e-12)
+    assert ratio >= math.exp(eps) * (1 - 1e-12)
 
 
 def test_rr_sampler_follows_its_realised_law():
@@ -98,22 +98,28 @@ def test_privunitg_density_ratio_is_at_most_e_eps(d, eps):
 @pytest.mark.parametrize("eps", EPS)
 def test_duchi_density_ratio_is_at_most_e_eps(eps):
     """Density on each side of ⊥u is a·π + (1−a)(1−π) (or swapped), a = ½ + ‖x‖/2C ∈ [0, 1]:
-    enumerate inputs' a on a grid and both sides, exactly."""
+    enumerate inputs' a on a grid and both sides, with the away coin's exact realised
+    probability ρ = c/2^{32W} (its integer cut)."""
     m = mechanism.make("duchi", epsilon=eps, dim=3)
-    pi = 1.0 - _f32(m.params.pi_out)   # the coin draws the small side
+    cut = np.asarray(m.params.cut)
+    rho = rr.int_of(cut) / 2.0 ** (32 * cut.size)
+    pi = 1.0 - rho
     a = np.linspace(0.0, 1.0, 101)
     dens = np.concatenate([a * pi + (1 - a) * (1 - pi), a * (1 - pi) + (1 - a) * pi])
-    assert dens.max() / dens.min() <= math.exp(eps) * (1 + 1e-6)
+    assert dens.max() / dens.min() <= math.exp(eps) * (1 + 1e-12)
+    assert dens.max() / dens.min() >= math.exp(eps) * (1 - 1e-12)
 
 
 def test_signds_law_of_index_sets_is_eps_ldp():
-    """Every index set's exact probability (both signs, from the sampler's float32 CDF) for
-    every ordering of a d = 6 update: the ratio over any two updates is <= e^ε."""
+    """Every index set's exact probability (both signs, from the sampler's integer thresholds)
+    for every ordering of a d = 6 update: the ratio over any two updates is <= e^ε."""
     d, eps = 6, 1.5
     m = mechanism.make("signds", dim=d, sign_k=0.25, sign_eps=eps, sign_dim_out=2)
     k, h = m.params.k, m.params.h
-    pmf = np.diff(np.concatenate([[0.0], np.asarray(m.params.cdf, np.float64)]))
-    pmf[-1] = 1.0 - np.asarray(m.params.cdf, np.float64)[-2]
+    th = np.asarray(m.params.thresholds)
+    grid = 2.0 ** (32 * th.shape[1])
+    cum = [0] + [rr.int_of(t) for t in th] + [int(grid)]
+    pmf = np.diff(np.array(cum, np.float64)) / grid
 
     def law(top_plus, top_minus):
         out = {}
@@ -128,7 +134,7 @@ def test_signds_law_of_index_sets_is_eps_ldp():
     assert np.allclose(probs.sum(1), 1.0)
     assert probs.max(0).max() > 0
     ratio = (probs.max(0) / probs.min(0)).max()
-    assert ratio <= math.exp(eps) * (1 + 1e-6)
+    assert ratio <= math.exp(eps) * (1 + 1e-12)
 
 
 @pytest.mark.parametrize("d,eps,proposal", [(5, 1.0, "normal"), (10, 20.0, "exponential")])
@@ -403,7 +409,8 @@ def test_privunit_dimension_mismatch_and_huge_epsilon():
     with pytest.raises(LdpsimError, match="epsilon must be <= 99 for the float32 PrivUnit samplers; got 200.0"):
         mechanism.make("privunitg", epsilon=200.0, dim=10)
     assert mechanism.make("privunitg", epsilon=99.0, dim=61_706).epsilon == 99.0
-    with pytest.raises(LdpsimError, match="epsilon must be <= 16 for duchi"):
-        mechanism.make("duchi", epsilon=20.0, dim=10)
+    with pytest.raises(LdpsimError, match="epsilon must be <= 700 for duchi"):
+        mechanism.make("duchi", epsilon=701.0, dim=10)
+    assert mechanism.make("duchi", epsilon=100.0, dim=10).epsilon == 100.0
     with pytest.raises(LdpsimError, match="too thin for float32; use privunitg"):
         mechanism.make("privunit2", epsilon=60.0, dim=4)

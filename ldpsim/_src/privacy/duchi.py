@@ -18,7 +18,24 @@ Guarantee: the output density is ``(2/area)·(a π + (1 − a)(1 − π))`` on o
 hyperplane ``⊥u`` and ``(2/area)·(a(1 − π) + (1 − a)π)`` on the other, ``a = ½ + ‖x‖/(2C)``;
 every such value lies in ``[(1 − π), π]·2/area``, so for any two inputs in the C ball the
 ratio is at most ``π/(1 − π) = e^ε``: **pure ε-LDP, relation "replace"** (inputs above C are
-clipped and counted). Float32: both coins on a 32-bit grid (ε ≤ 16).
+clipped and counted).
+
+What runs (exact): ``W`` is drawn from ``normal_like`` and normalised in float32, and the
+release is ``z = W·side(W)·want`` with ``side(W) = ±1`` the float32 sign of ``⟨W, u⟩`` and
+``want = ±1`` from the two coins. So, whatever the law ``f`` of the float32 vector ``W`` and
+however ``side`` rounds, ``P(z) = f(z)·P(want = side(z)) + f(−z)·P(want = −side(−z))``, and
+``P(want = ±1) = a(1 − ρ) + (1 − a)ρ`` or its complement lies in ``[ρ, 1 − ρ]`` for every
+realised ``a`` of the first coin, where ``ρ`` is the realised probability of the "away" coin:
+``P(z | x) ∈ [ρ, 1 − ρ]·(f(z) + f(−z))`` with ``f(z) + f(−z)`` independent of ``x``. The away
+coin is ``U < c`` for a uniform ``32W``-bit integer (``W ≥ 2`` words) and an integer cut
+computed on the host in exact arithmetic (:func:`away_cut`): ``c = ⌈2^{32W}/(e^{ε_t} + 1)⌉``,
+``ε_t = ε(1 − 2⁻⁴⁴)``, raised until ``(2^{32W} − c)/c ≤ e^{ε_t}`` is proven. So the discrete
+float32 law itself is **pure ε'-LDP with ε' = ln((2^{32W} − c)/c) ≤ ε**, exactly (no sampler
+model beyond uniform Threefry bits, no output-grid caveat): ε is printed, ε' is in
+``realisation`` (:func:`realised_epsilon`). Any ε ≤ :data:`MAX_EPSILON` is realised.
+
+``noise_std`` is the root mean per-coordinate variance at the worst input over the ball:
+the total ``B² − ‖x‖²`` is largest at ``x = 0``, so ``B/√d``.
 
 Reference:
     Duchi, Jordan & Wainwright, "Minimax optimal procedures for locally private
@@ -28,7 +45,10 @@ Reference:
 from __future__ import annotations
 
 import dataclasses
+import decimal
+import functools
 import math
+from fractions import Fraction
 
 import jax
 import jax.numpy as jnp
@@ -36,13 +56,15 @@ from scipy import special
 
 from ldpsim._src._checks import LdpsimError
 from ldpsim._src.privacy import randomizer as rz
+from ldpsim._src.privacy import rr
 from ldpsim._src.privacy import sampling
 from ldpsim._src.privacy.privunit2 import _direction
 from ldpsim._src.privacy.randomizer import LocalMechanism, Report
 
 NAME = "duchi"
 MIN_DIM = 2
-MAX_EPSILON = 16.0
+#: Largest ε (the coin's cut 2^{32W}/(e^ε + 1) then needs 34 words).
+MAX_EPSILON = 700.0
 
 
 @jax.tree_util.register_dataclass
@@ -51,8 +73,9 @@ class DuchiParams:
     """The mechanism's numbers (float32 scalars; may be traced) and its dimension."""
 
     clip: jax.Array
-    pi: jax.Array      # e^ε/(e^ε + 1)
-    pi_out: jax.Array  # 1 − π = 1/(e^ε + 1) (the coin's small side, exact in float32)
+    pi: jax.Array      # the realised π' = 1 − ρ (float32, for reference)
+    pi_out: jax.Array  # the realised ρ = c/2^{32W}, the "away" coin (float32, for reference)
+    cut: jax.Array     # uint32[W]: the away coin is U < c (most significant word first)
     bound: jax.Array   # B, the radius of the output sphere
     dim: int = dataclasses.field(metadata=dict(static=True))
 
@@ -73,7 +96,8 @@ def privatize(key: jax.Array, update, params: DuchiParams) -> Report:
                           f"dim {params.dim}")
     u, r = _direction(flat)
     plus = rz.bernoulli(rz.subkey(key, rz.TAG_NORM), 0.5 + jnp.minimum(r, params.clip) / (2 * params.clip))
-    toward = ~rz.bernoulli(rz.subkey(key, rz.TAG_CAP), params.pi_out)
+    bits = jax.random.bits(rz.subkey(key, rz.TAG_CAP), params.cut.shape, jnp.uint32)
+    toward = ~rr.below(bits, params.cut)
     g = sampling.normal_like(rz.subkey(key, rz.TAG_DIRECTION), flat)
     w = g / jnp.sqrt(jnp.sum(jnp.square(g)))
     side = jnp.where(jnp.vdot(w, u) >= 0, 1.0, -1.0)           # w's side of ⊥u
@@ -98,28 +122,62 @@ def variance(params, update):
     return unravel(jnp.square(params.bound) / params.dim - flat * flat)
 
 
+@functools.lru_cache(maxsize=256)
+def away_cut(epsilon: float) -> tuple[int, int]:
+    """``(c, W)``: the "away" coin is ``U < c`` for a uniform ``32W``-bit ``U``; ``c`` is the
+    smallest integer with ``(2^{32W} − c)/c ≤ e^{ε(1 − 2⁻⁴⁴)}`` proven, ``W ≥ 2`` words with
+    ``c ≥ 2⁶⁴``."""
+    eps = float(epsilon) * (1.0 - rr.TARGET_MARGIN)
+    bits = (eps + math.log1p(math.exp(-eps))) / math.log(2.0)          # log2(e^ε + 1)
+    n = max(2, math.ceil((bits + 64 + max(0.0, -math.log2(eps))) / 32))
+    m = 1 << (32 * n)
+    ctx = decimal.Context(prec=10 * n + 40, Emin=-999_999, Emax=999_999)
+    c = int(ctx.divide(decimal.Decimal(m), ctx.add(ctx.exp(decimal.Decimal(eps)), 1))
+            .to_integral_value(rounding=decimal.ROUND_CEILING))
+    c = max(c, 1)
+    while not rr.ratio_within(m - c, c, eps):
+        c += 1
+    return c, n
+
+
+def realised_epsilon(epsilon: float) -> float:
+    """The ε' of the float32 law (module docstring): a float at least ``ln((2^{32W} − c)/c)``,
+    within a few ulps of it."""
+    c, n = away_cut(float(epsilon))
+    return rr.log_ratio_upper((1 << (32 * n)) - c, c)
+
+
 def make(*, epsilon: float, dim: int, clip: float = 1.0) -> LocalMechanism:
     """The L2-ball mechanism at pure ε-LDP (module docstring).
 
     Raises:
-        LdpsimError: ε ≤ 0, non-finite or above 16 (float32 coins), ``dim`` < 2, clip ≤ 0.
+        LdpsimError: ε ≤ 0, non-finite or above :data:`MAX_EPSILON`, ``dim`` < 2, clip ≤ 0.
     """
     eps = rz.check_epsilon(epsilon)
     if eps > MAX_EPSILON:
-        raise LdpsimError(f"epsilon must be <= {MAX_EPSILON:g} for duchi (its coin is on a 32-bit "
-                          f"grid); got {epsilon!r}")
+        raise LdpsimError(f"epsilon must be <= {MAX_EPSILON:g} for duchi (its coin's cut "
+                          f"2^(32W)/(e^eps + 1) would need more than 34 words); got {epsilon!r}")
     d = rz.check_dim(dim, MIN_DIM, NAME)
     c = rz.check_clip(clip)
     b = radius(epsilon=eps, dim=d, clip=c)
-    pi = 1.0 / (1.0 + math.exp(-eps))
-    params = DuchiParams(clip=jnp.float32(c), pi=jnp.float32(pi),
-                         pi_out=jnp.float32(1.0 / (1.0 + math.exp(eps))), bound=jnp.float32(b), dim=d)
-    std = math.sqrt((b * b - c * c) / d)
+    cut, n = away_cut(eps)
+    m = 1 << (32 * n)
+    rho = Fraction(cut, m)
+    params = DuchiParams(clip=jnp.float32(c), pi=jnp.float32(float(1 - rho)),
+                         pi_out=jnp.float32(float(rho)), cut=jnp.asarray(rr.words_of(cut, n)),
+                         bound=jnp.float32(b), dim=d)
+    exact = rr.log_ratio_upper(m - cut, cut)
+    eps_r = rr.log_ratio_epsilon(m - cut, cut, eps)
+    std = b / math.sqrt(d)       # worst input over the ball: x = 0 (total variance B²)
 
     def dp_event(params):
-        return rz.pure_dp_event(eps)
+        return rz.pure_dp_event(eps_r)
 
-    return LocalMechanism(name=NAME, params=params, neighbours="replace", epsilon=eps, delta=0.0,
+    line = (f"away coin: a {32 * n}-bit Threefry integer < c (exact host cut), direction "
+            f"folded by a float32 side test: the float32 law is exactly eps'-LDP, eps' = "
+            f"ln((2^{32 * n} - c)/c) = {exact:.17g} <= eps (Threefry bits modelled as uniform)")
+    return LocalMechanism(name=NAME, params=params, neighbours="replace", epsilon=eps_r, delta=0.0,
                           privatize=privatize, noise_std=lambda params: jnp.float32(std),
                           dp_event=dp_event, decode=decode, mean=mean, variance=variance,
-                          additive=False, unbiased=True)
+                          additive=False, unbiased=True, tail_mass=0.0, tail_scale=1.0,
+                          ideal_epsilon=eps, ideal_delta=0.0, realisation=line)

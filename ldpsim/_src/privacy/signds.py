@@ -1,4 +1,4 @@
-"""SignDS as MindSpore Federated implements it (ALGORITHMS.md §1.8): pure ε-LDP index release.
+"""SignDS as MindSpore Federated implements it: pure ε-LDP index release.
 
 Client (``SecureProtocol.signDSModel``), on the flattened update Δ of dimension d:
 
@@ -11,10 +11,11 @@ Client (``SecureProtocol.signDSModel``), on the flattened update Δ of dimension
    expected count rises).
    Both searches are public constants and run on the host in MindSpore's own double
    arithmetic (its combination products overflow for large ``sign_k·d``, which stops the
-   search for h there, as in MindSpore); the law of ν that is sampled is computed exactly,
-   in log space (:func:`pmf`).
+   search for h there, as in MindSpore); the ideal law of ν is computed in log space
+   (:func:`pmf`), the sampled one in exact integers (:func:`realised_counts`).
 4. ``ν ~ P(ν) ∝ C(k, ν)·C(d − k, h − ν)·exp(ε·1[ν ≥ ν_th])`` (exponential mechanism, inverse
-   CDF), then ν indices uniformly from ``T_b`` and ``h − ν`` from the rest.
+   CDF on an integer grid, below), then ν indices uniformly from ``T_b`` and ``h − ν`` from
+   the rest (Floyd's algorithm with exactly uniform integers).
 5. Report ``{"indices": sorted int32[h], "sign": b}`` (no weights).
 
 Server (``ParseSignDSFeatureMap``): the reconstructed update is ``b·sign_global_lr`` on the
@@ -23,15 +24,34 @@ is MindSpore's fixed-step reconstruction. :func:`mean` and :func:`variance` give
 expectation and per-coordinate variance for a given update (coordinate i is reported with
 probability ``E[ν]/k`` if ``i ∈ T_b`` and ``(h − E[ν])/(d − k)`` otherwise).
 
-Guarantee: for a given b, every index set S of size h has probability
+Guarantee (ideal law): for a given b, every index set S of size h has probability
 ``exp(ε·1[|S ∩ T_b(Δ)| ≥ ν_th])/Z`` with ``Z = Σ_ν C(k,ν)C(d−k,h−ν)e^{ε1[ν≥ν_th]}`` independent
 of Δ; b is independent of Δ. So the ratio for any two updates is at most ``e^ε``: **pure
 ε-LDP for any two updates** (relation ``"replace"``; no clipping is needed, the release
 depends on the order of the coordinates only; a non-finite update is replaced by 0).
-The realised sampler draws ν by an inverse CDF in float32 (MindSpore: float64), so values
-of ν whose probability is below the CDF's resolution (2⁻²⁴; MindSpore 2⁻⁵³) are never
-drawn: as in MindSpore, exact ε-LDP holds for the ideal sampler, and the realised one gives
-the sets with those counts probability 0.
+
+What runs (exact): ν is drawn by an inverse CDF on a ``32W``-bit integer grid: ``ν = #{j :
+U ≥ t_j}`` for a uniform ``32W``-bit ``U`` (W Threefry words) and integer cumulative
+thresholds ``t_j`` computed on the host in exact big-integer arithmetic
+(:func:`realised_counts`), so ``P(ν = j) = (t_j − t_{j−1})/2^{32W}`` exactly. The sign is
+``bits < 2³¹`` (exactly ½, and independent of Δ in any case), and given ν the index set is
+exactly uniform (Floyd's algorithm; each integer uniform on ``[0, n)`` by rejection of the
+incomplete last block of 32-bit words). So a set S with ``|S ∩ T_b(Δ)| = ν`` has probability
+``½·m_ν/(2^{32W}·C(k,ν)C(d−k,h−ν))`` (``m_ν`` the grid counts), and since ``T_b(Δ)`` can be any
+k-set, the realised worst-case ratio over two updates is exactly
+``max_ν w_ν / min_ν w_ν`` with ``w_ν = m_ν/(C(k,ν)C(d−k,h−ν))`` over the feasible ν. The counts
+are rounded (ceil below ν_th, floor at and above it, with a relative margin) so that this
+ratio is at most ``e^{ε(1 − 2⁻⁴⁴)}``, proven on the host (logarithms to 80 digits); every
+feasible ν has ``m_ν ≥ 1``, and ``W ≥ 2`` grows until that holds (the counts of least
+probability need ``2^{32W}`` beyond their inverse probability: ``W = 2`` at small ε, 5 at
+MindSpore's default ε = 100, d = 61,706; at most :data:`MAX_WORDS`, else a clear error;
+where the rarest counts get one grid unit, more than their ideal share, ε' < ε: more
+private than asked, e.g. ε' ≈ 89 at ε = 100, d = 6). Hence the float32 code is **pure
+ε'-LDP with ε' ≤ ε exactly** (no model beyond uniform Threefry bits; the release is integers,
+so no output-grid caveat): ε is printed, ε' is in ``realisation`` and
+:func:`realised_epsilon`. (The previous inverse CDF of float32 uniforms, a 2⁻²³ grid, never
+drew counts of probability below its resolution: 16.001 at ε = 16 and 20.05 at ε = 20 for
+d = 1000, no finite ε from ε ≈ 30.)
 
 MindSpore defaults and valid ranges (``fl_context.h``): sign_k = 0.01 in (0, 0.25],
 sign_eps = 100 in (0, 100], sign_thr_ratio = 0.6 in [0.5, 1], sign_global_lr = 0.1 > 0,
@@ -46,7 +66,10 @@ Reference:
 from __future__ import annotations
 
 import dataclasses
+import decimal
+import functools
 import math
+from fractions import Fraction
 
 import jax
 import jax.numpy as jnp
@@ -56,6 +79,7 @@ from scipy import special
 
 from ldpsim._src._checks import LdpsimError
 from ldpsim._src.privacy import randomizer as rz
+from ldpsim._src.privacy import rr
 from ldpsim._src.privacy.randomizer import LocalMechanism, Report
 
 NAME = "signds"
@@ -66,10 +90,11 @@ DEFAULTS = dict(sign_k=0.01, sign_eps=100.0, sign_thr_ratio=0.6, sign_global_lr=
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class SignDSParams:
-    """SignDS's numbers: the CDF of ν (float32[h+1]), E[ν] and the step (may be traced);
-    d, k, h and ν_th (static)."""
+    """SignDS's numbers: the cumulative integer thresholds of ν (uint32[min(h, k), W], most
+    significant word first), the realised E[ν] and the step (may be traced); d, k, h and ν_th
+    (static)."""
 
-    cdf: jax.Array
+    thresholds: jax.Array
     expected: jax.Array
     lr: jax.Array
     dim: int = dataclasses.field(metadata=dict(static=True))
@@ -94,6 +119,81 @@ def pmf(threshold: int, k: int, d: int, h: int, eps: float) -> np.ndarray:
     nu = np.arange(h + 1)
     logw = _log_comb(k, nu) + _log_comb(d - k, h - nu) + np.where(nu >= threshold, eps, 0.0)
     return np.exp(logw - special.logsumexp(logw))
+
+
+#: Most 32-bit words of ν's grid (2048 bits).
+MAX_WORDS = 64
+
+
+def _feasible(k: int, d: int, h: int) -> tuple[int, int, list[int]]:
+    """``(lo, hi, N)``: the counts ν ∈ [lo, hi] of a size-h set that a k-set can share, and
+    ``N_ν = C(k, ν)·C(d − k, h − ν)`` (exact integers)."""
+    lo, hi = max(0, h - (d - k)), min(h, k)
+    return lo, hi, [math.comb(k, v) * math.comb(d - k, h - v) for v in range(lo, hi + 1)]
+
+
+def _round_counts(sets: list[int], high: list[bool], eps: float, n_words: int) -> list[int]:
+    """Integer counts ``m_ν ≥ 1`` summing to ``2^{32W}``, close to ``2^{32W}·P(ν)``: the ideal
+    units times a common scale, rounded up below ν_th and down (after a relative margin
+    ``max(8F²/2^{32W}, 1e-45)``, F the number of counts) at and above it; the residual of the
+    sum goes to the largest count."""
+    total = 1 << (32 * n_words)
+    ctx = decimal.Context(prec=10 * n_words + 40, Emin=-999_999, Emax=999_999)
+    D = decimal.Decimal
+    e = ctx.exp(D(eps))
+    f = len(sets)
+    # the margin covers the rounding (8F²/2^{32W}) and the 1e-50 of the proof's logarithms
+    shrink = ctx.subtract(D(1), max(ctx.divide(D(8 * f * f), D(total)), D(10) ** -45))
+    units = [ctx.multiply(ctx.multiply(D(n), e), shrink) if hi else D(n)
+             for n, hi in zip(sets, high)]
+    scale = ctx.divide(D(total), sum(units, D(0)))
+    counts = []
+    for u, hi in zip(units, high):
+        x = ctx.multiply(u, scale)
+        r = x.to_integral_value(rounding=decimal.ROUND_FLOOR if hi else decimal.ROUND_CEILING)
+        counts.append(max(int(r), 1))
+    j = max(range(f), key=counts.__getitem__)
+    counts[j] += total - sum(counts)
+    return counts
+
+
+def _worst_ratio(sets: list[int], counts: list[int]) -> tuple[int, int]:
+    """``max_ν w_ν / min_ν w_ν`` with ``w_ν = m_ν/N_ν``, as a pair of integers."""
+    w = [Fraction(m, n) for m, n in zip(counts, sets)]
+    ratio = max(w) / min(w)
+    return ratio.numerator, ratio.denominator
+
+
+@functools.lru_cache(maxsize=64)
+def realised_counts(threshold: int, k: int, d: int, h: int, eps: float) -> tuple[int, list[int]]:
+    """``(W, m)``: ν's realised law on the ``32W``-bit grid, ``P(ν = j) = m[j]/2^{32W}`` for
+    ``j = 0..min(h, k)`` (exact integers, 0 for infeasible counts), with the worst-case ratio
+    ``max w/min w ≤ e^{ε(1 − 2⁻⁴⁴)}`` proven (module docstring).
+
+    Raises:
+        LdpsimError: no grid of at most :data:`MAX_WORDS` words realises it.
+    """
+    lo, hi, sets = _feasible(k, d, h)
+    high = [v >= threshold for v in range(lo, hi + 1)]
+    target = float(eps) * (1.0 - rr.TARGET_MARGIN)
+    # the least probable count needs about log2(1/P) bits of the grid: start there
+    logw = np.array([math.log(n) + (target if hi_ else 0.0) for n, hi_ in zip(sets, high)])
+    bits = float((special.logsumexp(logw) - logw.min()) / math.log(2.0))
+    for n_words in range(max(2, int(bits // 32)), MAX_WORDS + 1):
+        counts = _round_counts(sets, high, target, n_words)
+        if min(counts) < 1:
+            continue
+        if rr.ratio_within(*_worst_ratio(sets, counts), target):
+            return n_words, [0] * lo + counts
+    raise LdpsimError(f"signds with sign_eps {eps!r}, dim {d}, k {k}, h {h}: the law of the "
+                      f"count cannot be realised within eps on a grid of {32 * MAX_WORDS} bits")
+
+
+def realised_epsilon(threshold: int, k: int, d: int, h: int, eps: float) -> float:
+    """The exact ε' of the realised law (a float at least it, within a few ulps)."""
+    n_words, counts = realised_counts(threshold, k, d, h, eps)
+    lo, _, sets = _feasible(k, d, h)
+    return rr.log_ratio_upper(*_worst_ratio(sets, counts[lo:]))
 
 
 def _expect(p: np.ndarray) -> float:
@@ -189,7 +289,16 @@ def constants(*, dim: int, sign_k: float = 0.01, sign_eps: float = 100.0,
         raise LdpsimError(f"sign_dim_out {sign_dim_out!r} needs dim {dim!r} - k >= {h}")
     thr = opt_threshold(k, d, h, eps)
     p = pmf(thr, k, d, h, eps)
-    return dict(dim=d, k=k, h=h, threshold=thr, pmf=p, expected=_expect(p), epsilon=eps, lr=lr)
+    n_words, counts = realised_counts(thr, k, d, h, eps)
+    total = 1 << (32 * n_words)
+    lo, _, sets = _feasible(k, d, h)
+    num, den = _worst_ratio(sets, counts[lo:])
+    expected = float(Fraction(sum(j * m for j, m in enumerate(counts)), total))
+    return dict(dim=d, k=k, h=h, threshold=thr, pmf=p, words=n_words, counts=counts,
+                realised_pmf=np.array([float(Fraction(m, total)) for m in counts]),
+                expected=expected, ideal_expected=_expect(p), epsilon=eps,
+                realised_epsilon=rr.log_ratio_upper(num, den),
+                printed_epsilon=rr.log_ratio_epsilon(num, den, eps), lr=lr)
 
 
 # ---------------------------------------------------------------------------- device side
@@ -207,52 +316,62 @@ def _top_mask(score: jax.Array, k: int) -> jax.Array:
     return jnp.zeros(score.shape, bool).at[idx].set(True)
 
 
-def _uniform_int(bits: jax.Array, n: jax.Array) -> jax.Array:
-    """``⌊bits·n/2³²⌋ ∈ [0, n)`` (multiply-shift; bias at most ``n/2³²`` relative)."""
-    return ((bits.astype(jnp.uint64) * n.astype(jnp.uint64)) >> 32).astype(jnp.int32) \
-        if jax.config.jax_enable_x64 else jnp.minimum(
-            (bits.astype(jnp.float32) * (n.astype(jnp.float32) / np.float32(2.0**32))).astype(jnp.int32), n - 1)
+def _uniform_below(key: jax.Array, n: jax.Array) -> jax.Array:
+    """Exactly uniform on ``[0, n)`` (``n ≥ 1``, traced): a 32-bit word ``w`` mod n, redrawn
+    (``fold_in(key, i)``, i = 1, 2, …) while ``w`` falls in the incomplete last block."""
+    n = jnp.maximum(n, 1).astype(jnp.uint32)
+    top = np.uint32(0xFFFFFFFF)
+    limit = top - (top % n + np.uint32(1)) % n             # 2³² − 1 − (2³² mod n)
+
+    def draw(i):
+        return jax.random.bits(jax.random.fold_in(key, i), (), jnp.uint32)
+
+    w, _ = jax.lax.while_loop(lambda c: c[0] > limit, lambda c: (draw(c[1]), c[1] + 1),
+                              (draw(0), jnp.int32(1)))
+    return (w % n).astype(jnp.int32)
 
 
-def _floyd(bits: jax.Array, start: jax.Array, population: int, size: int) -> jax.Array:
-    """Uniform ``(size − start)``-subset of ``[0, population)`` by Floyd's algorithm, in slots
-    ``start..size−1`` of an int32[size] (slots before ``start`` are −1). ``start`` is traced."""
+def _select(key: jax.Array, nu: jax.Array, k: int, d: int, h: int) -> jax.Array:
+    """int32[h]: slots ``0..ν−1`` a uniform ν-subset of ``[0, k)`` (positions in the top-k
+    set), slots ``ν..h−1`` a uniform ``(h − ν)``-subset of ``[0, d − k)`` (ranks outside it),
+    both by Floyd's algorithm (slot s draws uniformly on ``[0, j]`` and takes ``j`` on a
+    collision with its own part) with exactly uniform integers."""
+    slot = jnp.arange(h)
 
     def body(s, chosen):
-        j = population - size + s                       # Floyd's j for this slot
-        t = _uniform_int(bits[s], jnp.asarray(j + 1))
-        pick = jnp.where(jnp.any(chosen == t), j, t)
-        return chosen.at[s].set(jnp.where(s >= start, pick, -1))
+        top_slot = s < nu
+        j = jnp.where(top_slot, k - nu + s, d - k - h + s)        # Floyd's j for this slot
+        t = _uniform_below(jax.random.fold_in(key, s), j + 1)
+        same = ((slot < nu) == top_slot) & (slot < s)
+        hit = jnp.any(same & (chosen == t))
+        return chosen.at[s].set(jnp.where(hit, j, t))
 
-    return jax.lax.fori_loop(0, size, body, jnp.full((size,), -1, jnp.int32))
+    return jax.lax.fori_loop(0, h, body, jnp.zeros((h,), jnp.int32))
 
 
 def privatize(key: jax.Array, update, params: SignDSParams) -> Report:
     """One client's report ``{"indices": int32[h] (sorted), "sign": ±1 (float32)}``.
 
-    Cost: one ``top_k`` of the update (the top-k set), then O(k + h²) work: ν of the k
-    top-k indices by a random order of those k, and ``h − ν`` of the ``d − k`` others by
-    Floyd's algorithm on their ranks (mapped to indices through the sorted top-k set).
+    Cost: one ``top_k`` of the update (the top-k set), then O(h·W) for ν and O(h²) for the
+    indices: ν of the k top-k indices and ``h − ν`` of the ``d − k`` others by Floyd's
+    algorithm (the others through their ranks, mapped to indices with the sorted top-k set).
     """
     flat, finite, _ = _flat(update)
     if flat.shape[0] != params.dim:
         raise LdpsimError(f"update has {flat.shape[0]} coordinates; these signds params are for "
                           f"dim {params.dim}")
     d, k, h = params.dim, params.k, params.h
-    b = jnp.where(rz.bernoulli(rz.subkey(key, rz.TAG_SIGN), 0.5), 1.0, -1.0)
+    b = jnp.where(rz.bernoulli(rz.subkey(key, rz.TAG_SIGN), 0.5), 1.0, -1.0)   # bits < 2³¹
     _, top = jax.lax.top_k(b * flat, k)                          # T_b (ties: lower index)
-    u = jax.random.uniform(rz.subkey(key, rz.TAG_CAP), (), jnp.float32)
-    nu = jnp.sum(u >= params.cdf[:-1]).astype(jnp.int32)       # inverse CDF on ν = 0..h
-    nu = jnp.minimum(nu, min(h, k))
-    sel = rz.subkey(key, rz.TAG_SELECT)
-    order = jax.random.uniform(jax.random.fold_in(sel, 0), (k,), jnp.float32)
-    from_top = top[jax.lax.top_k(order, min(h, k))[1]]          # a uniform ν-subset of T
-    ranks = _floyd(jax.random.bits(jax.random.fold_in(sel, 1), (h,), jnp.uint32), nu, d - k, h)
+    u = jax.random.bits(rz.subkey(key, rz.TAG_CAP), params.thresholds.shape[-1:], jnp.uint32)
+    nu = jnp.sum(~rr.below(u, params.thresholds)).astype(jnp.int32)   # #{j : U ≥ t_j}
+    chosen = _select(rz.subkey(key, rz.TAG_SELECT), nu, k, d, h)
     t_sorted = jnp.sort(top)
     # the rank-i index outside T: i + #{m : t_m − m ≤ i}
-    from_rest = ranks + jnp.searchsorted(t_sorted - jnp.arange(k), ranks, side="right").astype(jnp.int32)
-    j = jnp.arange(h)
-    idx = jnp.where(j < nu, from_top[jnp.minimum(j, min(h, k) - 1)], from_rest)
+    from_rest = chosen + jnp.searchsorted(t_sorted - jnp.arange(k), chosen,
+                                          side="right").astype(jnp.int32)
+    from_top = top[jnp.clip(chosen, 0, k - 1)]
+    idx = jnp.where(jnp.arange(h) < nu, from_top, from_rest)
     norm = jnp.sqrt(jnp.sum(jnp.square(flat)))
     return Report(report={"indices": jnp.sort(idx).astype(jnp.int32), "sign": b},
                   clipped=update, norm=norm, release_norm=jnp.where(finite, norm, 0.0),
@@ -303,18 +422,26 @@ def make(*, dim: int, sign_k: float = 0.01, sign_eps: float = 100.0, sign_thr_ra
         sign_eps = epsilon
     c = constants(dim=dim, sign_k=sign_k, sign_eps=sign_eps, sign_thr_ratio=sign_thr_ratio,
                   sign_global_lr=sign_global_lr, sign_dim_out=sign_dim_out)
-    cdf = np.cumsum(c["pmf"])
-    params = SignDSParams(cdf=jnp.asarray(cdf, jnp.float32), expected=jnp.float32(c["expected"]),
-                          lr=jnp.float32(c["lr"]), dim=c["dim"], k=c["k"], h=c["h"],
-                          threshold=c["threshold"])
-    eps = c["epsilon"]
+    counts, n_words = c["counts"], c["words"]
+    cumulative = np.cumsum(np.array(counts[:-1], dtype=object)) if len(counts) > 1 else []
+    thresholds = np.stack([rr.words_of(int(t), n_words) for t in cumulative]) \
+        if len(cumulative) else np.zeros((0, n_words), np.uint32)
+    params = SignDSParams(thresholds=jnp.asarray(thresholds, jnp.uint32),
+                          expected=jnp.float32(c["expected"]), lr=jnp.float32(c["lr"]),
+                          dim=c["dim"], k=c["k"], h=c["h"], threshold=c["threshold"])
+    eps = c["printed_epsilon"]
     h, lr, d = c["h"], c["lr"], c["dim"]
     std = math.sqrt(h / d) * lr   # E‖decoded‖² = h·lr² spread over d coordinates (upper bound)
 
     def dp_event(params):
         return rz.pure_dp_event(eps)
 
+    line = (f"count nu: inverse CDF of a {32 * n_words}-bit Threefry integer against exact host "
+            f"thresholds; sign bits < 2^31; indices by Floyd with rejection-exact integers: the "
+            f"law is exactly eps'-LDP, eps' = {c['realised_epsilon']:.17g} <= eps "
+            f"(Threefry bits modelled as uniform)")
     return LocalMechanism(name=NAME, params=params, neighbours="replace", epsilon=eps, delta=0.0,
                           privatize=privatize, noise_std=lambda params: jnp.float32(std),
                           dp_event=dp_event, decode=decode, mean=mean, variance=variance,
-                          additive=False, unbiased=False)
+                          additive=False, unbiased=False, tail_mass=0.0, tail_scale=1.0,
+                          ideal_epsilon=c["epsilon"], ideal_delta=0.0, realisation=line)
