@@ -18,6 +18,7 @@ import pytest
 
 from ldpsim._src._checks import LdpsimError
 from ldpsim._src.audit import _audit, _mechanisms
+from ldpsim._src.privacy import duchi, rr
 
 TRIALS = 20_000
 
@@ -37,7 +38,8 @@ def test_correct_report_randomizers_are_never_refuted(name):
 def test_a_planted_bug_is_caught():
     """Duchi et al. whose far-side coin is 1/(e^4 + 1) while it claims ε = 1: ε_lb > 1."""
     mech, x0, x1, score, local, _ = _mechanisms.report_game("duchi", epsilon=1.0, dim=16)
-    bad = dataclasses.replace(local.params, pi_out=jax.numpy.float32(1 / (math.exp(4.0) + 1)))
+    c, n = duchi.away_cut(4.0)
+    bad = dataclasses.replace(local.params, cut=jax.numpy.asarray(rr.words_of(c, n)))
 
     def buggy(key, x):
         return local.privatize(key, x, bad).report

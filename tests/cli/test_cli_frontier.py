@@ -58,7 +58,7 @@ def test_other_csv_is_refused(tmp_path, capsys):
     (["--mechanisms", "rr"], "unknown mechanism 'rr'"),
     (["--mechanisms", "signds", "--dims", "50"], "signds at epsilon 1, dim 50"),
     (["--mechanisms", "privunit2", "--dims", "3"], "privunit2 at epsilon 1, dim 3"),
-    (["--mechanisms", "duchi", "--epsilon", "20"], "duchi at epsilon 20"),
+    (["--mechanisms", "duchi", "--epsilon", "701"], "duchi at epsilon 701"),
     (["--trials", "0"], "--trials must be an integer >= 1"),
     (["--clients", "0"], "--clients must be an integer >= 1"),
     (["--dims", "10.5"], "not a whole number"),

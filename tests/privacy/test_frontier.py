@@ -115,7 +115,7 @@ def test_common_input_is_a_unit_vector_shared_by_every_mechanism():
     (dict(name="duchi", epsilon=-1.0, dim=10), "epsilon"),
     (dict(name="privunit2", epsilon=1.0, dim=3), "dim"),
     (dict(name="signds", epsilon=1.0, dim=50), "dim 50"),
-    (dict(name="duchi", epsilon=20.0, dim=10), "16"),
+    (dict(name="duchi", epsilon=701.0, dim=10), "700"),
 ])
 def test_bad_input_is_one_clear_error(kwargs, match):
     name = kwargs.pop("name")

@@ -47,7 +47,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--mechanisms", default="gaussian,laplace,privunit2,privunitg,duchi,signds",
                    help="comma-separated randomizers")
     p.add_argument("--epsilon", default="0.25,0.5,1,2,4,8,16",
-                   help="comma-separated local epsilons (> 0; duchi <= 16)")
+                   help="comma-separated local epsilons (> 0; duchi <= 700)")
     p.add_argument("--dims", default="100,1000", help="comma-separated dimensions d (e.g. 100,61706)")
     p.add_argument("--clients", default="1,100", help="comma-separated client counts n (1 to 1e5 and beyond)")
     p.add_argument("--trials", type=int, default=5, help="independent trials per cell (>= 2 for a standard error)")

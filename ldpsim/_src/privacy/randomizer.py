@@ -135,7 +135,7 @@ class LocalMechanism(NamedTuple):
         privatize: ``(key, update, params) -> Privatized | Report`` for one client.
         noise_std: ``params -> per-coordinate std`` of one client's noise (additive
             randomizers); for a report randomizer, the root mean per-coordinate variance
-            of its decoded estimate at the worst-case input (‖x‖ = C), for the theory of
+            of its decoded estimate at the worst-case input of the clip ball, for the theory of
             an aggregate's error.
         dp_event: ``params -> dp_accounting.DpEvent`` of one release (host side).
         decode: ``(report, params, like=None) -> estimate`` of the input (a pytree like
