@@ -16,8 +16,9 @@ Sizes: LeNet-5 (61,706 parameters in 10 leaves), the project's LSTMs ``char_lstm
 and ``lstm_fedavg`` (820,522) with their real leaf shapes, and 10⁶. Each cohort is one
 ``jit(vmap(...))`` over 8 clients that share ONE key, so "same law as the zero update" is
 checked as "bit-identical to the zero client's release". The fast tier runs the issue's
-reproduction eagerly and the additive randomizers at LeNet-5 size; the report randomizers
-and the larger sizes (one compilation each, 2-5 s) are marked slow.
+reproduction eagerly, the clip on both sides of the threshold and the additive randomizers at
+LeNet-5's size in two leaves; every randomizer at every size in the models' own leaf structure
+(one compilation each, 2-7 s) is marked slow.
 """
 
 from __future__ import annotations
@@ -47,8 +48,11 @@ LEAF_SHAPES = {
     "lstm_fedavg": [(90, 8), (1024,), (256, 1024), (8, 1024), (1024,), (256, 1024),
                     (256, 1024), (90,), (256, 90)],
     "million": [(1000, 999), (1000,)],
+    # LeNet-5's size in two leaves: the fast tier's (a 10-leaf program compiles ~4x slower)
+    "lenet5_2leaves": [(61_696,), (10,)],
 }
-SIZES = {"lenet5": 61_706, "char_lstm": 82_474, "lstm_fedavg": 820_522, "million": 10**6}
+SIZES = {"lenet5": 61_706, "char_lstm": 82_474, "lstm_fedavg": 820_522, "million": 10**6,
+         "lenet5_2leaves": 61_706}
 
 #: The cohort: client 0 is the zero update (the reference), 1 an ordinary finite update.
 CASES = ("zero", "finite", "all_nan", "all_inf", "mixed", "one_nan", "huge", "huge_one_nan")
@@ -173,13 +177,20 @@ def test_registry_is_covered():
 
 @pytest.mark.parametrize("n", [4_096, 61_706])
 def test_issue_reproduction_eager(n):
-    """The public functions, eagerly, on one all-NaN leaf of n entries: the zero release."""
+    """The issue's line, eagerly, on one all-NaN leaf of n entries: the zero update's release."""
     key = jax.random.key(0)
     nan, zero = {"a": jnp.full((n,), jnp.nan)}, {"a": jnp.zeros((n,))}
     got = ldpsim.gaussian_randomizer(key, nan, clip=1.0, stddev=2.0)
     ref = ldpsim.gaussian_randomizer(key, zero, clip=1.0, stddev=2.0)
     np.testing.assert_array_equal(np.asarray(got.noisy["a"]), np.asarray(ref.noisy["a"]))
     assert np.isfinite(np.asarray(got.noisy["a"])).all() and not bool(got.finite)
+
+
+def test_public_entry_points_eager_at_lenet5_size():
+    """``mechanism.gaussian(...).privatize``, ``fl.privatize`` and ``laplace_randomizer``,
+    eagerly, on an all-NaN update of LeNet-5's size: the zero update's release."""
+    key, n = jax.random.key(0), 61_706
+    nan, zero = {"a": jnp.full((n,), jnp.nan)}, {"a": jnp.zeros((n,))}
     g = mechanism.gaussian(epsilon=EPS, delta=1e-5, clip=1.0)
     np.testing.assert_array_equal(np.asarray(g.privatize(key, nan, g.params).noisy["a"]),
                                   np.asarray(g.privatize(key, zero, g.params).noisy["a"]))
@@ -210,9 +221,9 @@ def test_clip_flags_every_non_finite_input_at_every_size(n, clip_fn):
 
 
 def test_additive_randomizers_at_lenet5_size():
-    out = _run(ADDITIVE, "lenet5")
+    out = _run(ADDITIVE, "lenet5_2leaves")
     for n in ADDITIVE:
-        _check(n, out[n], "lenet5")
+        _check(n, out[n], "lenet5_2leaves")
 
 
 def test_rr_non_finite_category():
@@ -241,8 +252,8 @@ def test_report_randomizers_at_real_sizes(name, size):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("size", ["char_lstm", "lstm_fedavg", "million"])
-def test_additive_randomizers_at_larger_sizes(size):
+@pytest.mark.parametrize("size", ["lenet5", "char_lstm", "lstm_fedavg", "million"])
+def test_additive_randomizers_at_real_sizes(size):
     out = _run(ADDITIVE, size)
     for n in ADDITIVE:
         _check(n, out[n], size)
