@@ -1,11 +1,20 @@
-"""Accounting: reference values from dp-accounting 0.6.0 (ALGORITHMS §4.5) and exact identities."""
+"""Accounting: reference values from dp-accounting 0.6.0 (ALGORITHMS §4.5) and exact identities.
+
+The exact Gaussian references are computed here, independently of ldpsim: Balle & Wang's
+closed form of the Gaussian mechanism's δ(ε) (ICML 2018, arXiv:1805.06530, Thm. 8) written
+out with mpmath at 50 digits and inverted by bisection, cross-checked against Google's
+``dp_accounting.get_epsilon_gaussian`` and PLD accountant.
+"""
 
 from __future__ import annotations
 
 import json
 import math
 
+import dp_accounting
+import mpmath
 import pytest
+from dp_accounting.pld import PLDAccountant
 
 from ldpsim._src._checks import LdpsimError
 from ldpsim.cli import main
@@ -19,9 +28,49 @@ from ldpsim._src.privacy.accounting import (
     ldp_epsilon,
     ldp_round_epsilon,
 )
-from ldpsim._src.privacy.calibration import analytic_gaussian_delta, analytic_gaussian_sigma
 
 MNIST = dict(batch_size=256, num_examples=60000, steps=14062, delta=1e-5)
+
+
+def _gaussian_delta(mu, eps):
+    """δ(ε) of N(0, 1) against N(μ, 1), i.e. of noise σ on sensitivity Δ = μσ (Balle & Wang
+    2018, Thm. 8): ``Φ(μ/2 − ε/μ) − e^ε Φ(−μ/2 − ε/μ)``, at 50 digits."""
+    with mpmath.workdps(50):
+        mu, eps = mpmath.mpf(mu), mpmath.mpf(eps)
+        return mpmath.ncdf(mu / 2 - eps / mu) - mpmath.exp(eps) * mpmath.ncdf(-mu / 2 - eps / mu)
+
+
+def _bisect(f, lo, hi):
+    """The root of an increasing ``f`` on [lo, hi] (hi doubled until f(hi) > 0), 50 digits."""
+    with mpmath.workdps(50):
+        lo, hi = mpmath.mpf(lo), mpmath.mpf(hi)
+        while f(hi) <= 0:
+            hi *= 2
+        for _ in range(180):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if f(mid) <= 0 else (lo, mid)
+        return float(hi)
+
+
+def _gaussian_epsilon(mu, delta):
+    """The exact ε of the Gaussian mechanism of ratio μ = Δ/σ at δ (δ(ε) decreases in ε)."""
+    return _bisect(lambda e: delta - _gaussian_delta(mu, e), 0, 1)
+
+
+def _gaussian_mu(eps, delta):
+    """The ratio μ = Δ/σ at which the Gaussian mechanism is exactly (ε, δ)-DP."""
+    return _bisect(lambda m: _gaussian_delta(m, eps) - delta, 0, 1)
+
+
+def test_independent_reference_agrees_with_dp_accounting():
+    # The reference above against Google's analytic-Gaussian solvers (dp_accounting 0.6.0,
+    # their own bisection of the same closed form in log space): σ for (1, 1e-5), Δ = 1,
+    # and ε for several ratios.
+    assert 1 / _gaussian_mu(1.0, 1e-5) == pytest.approx(
+        dp_accounting.get_sigma_gaussian(1.0, 1e-5), rel=1e-9)
+    for mu, delta in [(0.5, 1e-5), (1 / 3, 1e-5), (2.0, 1e-6)]:
+        assert _gaussian_epsilon(mu, delta) == pytest.approx(
+            dp_accounting.get_epsilon_gaussian(1 / mu, delta), rel=1e-9)
 
 
 # ------------------------------------------------------------------ DP-SGD / DP-FedAvg figures
@@ -88,7 +137,7 @@ def test_inverse_pld_matches_exact_gaussian():
     # so the exact answer is sqrt(T) * (analytic-Gaussian multiplier for (eps, delta)).
     # (Sampled PLD calibration works the same way but takes ~20 s, too slow for a unit test.)
     kw = dict(clients_per_round=10, population=10, rounds=16, delta=1e-5)
-    exact = math.sqrt(16) * analytic_gaussian_sigma(2.0, 1e-5, 1.0)
+    exact = math.sqrt(16) / _gaussian_mu(2.0, 1e-5)
     z_pld = dpfedavg_noise_multiplier(target_epsilon=2.0, method="pld", **kw)
     z_rdp = dpfedavg_noise_multiplier(target_epsilon=2.0, method="rdp", **kw)
     assert dpfedavg_epsilon(noise_multiplier=z_pld, method="pld", **kw).epsilon <= 2.0 + 1e-9
@@ -112,15 +161,17 @@ def test_sampled_gaussian_accountant_running():
 
 
 def test_ldp_round_epsilon_gaussian_is_exact():
-    # Independent check: the analytic-Gaussian delta at the reported epsilon is delta.
+    # Independent reference: the closed form's root (mpmath), and dp_accounting's solver.
     sigma, sens, delta = 4.0, 2.0, 1e-5
     report = ldp_round_epsilon(sigma=sigma, sensitivity=sens, delta=delta)
-    assert analytic_gaussian_delta(sigma, report.epsilon, sens) == pytest.approx(delta, rel=1e-6)
+    assert report.epsilon == pytest.approx(_gaussian_epsilon(sens / sigma, delta), rel=1e-12)
+    assert report.epsilon == pytest.approx(
+        dp_accounting.get_epsilon_gaussian(sigma / sens, delta), rel=1e-9)
     assert report.neighbouring.startswith("local")
-    # And the round trip with the calibration module: sigma for (eps, delta) gives back eps.
-    s = analytic_gaussian_sigma(1.0, 1e-5, 2.0)
+    # The σ at which the closed form is exactly (1, 1e-5)-DP for Δ = 2 reports ε = 1.
+    s = 2.0 / _gaussian_mu(1.0, 1e-5)
     assert ldp_round_epsilon(sigma=s, sensitivity=2.0, delta=1e-5).epsilon == pytest.approx(
-        1.0, rel=1e-6)
+        1.0, rel=1e-12)
 
 
 def test_ldp_round_epsilon_laplace():
@@ -142,9 +193,13 @@ def test_ldp_composition_methods_ordering():
     assert basic.epsilon == pytest.approx(k * per_round, rel=1e-12)
     assert basic.delta == pytest.approx(k * 1e-5)
     exact = ldp_epsilon(rounds=k, method="analytic", **kw).epsilon
-    # k Gaussians with multiplier z compose to one with z/sqrt(k): check with the
-    # calibration module's independent analytic-Gaussian delta.
-    assert analytic_gaussian_delta(4.0 / math.sqrt(k), exact, 2.0) == pytest.approx(1e-5, rel=1e-6)
+    # k Gaussians of ratio μ = Δ/σ compose to one of ratio √k·μ (Dong, Roth & Su 2019,
+    # Gaussian DP): the closed form's root, computed here.
+    assert exact == pytest.approx(_gaussian_epsilon(math.sqrt(k) * 2.0 / 4.0, 1e-5), rel=1e-12)
+    # Google's PLD accountant, hand built, lies above the exact value and within its grid.
+    acc = PLDAccountant(neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
+    acc.compose(dp_accounting.GaussianDpEvent(4.0 / 2.0), k)
+    assert exact <= acc.get_epsilon(1e-5) <= exact + 1e-3
     pld = ldp_epsilon(rounds=k, method="pld", **kw).epsilon
     rdp = ldp_epsilon(rounds=k, method="rdp", **kw).epsilon
     assert exact <= pld <= exact + 1e-3  # PLD is a pessimistic discretization of the exact value

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import dp_accounting
+import mpmath
 import numpy as np
 import pytest
 from dp_accounting.pld import PLDAccountant
@@ -12,8 +13,29 @@ from dp_accounting.rdp import RdpAccountant
 
 from ldpsim._src._checks import LdpsimError
 from ldpsim._src.privacy import mechanism, rr
-from ldpsim._src.privacy.calibration import analytic_gaussian_epsilon
 from ldpsim._src.privacy.ledger import PrivacyLedger
+
+
+def _gaussian_delta(mu, eps):
+    """δ(ε) of N(0, 1) against N(μ, 1), i.e. of noise σ on sensitivity Δ = μσ (Balle & Wang
+    2018, arXiv:1805.06530, Thm. 8): ``Φ(μ/2 − ε/μ) − e^ε Φ(−μ/2 − ε/μ)``, at 50 digits.
+    An independent reference: nothing of ldpsim is used."""
+    with mpmath.workdps(50):
+        mu, eps = mpmath.mpf(mu), mpmath.mpf(eps)
+        return mpmath.ncdf(mu / 2 - eps / mu) - mpmath.exp(eps) * mpmath.ncdf(-mu / 2 - eps / mu)
+
+
+def _gaussian_epsilon(mu, delta):
+    """The exact ε of the Gaussian mechanism of ratio μ = Δ/σ at δ: bisection of the
+    decreasing δ(ε) at 50 digits."""
+    with mpmath.workdps(50):
+        lo, hi = mpmath.mpf(0), mpmath.mpf(1)
+        while _gaussian_delta(mu, hi) > delta:
+            hi *= 2
+        for _ in range(180):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if _gaussian_delta(mu, mid) > delta else (lo, mid)
+        return float(hi)
 
 REPLACE = dp_accounting.NeighboringRelation.REPLACE_ONE
 
@@ -107,12 +129,18 @@ def test_analytic_gaussian_ledger():
                         method="analytic")
     led.record([1, 2, 2, 2, 2])
     eps = led.epsilons()
-    assert eps[2] == pytest.approx(analytic_gaussian_epsilon(3.0 / 2.0, 1e-5), rel=1e-14)
-    assert eps[1] == pytest.approx(analytic_gaussian_epsilon(3.0, 1e-5), rel=1e-14)
+    # k participations of multiplier z are one Gaussian of ratio μ = √k/z (Dong, Roth & Su
+    # 2019): client 2 took part 4 times (μ = 2/3), client 1 once (μ = 1/3).
+    assert eps[2] == pytest.approx(_gaussian_epsilon(2.0 / 3.0, 1e-5), rel=1e-12)
+    assert eps[1] == pytest.approx(_gaussian_epsilon(1.0 / 3.0, 1e-5), rel=1e-12)
+    assert eps[2] == pytest.approx(dp_accounting.get_epsilon_gaussian(1.5, 1e-5), rel=1e-9)
     gauss = mechanism.gaussian(epsilon=2.0, delta=1e-5, clip=1.0)
     led2 = PrivacyLedger.from_mechanism(gauss, gauss.params, 2, delta=1e-5, method="analytic")
     led2.record([0])
-    assert led2.epsilons()[0] == pytest.approx(2.0, rel=1e-4)   # its own calibration
+    # The float32 σ it runs with, on Δ = 2C (replace one): the closed form's ε, ≈ 2.
+    sigma = float(gauss.params.scale)
+    assert led2.epsilons()[0] == pytest.approx(_gaussian_epsilon(2.0 / sigma, 1e-5), rel=1e-12)
+    assert led2.epsilons()[0] == pytest.approx(2.0, rel=1e-4)
 
 
 def test_budget_flags():

@@ -5,18 +5,40 @@ from __future__ import annotations
 import math
 
 import dp_accounting
+import mpmath
 import pytest
 from dp_accounting.pld import PLDAccountant
 from dp_accounting.rdp import RdpAccountant
 
 from ldpsim._src._checks import LdpsimError
-from ldpsim._src.privacy.calibration import analytic_gaussian_epsilon
 from ldpsim._src.privacy.secagg import (
     secagg_epsilon,
     secagg_noise_multiplier,
     secagg_sigma,
     secagg_survivors,
 )
+
+
+def _gaussian_delta(mu, eps):
+    """δ(ε) of N(0, 1) against N(μ, 1), i.e. of noise σ on sensitivity Δ = μσ (Balle & Wang
+    2018, arXiv:1805.06530, Thm. 8): ``Φ(μ/2 − ε/μ) − e^ε Φ(−μ/2 − ε/μ)``, at 50 digits.
+    An independent reference: nothing of ldpsim is used."""
+    with mpmath.workdps(50):
+        mu, eps = mpmath.mpf(mu), mpmath.mpf(eps)
+        return mpmath.ncdf(mu / 2 - eps / mu) - mpmath.exp(eps) * mpmath.ncdf(-mu / 2 - eps / mu)
+
+
+def _gaussian_epsilon(mu, delta):
+    """The exact ε of the Gaussian mechanism of ratio μ = Δ/σ at δ: bisection of the
+    decreasing δ(ε) at 50 digits."""
+    with mpmath.workdps(50):
+        lo, hi = mpmath.mpf(0), mpmath.mpf(1)
+        while _gaussian_delta(mu, hi) > delta:
+            hi *= 2
+        for _ in range(180):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if _gaussian_delta(mu, mid) > delta else (lo, mid)
+        return float(hi)
 
 
 def _hand_built(z: float, rounds: int, delta: float, method: str) -> float:
@@ -41,9 +63,12 @@ def test_equals_hand_built_dp_accounting_event(method, neighbours, sens):
 def test_analytic_is_exact_and_below_pld():
     rep = secagg_epsilon(sigma=1.0, clip=1.0, clients=100, rounds=1, delta=1e-5,
                          method="analytic")
-    assert rep.epsilon == pytest.approx(analytic_gaussian_epsilon(5.0, 1e-5), rel=1e-12)
+    # z = σ√n/(2C) = 5 against Δ = 2C (replace one): ratio μ = 1/5, computed here.
+    assert rep.epsilon == pytest.approx(_gaussian_epsilon(1 / 5.0, 1e-5), rel=1e-12)
+    assert rep.epsilon == pytest.approx(dp_accounting.get_epsilon_gaussian(5.0, 1e-5), rel=1e-9)
     pld = secagg_epsilon(sigma=1.0, clip=1.0, clients=100, rounds=1, delta=1e-5)
     assert rep.epsilon <= pld.epsilon <= rep.epsilon + 1e-3   # PLD is pessimistic, tight
+    assert rep.epsilon <= _hand_built(5.0, 1, 1e-5, "pld") <= rep.epsilon + 1e-3
 
 
 def test_dropout_worst_case_and_known_shares():
@@ -54,8 +79,9 @@ def test_dropout_worst_case_and_known_shares():
     full = secagg_epsilon(**base).epsilon
     drop = secagg_epsilon(**base, dropout=0.1)
     assert drop.details["survivors"] == 90
+    # 90 survivors' noise, 5 rounds: ratio μ = 2√5/√90 (computed here).
     assert drop.epsilon == pytest.approx(
-        analytic_gaussian_epsilon(math.sqrt(90) / 2 / math.sqrt(5), 1e-5), rel=1e-12)
+        _gaussian_epsilon(2 * math.sqrt(5) / math.sqrt(90), 1e-5), rel=1e-12)
     assert drop.epsilon > full
     # The sharp-edges doc's conservative multiplier: the target's own share known.
     own = secagg_epsilon(**base, dropout=0.1, known_shares=1)
@@ -77,7 +103,7 @@ def test_realised_survivors_per_round_compose_exactly():
     exact = secagg_epsilon(sigma=1.0, clip=1.0, clients=100, rounds=4, delta=1e-5,
                            survivors=per_round, method="analytic").epsilon
     z_total = 1 / math.sqrt(sum(4 / s for s in per_round))
-    assert exact == pytest.approx(analytic_gaussian_epsilon(z_total, 1e-5), rel=1e-12)
+    assert exact == pytest.approx(_gaussian_epsilon(1 / z_total, 1e-5), rel=1e-12)
     assert exact <= rep.epsilon
 
 
@@ -96,7 +122,7 @@ def test_sigma_for_a_target_central_epsilon(neighbours):
 def test_zero_rounds_and_one_client():
     assert secagg_epsilon(sigma=1.0, clip=1.0, clients=10, rounds=0, delta=1e-5).epsilon == 0
     one = secagg_epsilon(sigma=1.0, clip=1.0, clients=1, delta=1e-5, method="analytic")
-    assert one.epsilon == pytest.approx(analytic_gaussian_epsilon(0.5, 1e-5))  # = local DP
+    assert one.epsilon == pytest.approx(_gaussian_epsilon(2.0, 1e-5), rel=1e-12)  # = local DP
 
 
 @pytest.mark.parametrize("kwargs, word", [

@@ -14,9 +14,11 @@ Formal guarantee:
     update (local training diverged) is replaced by the zero update *before* noise, and
     the noise is added as for any other update, so the release is ``0 + ξ``: noise around
     a data-independent substitute, indistinguishable in law from a finite client's
-    release, and the engine aggregates it like every other one.  Whether the update was
-    finite is returned (``finite``) for the simulation's diagnostics only; it is never
-    part of the release.
+    release, and the engine aggregates it like every other one.  This holds at every size,
+    eagerly and under ``jit``/``vmap``: the clip's finiteness test never reads a float max,
+    which XLA's CPU reductions of ≥ 4,096 elements compute without propagating NaN
+    (:mod:`ldpsim._src.privacy.clipping`).  Whether the update was finite is returned
+    (``finite``) for the simulation's diagnostics only; it is never part of the release.
 
 References:
     McMahan et al., "Learning Differentially Private Recurrent Language Models", ICLR

@@ -45,15 +45,18 @@ any NaN or ±inf entry      zeros                       ``nan`` (any NaN entry) 
 =========================  ==========================  =========================
 
 A non-finite input is mapped to the zero update (which satisfies any bound) and
-flagged by its non-finite norm, so callers can count and exclude it; a finite
-input never produces a NaN. A finite input whose norm overflows is clipped like any
-other but also reports ``inf`` (:func:`ldpsim.fl.privatize` excludes it
-like a non-finite update). ``clip`` is not validated here (it is usually traced): a
-NaN ``C`` leaves the update unchanged and ``C ≤ 0`` flips or zeroes it — the public
-randomizers in :mod:`ldpsim._src.privacy.mechanisms` reject such concrete values.
+flagged by its non-finite norm, so callers can count it; this holds at every size,
+eagerly and under ``jit``/``vmap`` (the finiteness test never relies on a float max
+propagating NaN, which XLA's CPU reductions of ≥ 4,096 elements do not: see
+``_safe_norm``). A finite input never produces a NaN. A finite input whose norm
+overflows is clipped like any other but reports ``inf`` as its norm. ``clip`` is not
+validated here (it is usually traced): a NaN ``C`` leaves the update unchanged and
+``C ≤ 0`` flips or zeroes it — the public randomizers in
+:mod:`ldpsim._src.privacy.mechanisms` reject such concrete values.
 
-Cost: one max-reduction, one norm reduction and one elementwise output pass per leaf
-(three multiplies and two selects per entry, all fused), plus a few scalar ops.
+Cost: one max-reduction (of ``|u|``, NaN read as ``inf``), one norm reduction and one
+elementwise output pass per leaf (three multiplies and two selects per entry, all
+fused), plus a few scalar ops.
 
 References:
     Abadi et al., "Deep Learning with Differential Privacy", CCS 2016, Alg. 1
@@ -98,11 +101,27 @@ def _safe_norm(leaves: list[jax.Array], ord: int = 2) -> _Norm:
     largest normalised magnitude lies in ``[1, 4)`` (below 1 only if ``max|u| < 2^-126``):
     no square or sum overflows for any finite input (float32 max included), and no
     reciprocal of a huge number (which XLA's ``x / s → x * (1/s)`` rewrite would flush to
-    zero for ``s ≥ 2^126``) is ever formed. ``jnp.max`` propagates NaN, so one reduction
-    gives both the scale and the finiteness test.
+    zero for ``s ≥ 2^126``) is ever formed.
+
+    Finiteness is read from ``m = max over entries of (|u| if u is not NaN else +inf)``:
+    ``m = inf`` exactly when some entry is NaN or ±inf. No NaN ever enters the max, because
+    a float max reduction need not propagate NaN: XLA on CPU hands a float reduction whose
+    input has ≥ 4,096 elements to YNNPACK (jaxlib 0.10; under ``vmap`` the count is over the
+    whole batch, so 8 clients of 600 coordinates qualify), whose max drops NaN (``jnp.max``
+    of 4,096 NaNs is ``-inf``, its initial value; of zeros with one NaN, ``0``), while below
+    that size XLA's own loop returns NaN. Reading finiteness off ``max|u|`` therefore passed
+    an all-NaN update of LeNet-5's size (d = 61,706) as finite, and its NaN went through the
+    clip into the release; every max implementation (IEEE ``maximum``, x86 ``maxps``, a
+    select) agrees on values that are not NaN. (``isnan`` is exact unless XLA's fast-math is switched on
+    without honouring NaNs; its default honours them.)
     """
     dtype = _compute_dtype(leaves)
-    maxabs = jnp.max(jnp.stack([jnp.max(jnp.abs(x), initial=0).astype(dtype) for x in leaves]))
+
+    def max_abs(x):  # max |x| with NaN read as +inf (0 for an empty leaf)
+        a = jnp.abs(x.astype(dtype))
+        return jnp.max(jnp.where(jnp.isnan(a), jnp.asarray(jnp.inf, dtype), a), initial=0)
+
+    maxabs = jnp.max(jnp.stack([max_abs(x) for x in leaves]))
     finite = jnp.isfinite(maxabs)
     # k = exponent of max|u| (max|u| = 1.f·2^k), read from the bits and clamped so that
     # 2^±k are normal; the powers of two are assembled from bits too (exact, and cheaper
@@ -111,7 +130,7 @@ def _safe_norm(leaves: list[jax.Array], ord: int = 2) -> _Norm:
     itype = jnp.int64 if dtype == jnp.float64 else jnp.int32
     bias, nmant = -info.minexp + 1, info.nmant  # 127, 23 for float32
     biased = jax.lax.shift_right_logical(jax.lax.bitcast_convert_type(maxabs, itype), itype(nmant))
-    k = jnp.clip(biased - bias, info.minexp, -info.minexp)  # [-126, 126]; NaN/inf: 126
+    k = jnp.clip(biased - bias, info.minexp, -info.minexp)  # [-126, 126]; non-finite: 126
 
     def pow2(j):  # 2^j for j in [-126, 126]: biased exponent j + 127, zero mantissa
         bits = jax.lax.shift_left((j + bias).astype(itype), itype(nmant))
@@ -123,8 +142,11 @@ def _safe_norm(leaves: list[jax.Array], ord: int = 2) -> _Norm:
     else:
         norm_n = sum(jnp.sum(jnp.abs(x.astype(dtype) * inv_scale)) for x in leaves)
     # 2^k is exact, so this is ‖u‖ rounded once more; it overflows to inf only when ‖u‖ does.
-    # Non-finite input: maxabs is NaN (any NaN entry) or inf (only infinities).
-    norm = jnp.where(finite, norm_n * pow2(k), maxabs)
+    # Non-finite input (a diagnostic only; the clip reads `finite`): the sum is NaN when an
+    # entry is NaN (a sum propagates NaN, inf − inf cannot occur in a sum of |·| or squares),
+    # else inf; reported as NaN or inf, never as a finite number.
+    bad = jnp.where(jnp.isnan(norm_n), jnp.asarray(jnp.nan, dtype), jnp.asarray(jnp.inf, dtype))
+    norm = jnp.where(finite, norm_n * pow2(k), bad)
     return _Norm(norm, norm_n, inv_scale, finite)
 
 

@@ -392,6 +392,13 @@ def decoded_release_fn(name: str) -> Callable[[jax.Array, PyTree, Any], Privatiz
         rep = e.privatize(key, update, params)
         noisy = e.decode(rep.report, params, update)
         noisy = jax.tree_util.tree_map(lambda a, b: a.astype(jnp.result_type(b)), noisy, update)
+        # The round sums w·clipped and w·noise over the cohort, and 0·NaN is NaN: a randomizer
+        # whose `clipped` is its raw input (SignDS releases an order, it clips nothing) would
+        # turn one diverged client, even an excluded one (w = 0), into a NaN model. Its
+        # input enters the aggregate as the zero substitute, as for every other randomizer.
+        clipped = jax.tree_util.tree_map(
+            lambda c: jnp.where(rep.finite, c, jnp.zeros_like(c)), rep.clipped)
+        rep = rep._replace(clipped=clipped)
         noise = jax.tree_util.tree_map(jnp.subtract, noisy, rep.clipped)
         return Privatized(noisy, rep.clipped, noise, rep.norm, rep.release_norm, rep.was_clipped,
                           rep.finite)
