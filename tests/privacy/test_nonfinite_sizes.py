@@ -148,8 +148,7 @@ def _check(name: str, out, size: str) -> None:
             np.testing.assert_array_equal(a, b, err_msg=f"{name} {size} {c}")
         assert all((x == 0).all() for x in _leaves(dec.clipped, i)), (name, c)
         assert float(priv.release_norm[i]) == 0.0 and not bool(priv.was_clipped[i])
-        if name != "signds":   # SignDS's diagnostic norm is that of its zero substitute
-            assert not math.isfinite(float(priv.norm[i]))   # flagged for the diagnostics
+        assert not math.isfinite(float(priv.norm[i]))   # flagged for the diagnostics
     # An ordinary finite update is not mistaken for a diverged one.
     assert any((a != b).any() for a, b in zip(_leaves(dec.clipped, idx["finite"]),
                                                _leaves(dec.clipped, z))), name

@@ -356,7 +356,7 @@ def privatize(key: jax.Array, update, params: SignDSParams) -> Report:
     indices: ν of the k top-k indices and ``h − ν`` of the ``d − k`` others by Floyd's
     algorithm (the others through their ranks, mapped to indices with the sorted top-k set).
     """
-    flat, finite, _ = _flat(update)
+    flat, finite, unravel = _flat(update)
     if flat.shape[0] != params.dim:
         raise LdpsimError(f"update has {flat.shape[0]} coordinates; these signds params are for "
                           f"dim {params.dim}")
@@ -372,9 +372,10 @@ def privatize(key: jax.Array, update, params: SignDSParams) -> Report:
                                           side="right").astype(jnp.int32)
     from_top = top[jnp.clip(chosen, 0, k - 1)]
     idx = jnp.where(jnp.arange(h) < nu, from_top, from_rest)
-    norm = jnp.sqrt(jnp.sum(jnp.square(flat)))
+    # diagnostics: the zero substitute of a non-finite update, and a NaN norm flagging it
+    norm = jnp.where(finite, jnp.sqrt(jnp.sum(jnp.square(flat))), jnp.nan)
     return Report(report={"indices": jnp.sort(idx).astype(jnp.int32), "sign": b},
-                  clipped=update, norm=norm, release_norm=jnp.where(finite, norm, 0.0),
+                  clipped=unravel(flat), norm=norm, release_norm=jnp.where(finite, norm, 0.0),
                   was_clipped=jnp.bool_(False), finite=finite)
 
 
