@@ -267,6 +267,17 @@ def realised_coins(eps_p: float, clip: float, eps_norm: float) -> dict:
                 eps_p_real=math.log1p(-p_out_real) - math.log(p_out_real))
 
 
+#: Relative margin by which a realised ε' is rounded up: its float64 evaluation (logs of
+#: probabilities, a few ulps) must not fall below the exact ratio, or the δ at the printed ε'
+#: would gain ~1e-16 of the release's probability, more than δ' itself at small ε.
+EPS_ROUND_UP = 1e-12
+
+
+def round_up_epsilon(eps: float) -> float:
+    """``eps·(1 + 1e-12)``: an ε' never below the exact one (:data:`EPS_ROUND_UP`)."""
+    return eps * (1.0 + EPS_ROUND_UP)
+
+
 def realised_guarantee(eps_real: float, tv: float) -> float:
     """δ' = (1 + e^{ε'})·TV (at most 1): an ε'-DP law moved by at most TV in total variation
     for every input is (ε', δ')-DP."""
@@ -353,7 +364,7 @@ def realise(k: dict, impl: str | None = None) -> dict:
                           f"acceptance {acc:.2g} is below 1e-3; use privunitg")
     q_f = float(np.float32(q))
     eps_dir = coins["eps_p_real"] + math.log1p(-q) - math.log(q)
-    eps_real = eps_dir + coins["eps_norm_real"]
+    eps_real = round_up_epsilon(eps_dir + coins["eps_norm_real"])
     tv_t = 2 * UNIFORM_TV / acc + math.exp(MAX_TRIES * math.log1p(-acc))
     tv = tv_t + direction_tail_mass(d, impl)
     b = coins["norm_bound"]

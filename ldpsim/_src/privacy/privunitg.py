@@ -152,7 +152,7 @@ def realise(k: dict, impl: str | None = None) -> dict:
     q = p2.f32_up(k["q"])
     mom = _moments(coins["p"], q)
     eps_dir = coins["eps_p_real"] + math.log1p(-q) - math.log(q)
-    eps_real = eps_dir + coins["eps_norm_real"]
+    eps_real = p2.round_up_epsilon(eps_dir + coins["eps_norm_real"])
     tv = p2.UNIFORM_TV + p2.direction_tail_mass(d, impl)
     b = coins["norm_bound"]
     return dict(k, **mom, **{n: coins[n] for n in ("p_out", "norm_bound", "norm_excess")},
