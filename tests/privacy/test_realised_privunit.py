@@ -222,8 +222,18 @@ def test_privunitg_prints_its_realised_epsilon_and_the_interface(eps, d):
     assert (m.ideal_epsilon, m.ideal_delta, m.tail_scale) == (eps, 0.0, 1.0)
     assert m.tail_mass == m.delta and 0 < m.delta <= 1
     assert "PrivUnitG" in m.realisation and "icdf" in m.realisation
-    tv = mp.mpf(2) ** -96 + 1 - (1 - mp.mpf(2) ** -63) ** d
-    assert m.delta == pytest.approx(float(min(1, (1 + mp.exp(m.epsilon)) * tv)), rel=1e-9)
+    assert m.delta == pytest.approx(float(_expected_delta_g(m, d, mp.mpf(2) ** -63)), rel=1e-9)
+
+
+def _expected_delta_g(m, d, tail, eps=None, q=None, p=None) -> mpmath.mpf:
+    """min of the coupling bound (1 + e^ε')·TV and the density-ratio bound (p/Q)·κ (100 digits)."""
+    eps = mp.mpf(m.epsilon if eps is None else eps)
+    q = mp.mpf(float(m.params.q)) if q is None else mp.mpf(q)
+    p = 1 - _p_lower(m) if p is None else mp.mpf(p)
+    keep = (1 - tail) ** d
+    tv = mp.mpf(2) ** -96 + 1 - keep
+    kappa = 1 / ((1 - mp.mpf(2) ** -96) * keep) - 1
+    return min(mp.mpf(1), (1 + mp.exp(eps)) * tv, p / q * kappa)
 
 
 def _pair_delta(m, t_g, eps) -> mpmath.mpf:
@@ -333,9 +343,15 @@ def test_privunit2_prints_its_realised_epsilon(d, eps):
     assert mp.mpf(m.epsilon) >= exact
     assert (m.ideal_epsilon, m.ideal_delta, m.tail_mass, m.tail_scale) == (eps, 0.0, m.delta, 1.0)
     k = privunit2.constants(epsilon=eps, dim=d)
-    acc = min(k["acceptance"])
-    tv = 2 * 2.0**-96 / acc + (1 - acc) ** privunit2.MAX_TRIES - math.expm1(d * math.log1p(-2.0**-63))
-    assert m.delta == pytest.approx(min(1.0, (1 + math.exp(m.epsilon)) * tv), rel=1e-9)
+    a = mp.mpf(min(k["acceptance"]))
+    r = mp.mpf(2) ** -96
+    keep = (1 - mp.mpf(2) ** -63) ** d
+    cut = (1 - a + 2 * r) ** privunit2.MAX_TRIES
+    tv = 2 * r / a + cut + 1 - keep
+    kappa = a / ((1 - r) ** 2 * (a - 2 * r)) / keep - 1
+    e = 1 + mp.exp(m.epsilon)
+    expected = min(mp.mpf(1), e * tv, (1 - _p_lower(m)) / q * kappa + e * cut)
+    assert m.delta == pytest.approx(float(expected), rel=1e-9)
 
 
 @pytest.mark.parametrize("d,eps,proposal", [(5, 1.0, "normal"), (10, 20.0, "exponential"),
@@ -371,17 +387,18 @@ IMPL_TAIL = {"icdf": 2.0**-63, "tail": 2.0**-97}
 @pytest.mark.parametrize("impl", sorted(IMPL_TAIL))
 def test_realised_delta_table(impl):
     """δ' at ε ∈ {1, 4, 8, 16, 30, 60} and d ∈ {2, 1000, 61,706, 10⁶} for each direction
-    sampler: the coupling bound, increasing in ε and d, at most 1, and tiny where it should be."""
+    sampler: the smaller bound, increasing in ε and d, at most 1, and tiny where it should be."""
     table = {}
     for d in (2, 1000, 61_706, 1_000_000):
         for eps in (1.0, 4.0, 8.0, 16.0, 30.0, 60.0):
             k = privunitg.realise(privunitg.constants(epsilon=eps, dim=d), impl)
-            tv = 2.0**-96 - math.expm1(d * math.log1p(-IMPL_TAIL[impl]))
-            assert k["delta_real"] == pytest.approx(min(1.0, (1 + math.exp(k["epsilon_real"])) * tv),
-                                                    rel=1e-9)
+            expected = _expected_delta_g(None, d, mp.mpf(IMPL_TAIL[impl]), k["epsilon_real"],
+                                         k["q"], k["p"])
+            assert k["delta_real"] == pytest.approx(float(expected), rel=1e-9)
             table[d, eps] = k["delta_real"]
     for d in (2, 1000, 61_706, 1_000_000):
         vals = [table[d, e] for e in (1.0, 4.0, 8.0, 16.0, 30.0, 60.0)]
         assert vals == sorted(vals) and vals[-1] <= 1.0
-    assert table[61_706, 8.0] < (1e-10 if impl == "icdf" else 1e-20)
-    assert table[1_000_000, 4.0] < (1e-11 if impl == "icdf" else 1e-21)
+    assert table[61_706, 8.0] < (1e-12 if impl == "icdf" else 1e-22)
+    assert table[1_000_000, 16.0] < (1e-8 if impl == "icdf" else 1e-18)
+    assert table[61_706, 30.0] < (1e-4 if impl == "icdf" else 1e-14)

@@ -59,10 +59,14 @@ caveat of Mironov 2012):
   variation :data:`DIRECTION_TAIL_MASS` per coordinate of N(0, 1) (its bounded tails), so
   within ``d·DIRECTION_TAIL_MASS`` for the whole vector.
 
-So each input's realised law is within ``TV`` (the sum) of an exactly ε'-LDP law -- the
-ideal mechanism with the realised ``p``, ``q`` and norm coin, ε' recomputed from them -- and
-the realisation is **(ε', (1 + e^{ε'})·TV)-LDP** (coupling: ``P'(S) ≤ P(S) + TV ≤
-e^{ε'}(P̃'(S) + TV) + TV``); :func:`make` prints that (``epsilon``, ``delta``,
+So, against the ideal mechanism at the realised ``p``, ``q`` and norm coin (exactly ε'-LDP,
+ε' recomputed from them), the realisation is **(ε', δ')-LDP** with δ' the smaller of two
+bounds (:func:`realised_guarantee`): the coupling bound ``(1 + e^{ε'})·TV``, TV the sum above
+(``P'(S) ≤ P(S) + TV ≤ e^{ε'}(P̃'(S) + TV) + TV``); and the density-ratio bound
+``(p/q)·κ + (1 + e^{ε'})·(1 − A)^MAX_TRIES``, where the realised density of every input is
+at most ``1 + κ`` times the ideal one (the samplers' laws are ideal laws restricted to their
+reach: ``1 + κ = A/((1 − 2⁻⁹⁶)²(A − 2⁻⁹⁵))·(1 − DIRECTION_TAIL_MASS)^{−d}``), smaller by
+about ``(1 + e^{ε₀})e^{ε_r}``. :func:`make` prints it (``epsilon``, ``delta``,
 ``tail_mass = delta``, ``tail_scale = 1``). Exact pure ε is out of reach for any sampler
 with bounded coordinates: the supports of ``V`` then depend on the direction. ε₀ ≤ 15 and
 ε₁ ≤ 68 keep every probability a normal float32 (ε up to about 99 with the norm's 16);
@@ -278,13 +282,28 @@ def round_up_epsilon(eps: float) -> float:
     return eps * (1.0 + EPS_ROUND_UP)
 
 
-def realised_guarantee(eps_real: float, tv: float) -> float:
-    """δ' = (1 + e^{ε'})·TV (at most 1): an ε'-DP law moved by at most TV in total variation
-    for every input is (ε', δ')-DP."""
-    if tv <= 0.0:
-        return 0.0
-    log_delta = math.log(tv) + (eps_real + math.log1p(math.exp(-eps_real)))
-    return 1.0 if log_delta >= 0.0 else math.exp(log_delta)
+def realised_guarantee(eps_real: float, tv: float, cap_weight: float = math.inf,
+                       excess: float = math.inf, cut: float = 0.0) -> float:
+    """δ' of the realisation at ε' (at most 1): the smaller of two proven bounds.
+
+    * Coupling: every input's realised law is within ``tv`` of an ε'-DP law, so
+      ``δ' ≤ (1 + e^{ε'})·tv`` (``P'(S) ≤ P(S) + tv ≤ e^{ε'}(P̃'(S) + tv) + tv``).
+    * Density ratio: where the realised density of every input is at most ``1 + excess``
+      times that of the ideal law at the realised ``p``, ``q`` (whose cap weights are
+      ``c_hi = cap_weight = p/q`` and ``c_lo``), apart from an event of probability ``cut``,
+      ``δ' ≤ c_hi·excess + (1 + e^{ε'})·cut``: with ``ρ = f'/f ≤ 1 + excess`` and
+      ``e^{ε_d} c_{u'} ≥ c_u``, ``(f'_u − e^{ε_d} f'_{u'})₊ ≤ c_u·σ·(ρ_u − ρ_{u'})₊ ≤
+      c_hi·σ·(1 + excess − ρ_{u'})``, whose integral is ``c_hi·excess`` because
+      ``∫σρ_{u'} = p/c_hi + (1 − p)/c_lo = 1`` (the regions' probabilities are exact); the
+      norm's independent pure ε_r' adds nothing to δ at ``ε_d' + ε_r'``.
+    """
+    def upper(log_x):
+        return math.inf if log_x > 700 else math.exp(log_x)
+
+    log1pe = eps_real + math.log1p(math.exp(-eps_real))          # log(1 + e^ε)
+    coupling = upper(math.log(tv) + log1pe) if tv > 0 else 0.0
+    sharp = cap_weight * excess + (upper(math.log(cut) + log1pe) if cut > 0 else 0.0)
+    return min(1.0, coupling, sharp)
 
 
 def direction_tail_mass(dim: int, impl: str | None = None) -> float:
@@ -365,14 +384,21 @@ def realise(k: dict, impl: str | None = None) -> dict:
     q_f = float(np.float32(q))
     eps_dir = coins["eps_p_real"] + math.log1p(-q) - math.log(q)
     eps_real = round_up_epsilon(eps_dir + coins["eps_norm_real"])
-    tv_t = 2 * UNIFORM_TV / acc + math.exp(MAX_TRIES * math.log1p(-acc))
+    cut = math.exp(MAX_TRIES * math.log1p(-(acc - 2 * UNIFORM_TV)))   # the loop's cut-off
+    tv_t = 2 * UNIFORM_TV / acc + cut
     tv = tv_t + direction_tail_mass(d, impl)
+    # density ratio of the accepted t to its ideal law: proposal (restricted U₁) ≤ 1/(1 − 2⁻⁹⁶),
+    # acceptance (restricted U₂) ≤ acc/(1 − 2⁻⁹⁶), their integral ≥ A − 2⁻⁹⁵; w ≤ 1/Z (cube)
+    log_k = (math.log(acc) - math.log(acc - 2 * UNIFORM_TV) - 2 * math.log1p(-UNIFORM_TV)
+             - math.log1p(-direction_tail_mass(d, impl)))
+    delta = realised_guarantee(eps_real, tv, cap_weight=p / q, excess=math.expm1(log_k), cut=cut)
     b = coins["norm_bound"]
     return dict(k, **mom, **{n: coins[n] for n in ("p_out", "norm_bound", "norm_excess")},
                 q_f32=q_f, scale=s, log_q_hi=math.log(q_hi), log_q_lo=math.log(q_lo),
                 log_1mq_lo=math.log1p(-q_lo), cap_rate=lam, acceptance=(acc_hi, acc_lo),
                 eps_dir_real=eps_dir, eps_norm_real=coins["eps_norm_real"],
-                epsilon_real=eps_real, tv=tv, tv_t=tv_t, delta_real=realised_guarantee(eps_real, tv),
+                epsilon_real=eps_real, tv=tv, tv_t=tv_t, cut=cut, excess=math.expm1(log_k),
+                delta_real=delta,
                 worst_total_variance=(b * b + 3 * c * c) / 4 / mom["m"] ** 2 - c * c)
 
 
@@ -569,9 +595,10 @@ def make(*, epsilon: float, dim: int, clip: float = 1.0, norm_epsilon=None) -> L
                              dim=k["dim"])
     line = (f"float32 PrivUnit2: t by rejection on 96-bit uniforms (TV {k['tv_t']:.2g}), w from "
             f"sampling '{DIRECTION_IMPL}' (TV {DIRECTION_TAIL_MASS[DIRECTION_IMPL]:.2g}/coordinate), "
-            f"32-bit coins; (eps', delta') by coupling to the ideal law at the realised "
-            f"p, q: delta' = (1 + e^eps')*TV, TV = {k['tv']:.3g}; float32 arithmetic and "
-            f"output grid idealised (Mironov 2012)")
+            f"32-bit coins; (eps', delta') against the ideal law at the realised p, q: delta' = "
+            f"min((1 + e^eps')*TV, (p/q)*kappa + (1 + e^eps')*cut), TV = {k['tv']:.3g}, "
+            f"kappa = {k['excess']:.3g}, cut = {k['cut']:.2g}; float32 arithmetic and output "
+            f"grid idealised (Mironov 2012)")
     return _mechanism(NAME, params, k, privatize, decode, mean, variance, line)
 
 

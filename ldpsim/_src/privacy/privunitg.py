@@ -42,11 +42,17 @@ float32 output grid is the caveat of Mironov 2012):
 * ``g`` comes from ``sampling.normal_like(..., impl=DIRECTION_IMPL)``: within total variation
   :data:`~ldpsim._src.privacy.privunit2.DIRECTION_TAIL_MASS` per coordinate of N(0, 1).
 
-So each input's realised law is within ``TV = 2⁻⁹⁶ + d·DIRECTION_TAIL_MASS`` of an exactly
-ε'-LDP law (the ideal mechanism at the realised ``p``, ``Q`` and norm coin,
-``ε' = logit(p) + logit(1 − Q) + ε_r'``): the realisation is **(ε', (1 + e^{ε'})·TV)-LDP**,
-which :func:`make` prints. No bounded sampler gives exact pure ε: with every coordinate of g
-below some T, ``V = αu + (I − uuᵀ)g`` reaches different sets for different ``u`` (for
+Against the ideal mechanism at the realised ``p``, ``Q`` and norm coin (exactly ε'-LDP,
+``ε' = logit(p) + logit(1 − Q) + ε_r'``) the realisation is **(ε', δ')-LDP**, δ' the smaller
+of (:func:`~ldpsim._src.privacy.privunit2.realised_guarantee`) the coupling bound
+``(1 + e^{ε'})·TV``, ``TV = 2⁻⁹⁶ + 1 − (1 − DIRECTION_TAIL_MASS)^d`` (each input's realised law
+is within TV of the ideal one), and the density-ratio bound ``(p/Q)·κ``,
+``1 + κ = (1 − 2⁻⁹⁶)⁻¹(1 − DIRECTION_TAIL_MASS)^{−d}`` (α and g are ideal laws restricted to
+their reach, so the realised density of V is at most ``1 + κ`` times the ideal one; smaller
+by about ``(1 + e^{ε₀})e^{ε_r}``). At d = 2 it is within a factor 4 of the exact δ of the
+pairs e₁/e₂ and e₁/−e₁ (tests/privacy/test_realised_privunit.py). :func:`make` prints it.
+No bounded sampler gives exact pure ε: with every coordinate of g below some T,
+``V = αu + (I − uuᵀ)g`` reaches different sets for different ``u`` (for
 ``u = (e₁ + e₂)/√2`` the second coordinate exceeds T, for ``u = e₁`` it never does).
 Not modelled: the float32 rounding of the transforms (relative ~1e-6).
 
@@ -154,11 +160,16 @@ def realise(k: dict, impl: str | None = None) -> dict:
     eps_dir = coins["eps_p_real"] + math.log1p(-q) - math.log(q)
     eps_real = p2.round_up_epsilon(eps_dir + coins["eps_norm_real"])
     tv = p2.UNIFORM_TV + p2.direction_tail_mass(d, impl)
+    # realised density / ideal density ≤ 1/((1 − 2⁻⁹⁶)·Z): α restricted to its reach (the
+    # lower region loses 2⁻⁹⁶ of its mass, the cap 2⁻⁹⁷), g to the sampler's (mass Z)
+    excess = math.expm1(-math.log1p(-p2.UNIFORM_TV) - math.log1p(-p2.direction_tail_mass(d, impl)))
     b = coins["norm_bound"]
     return dict(k, **mom, **{n: coins[n] for n in ("p_out", "norm_bound", "norm_excess")},
                 log_q=math.log(q), log_1mq=math.log1p(-q), eps_dir_real=eps_dir,
                 eps_norm_real=coins["eps_norm_real"], epsilon_real=eps_real, tv=tv,
-                delta_real=p2.realised_guarantee(eps_real, tv),
+                excess=excess,
+                delta_real=p2.realised_guarantee(eps_real, tv, cap_weight=coins["p"] / q,
+                                                 excess=excess),
                 worst_total_variance=(b * b + 3 * c * c) / 4 * (mom["ea2"] + d - 1) / mom["m"] ** 2
                 - c * c)
 
@@ -231,7 +242,7 @@ def make(*, epsilon: float, dim: int, clip: float = 1.0, norm_epsilon=None) -> L
     line = (f"float32 PrivUnitG: alpha by a log-space inverse CDF on a 96-bit uniform (TV 2^-96), "
             f"g from sampling '{p2.DIRECTION_IMPL}' "
             f"(TV {p2.DIRECTION_TAIL_MASS[p2.DIRECTION_IMPL]:.2g}/coordinate), 32-bit coins; "
-            f"(eps', delta') by coupling to the ideal law at the realised p, q: "
-            f"delta' = (1 + e^eps')*TV, TV = {k['tv']:.3g}; float32 arithmetic and output grid "
-            f"idealised (Mironov 2012)")
+            f"(eps', delta') against the ideal law at the realised p, q: delta' = "
+            f"min((1 + e^eps')*TV, (p/q)*kappa), TV = {k['tv']:.3g}, kappa = {k['excess']:.3g}; "
+            f"float32 arithmetic and output grid idealised (Mironov 2012)")
     return _mechanism(NAME, params, k, privatize, decode, mean, variance, line)
