@@ -384,7 +384,9 @@ def realise(k: dict, impl: str | None = None) -> dict:
     q_f = float(np.float32(q))
     eps_dir = coins["eps_p_real"] + math.log1p(-q) - math.log(q)
     eps_real = round_up_epsilon(eps_dir + coins["eps_norm_real"])
-    cut = math.exp(MAX_TRIES * math.log1p(-(acc - 2 * UNIFORM_TV)))   # the loop's cut-off
+    acc = min(acc, 1.0)                            # (a ratio ≤ 1; float64 could round above)
+    a_real = acc - 2 * UNIFORM_TV                  # the realised acceptance is at least this
+    cut = math.exp(MAX_TRIES * math.log1p(-a_real)) if a_real < 1.0 else 0.0   # loop cut-off
     tv_t = 2 * UNIFORM_TV / acc + cut
     tv = tv_t + direction_tail_mass(d, impl)
     # density ratio of the accepted t to its ideal law: proposal (restricted U₁) ≤ 1/(1 − 2⁻⁹⁶),
