@@ -1,4 +1,4 @@
-"""PrivUnit2: a pure ε-LDP randomizer for vectors in an L2 ball (direction + norm).
+"""PrivUnit2: an ε-LDP randomizer for vectors in an L2 ball (direction + norm).
 
 Privatize one client's update ``x`` (clipped to ``‖x‖ ≤ C``, flattened to dimension d):
 
@@ -7,10 +7,11 @@ Privatize one client's update ``x`` (clipped to ``‖x‖ ≤ C``, flattened to 
    (Bhowmick, Duchi, Freudiger, Kapoor & Rogers 2018, Alg. 1). ``V = t·u + √(1−t²)·w`` with
    ``w`` uniform on the unit sphere orthogonal to ``u`` (a normalised projected Gaussian)
    and ``t = ⟨V, u⟩`` drawn exactly from its conditional law ``∝ (1−t²)^a``, ``a = (d−3)/2``,
-   on ``[γ, 1]`` or ``[−1, γ)`` by rejection from a truncated normal with variance
-   ``1/(d−3)`` (``(1−t²)^a ≤ e^{−a t²}``; acceptance → 1 as d grows) or, on the cap when it is
-   better, from the exponential tangent to the concave ``a·log(1−t²)`` at γ (the host picks
-   the proposal with the higher acceptance and refuses parameters below 1e-3).
+   on ``[γ, 1]`` or ``[−1, γ)`` by rejection from a normal ``t = s·z`` with ``a·s² ≥ ½``
+   truncated to the region (accept with ``(1−t²)^a·e^{z²/2} ≤ 1``; acceptance → 1 as d grows)
+   or, on the cap when it is better, from ``t = γ + E/λ``, ``E ~ Exp(1)``, with λ at most the
+   slope of the concave ``a·log(1−t²)`` at γ (accept with ``((1−t²)/(1−γ²))^a·e^E ≤ 1``); the
+   host picks the proposal with the higher acceptance and refuses parameters below 1e-3.
 2. Norm ``r = ‖x‖ ∈ [0, C]``: the private scalar randomizer
    (:func:`ldpsim._src.privacy.randomizer.signed_scalar`): ``r̂ = (C ± B)/2`` with
    ``B = C·coth(ε_r/2)``, ``E r̂ = r``, ``E r̂² = (B² − (2r − C)²)/4 + r²``.
@@ -20,13 +21,14 @@ Report ``{"direction": V, "norm": r̂}``. Decode: ``x̂ = r̂·V/m`` with
 and ``E[t; t ≥ γ] = (1 − γ²)^{(d−1)/2}/((d − 1)·B(½, (d−1)/2))``: ``E[x̂] = x`` exactly (r̂ and
 V independent, ``E r̂ = r``, ``E V = m·u``). Per-coordinate variance
 ``E[r̂²]·(E[t²]u_i² + (1 − E[t²])(1 − u_i²)/(d − 1))/m² − x_i²`` (:func:`variance`), total
-``E[r̂²]/m² − ‖x‖²``.
+``E[r̂²]/m² − ‖x‖²``. ``p``, ``q``, γ, ``m`` and ``E[t²]`` in the params are the values the
+sampler realises (below), so the decoder is unbiased for the law that runs.
 
-Guarantee: the output density of ``V`` is ``p/q`` (cap) or ``(1−p)/(1−q)`` (complement)
+Ideal guarantee: the output density of ``V`` is ``p/q`` (cap) or ``(1−p)/(1−q)`` (complement)
 times the uniform density, so for any two inputs the ratio is at most
 ``e^{ε_d}`` with ``ε_d = logit(p) + logit(1 − q)``; the norm release is ``ε_r``-LDP; the
-two are independent, so the report is **pure (ε_d + ε_r)-LDP for any two inputs in the C
-ball** (neighbouring relation ``"replace"``; an input above C is clipped and counted).
+two are independent, so the ideal report is **pure (ε_d + ε_r)-LDP for any two inputs in the
+C ball** (neighbouring relation ``"replace"``; an input above C is clipped and counted).
 
 Parameters (host, float64, :func:`constants`): ``q = 1/(1 + e^{ε₁})`` and
 ``γ² = betainccinv(½, (d−1)/2, 2q)`` or ``1 − γ² = betaincinv((d−1)/2, ½, 2q)`` (the
@@ -39,23 +41,53 @@ total variance ``E[r̂²]/m(ε − ε_r)² − C²`` at ``‖x‖ = C``; both 1-
 factor ``coth²(ε_r/2)`` while the direction's is ``∝ d/ε_d``, so for large d most of ε
 goes to the direction (at d = 61,706 and ε = 4 the norm gets about 0.9).
 
-Float32 realisation: ``p`` and the coins are on a 32-bit grid and the proposal uses the
-float32 inverse normal CDF, so the realised law is the ideal one up to rounding (relative
-1e-6); ε₀ ≤ 15 and ε₁ ≤ 68 keep every probability a normal float32 (ε up to about 99 with
-the norm's 16); caps thinner than ``1 − γ = 10⁻³`` (small d at large ε) are refused (use
-PrivUnitG).
+What the float32 realisation delivers (docs/privacy_sharp_edges.md, "what the floats
+deliver"; model of :mod:`ldpsim._src.privacy.realised`: each sampler's transform is exact
+real maths on its uniforms, whose finite range is kept; the float32 output grid is the
+caveat of Mironov 2012):
+
+* The coins are exact on the 32-bit grid (:func:`~ldpsim._src.privacy.randomizer.bernoulli_probability`):
+  the realised ``p`` and the norm's ε are computed from the float32 numbers used.
+* The cap is ``t ≥ γ`` with γ the float32 threshold the sampler compares against, so the
+  realised ``q`` is the uniform-sphere mass of that cap (computed on the host from it).
+* Every uniform behind ``t`` (proposal and acceptance test) has 96 bits
+  (:func:`uniform_logs`: ``U = (K + ½)/2⁹⁶`` reaches ``[2⁻⁹⁷, 1 − 2⁻⁹⁷]``, all normal
+  float32, used in log space), so each try is within total variation ``2·2⁻⁹⁶`` of the exact
+  one and the accepted ``t`` within ``2⁻⁹⁵/A + (1 − A)^MAX_TRIES`` (A the smaller
+  acceptance: a coupling of the tries, ``1/A`` of them on average, and the loop's cut-off).
+* ``w`` comes from ``sampling.normal_like(..., impl=DIRECTION_IMPL)``, within total
+  variation :data:`DIRECTION_TAIL_MASS` per coordinate of N(0, 1) (its bounded tails), so
+  within ``d·DIRECTION_TAIL_MASS`` for the whole vector.
+
+So, against the ideal mechanism at the realised ``p``, ``q`` and norm coin (exactly ε'-LDP,
+ε' recomputed from them), the realisation is **(ε', δ')-LDP** with δ' the smaller of two
+bounds (:func:`realised_guarantee`): the coupling bound ``(1 + e^{ε'})·TV``, TV the sum above
+(``P'(S) ≤ P(S) + TV ≤ e^{ε'}(P̃'(S) + TV) + TV``); and the density-ratio bound
+``(p/q)·κ + (1 + e^{ε'})·(1 − A)^MAX_TRIES``, where the realised density of every input is
+at most ``1 + κ`` times the ideal one (the samplers' laws are ideal laws restricted to their
+reach: ``1 + κ = A/((1 − 2⁻⁹⁶)²(A − 2⁻⁹⁵))·(1 − DIRECTION_TAIL_MASS)^{−d}``), smaller by
+about ``(1 + e^{ε₀})e^{ε_r}``. :func:`make` prints it (``epsilon``, ``delta``,
+``tail_mass = delta``, ``tail_scale = 1``). Exact pure ε is out of reach for any sampler
+with bounded coordinates: the supports of ``V`` then depend on the direction. ε₀ ≤ 15 and
+ε₁ ≤ 68 keep every probability a normal float32 (ε up to about 99 with the norm's 16);
+caps thinner than ``1 − γ = 10⁻³`` (small d at large ε) are refused (use PrivUnitG).
+Not modelled: the float32 rounding of the transforms (relative ~1e-6 on ``t``, and the
+acceptance exponent's rounding, ≤ ~1e-5 in its logarithm).
 
 References:
     Bhowmick, Duchi, Freudiger, Kapoor & Rogers, "Protection against reconstruction and its
     applications in private federated learning", 2018 (arXiv:1812.00984), Alg. 1 and §4;
     Asi, Feldman & Talwar, "Optimal algorithms for mean estimation under local differential
-    privacy", ICML 2022 (arXiv:2205.02466); Duchi, Jordan & Wainwright 2018 (scalar).
+    privacy", ICML 2022 (arXiv:2205.02466); Duchi, Jordan & Wainwright 2018 (scalar);
+    Mironov, "On significance of the least significant bits for differential privacy",
+    CCS 2012.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from fractions import Fraction
 
 import jax
 import jax.numpy as jnp
@@ -71,24 +103,43 @@ NAME = "privunit2"
 MIN_DIM = 4
 
 #: Largest ε₀ (cap probability) and ε₁ (cap size) a float32 realisation represents.
-#: ε₁ ≤ 68 keeps the cap's mass q ≥ 3e-30, so ``u·q`` with ``u ≥ 2⁻²³`` stays a normal float32
-#: (XLA on CPU flushes subnormals, which would turn an inverse-CDF draw into ±inf).
+#: ε₁ ≤ 68 keeps the cap's mass q ≥ 3e-30 a normal float32 (XLA on CPU flushes subnormals).
 MAX_EPS_P, MAX_EPS_CAP, MAX_EPS_NORM = 15.0, 68.0, 16.0
 #: Rejection steps before giving up (the host refuses parameters with acceptance < 1e-3).
 MAX_TRIES = 100_000
+#: The N(0, 1) sampler of the direction draws (PrivUnitG's g, PrivUnit2's w).
+DIRECTION_IMPL = "tail"
+#: Total variation between one coordinate of ``sampling.normal(impl=...)`` and N(0, 1) in the
+#: continuous idealisation (:mod:`ldpsim._src.privacy.realised`: the ideal law restricted to
+#: what the sampler reaches): the ideal mass beyond its reach. ``"icdf"``: |z| ≤ Φ̄⁻¹(2⁻⁶⁴),
+#: 2⁻⁶³; ``"tail"``: Box–Muller with a 96-bit radius uniform, 2⁻⁹⁷; ``"fast"``: Box–Muller with
+#: ``U ≥ 2⁻³³``, 2⁻³³ (the pair's disk; a coordinate is a function of the pair).
+DIRECTION_TAIL_MASS = {"icdf": 2.0**-63, "tail": 2.0**-97, "fast": 2.0**-33}
+#: Words (32 bits each) of every uniform behind α and t, and the total variation of one such
+#: uniform from U(0, 1): ``U = (K + ½)/2⁹⁶`` reaches ``[2⁻⁹⁷, 1 − 2⁻⁹⁷]``, so the ideal mass
+#: beyond its reach is 2⁻⁹⁶ (both ends: the lower region of a truncated normal uses both).
+UNIFORM_WORDS, UNIFORM_TV = 3, 2.0**-96
+#: Relative margin by which the normal proposals overlap the cap boundary (the rejection step
+#: trims them at γ exactly, so float32 rounding of the quantile cannot open a gap there).
+PROPOSAL_PAD = 1e-4
 
 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class PrivUnit2Params:
-    """PrivUnit2's calibrated numbers (float32 scalars; may be traced) and its dimension."""
+    """PrivUnit2's calibrated numbers (float32 scalars; may be traced) and its dimension.
+
+    ``p``, ``gamma``, ``m`` and ``et2`` are the realised values (module docstring)."""
 
     clip: jax.Array
-    p: jax.Array          # probability of the cap
-    p_out: jax.Array      # 1 − p = 1/(1 + e^{ε₀}) (the coin's small side, exact in float32)
-    gamma: jax.Array      # cap threshold on ⟨V, u⟩
-    prop_q: jax.Array     # upper-tail mass of the proposal N(0, 1/(d−3)) beyond γ
-    cap_rate: jax.Array   # λ of the tangent exponential proposal on [γ, 1] (0: normal proposal)
+    p: jax.Array          # realised probability of the cap
+    p_out: jax.Array      # 1 − p = 1/(1 + e^{ε₀}) (the coin's small side, rounded up)
+    gamma: jax.Array      # cap threshold on ⟨V, u⟩ (the sampler compares against this value)
+    scale: jax.Array      # s of the normal proposal t = s·z (a·s² ≥ ½)
+    log_q_hi: jax.Array   # log Q of the cap's normal proposal z ≥ Φ̄⁻¹(Q) (Q ≥ Φ̄(γ/s))
+    log_q_lo: jax.Array   # log Q of the complement's proposal z < Φ̄⁻¹(Q) (Q ≤ Φ̄(γ/s))
+    log_1mq_lo: jax.Array  # log(1 − Q) of the same
+    cap_rate: jax.Array   # λ of the exponential proposal on the cap (0: normal proposal)
     m: jax.Array          # E⟨V, u⟩
     et2: jax.Array        # E⟨V, u⟩²
     norm_bound: jax.Array  # B of the norm's scalar randomizer
@@ -97,6 +148,22 @@ class PrivUnit2Params:
 
 
 # ---------------------------------------------------------------------------- host maths
+
+
+def f32_up(x: float) -> float:
+    """The smallest float32 ≥ x (as a Python float)."""
+    v = np.float32(x)
+    if float(v) < x:
+        v = np.nextafter(v, np.float32(np.inf))
+    return float(v)
+
+
+def f32_down(x: float) -> float:
+    """The largest float32 ≤ x (as a Python float)."""
+    v = np.float32(x)
+    if float(v) > x:
+        v = np.nextafter(v, np.float32(-np.inf))
+    return float(v)
 
 
 def log_cap_mean(gamma: float, d: int, log_one_minus_g2: float | None = None) -> float:
@@ -126,24 +193,32 @@ def gamma_for_cap(q: float, d: int) -> float:
 
 
 def cap_probability(gamma: float, d: int) -> float:
-    """``P(t ≥ γ) = ½·I_{1−γ²}((d−1)/2, ½)`` for γ ≥ 0."""
-    return 0.5 * float(special.betaincc(0.5, (d - 1) / 2.0, gamma * gamma))
+    """``P(t ≥ γ) = ½·I_{1−γ²}((d−1)/2, ½)`` for γ ≥ 0 (the small side of the incomplete
+    beta: ``1 − γ²`` is exact in float64 for a float32 γ, so thin caps stay accurate)."""
+    g2 = gamma * gamma
+    if g2 <= 0.5:
+        return 0.5 * float(special.betaincc(0.5, (d - 1) / 2.0, g2))
+    return 0.5 * float(special.betainc((d - 1) / 2.0, 0.5, 1.0 - g2))
 
 
 def _sigmoid(x: float) -> float:
     return 1.0 / (1.0 + math.exp(-x))
 
 
-def direction_constants(eps_p: float, eps_cap: float, d: int) -> dict:
-    """p, q, γ, m, E[t²] for the split (ε₀ = ``eps_p``, ε₁ = ``eps_cap``)."""
-    p = _sigmoid(eps_p)
-    q = _sigmoid(-eps_cap)
-    gamma, log_om = cap_geometry(q, d)
-    log_mean = log_cap_mean(gamma, d, log_om)
-    m = math.exp(log_mean) * (p / q - (1 - p) / (1 - q))
+def _moments(p: float, q: float, gamma: float, log_om: float, d: int) -> dict:
+    """m = E⟨V, u⟩ and E⟨V, u⟩² for cap probability p, cap mass q and threshold γ."""
+    m = math.exp(log_cap_mean(gamma, d, log_om)) * (p / q - (1 - p) / (1 - q))
     e_hi = float(special.betaincc(1.5, (d - 1) / 2.0, gamma * gamma)) / (2.0 * d * q)
     e_lo = (1.0 / d - q * e_hi) / (1 - q)
     return dict(p=p, q=q, gamma=gamma, m=m, et2=p * e_hi + (1 - p) * e_lo)
+
+
+def direction_constants(eps_p: float, eps_cap: float, d: int) -> dict:
+    """p, q, γ, m, E[t²] for the split (ε₀ = ``eps_p``, ε₁ = ``eps_cap``) (ideal values)."""
+    p = _sigmoid(eps_p)
+    q = _sigmoid(-eps_cap)
+    gamma, log_om = cap_geometry(q, d)
+    return _moments(p, q, gamma, log_om, d)
 
 
 def best_split(eps_dir: float, objective) -> tuple[float, float]:
@@ -183,8 +258,62 @@ def split_epsilon(epsilon: float, norm_epsilon, worst_variance) -> float:
     return float(res.x)
 
 
+def realised_coins(eps_p: float, clip: float, eps_norm: float) -> dict:
+    """The float32 coin parameters and what they realise (host): the cap coin's small side
+    ``p_out`` (rounded up, so the realised ε₀ is not above the ideal one) and its exact
+    realised probability, the norm coin's float32 ``bound``/``excess`` and its realised ε."""
+    p_out = f32_up(_sigmoid(-eps_p))
+    p_out_real = rz.bernoulli_probability(p_out)
+    bound = float(np.float32(rz.signed_scalar_bound(clip, eps_norm)))
+    excess = float(np.float32(rz.signed_scalar_excess(clip, eps_norm)))
+    return dict(p_out=p_out, p=1.0 - p_out_real, p_out_real=p_out_real, norm_bound=bound,
+                norm_excess=excess, eps_norm_real=rz.signed_scalar_epsilon(clip, bound, excess),
+                eps_p_real=math.log1p(-p_out_real) - math.log(p_out_real))
+
+
+#: Relative margin by which a realised ε' is rounded up: its float64 evaluation (logs of
+#: probabilities, a few ulps) must not fall below the exact ratio, or the δ at the printed ε'
+#: would gain ~1e-16 of the release's probability, more than δ' itself at small ε.
+EPS_ROUND_UP = 1e-12
+
+
+def round_up_epsilon(eps: float) -> float:
+    """``eps·(1 + 1e-12)``: an ε' never below the exact one (:data:`EPS_ROUND_UP`)."""
+    return eps * (1.0 + EPS_ROUND_UP)
+
+
+def realised_guarantee(eps_real: float, tv: float, cap_weight: float = math.inf,
+                       excess: float = math.inf, cut: float = 0.0) -> float:
+    """δ' of the realisation at ε' (at most 1): the smaller of two proven bounds.
+
+    * Coupling: every input's realised law is within ``tv`` of an ε'-DP law, so
+      ``δ' ≤ (1 + e^{ε'})·tv`` (``P'(S) ≤ P(S) + tv ≤ e^{ε'}(P̃'(S) + tv) + tv``).
+    * Density ratio: where the realised density of every input is at most ``1 + excess``
+      times that of the ideal law at the realised ``p``, ``q`` (whose cap weights are
+      ``c_hi = cap_weight = p/q`` and ``c_lo``), apart from an event of probability ``cut``,
+      ``δ' ≤ c_hi·excess + (1 + e^{ε'})·cut``: with ``ρ = f'/f ≤ 1 + excess`` and
+      ``e^{ε_d} c_{u'} ≥ c_u``, ``(f'_u − e^{ε_d} f'_{u'})₊ ≤ c_u·σ·(ρ_u − ρ_{u'})₊ ≤
+      c_hi·σ·(1 + excess − ρ_{u'})``, whose integral is ``c_hi·excess`` because
+      ``∫σρ_{u'} = p/c_hi + (1 − p)/c_lo = 1`` (the regions' probabilities are exact); the
+      norm's independent pure ε_r' adds nothing to δ at ``ε_d' + ε_r'``.
+    """
+    def upper(log_x):
+        return math.inf if log_x > 700 else math.exp(log_x)
+
+    log1pe = eps_real + math.log1p(math.exp(-eps_real))          # log(1 + e^ε)
+    coupling = upper(math.log(tv) + log1pe) if tv > 0 else 0.0
+    sharp = cap_weight * excess + (upper(math.log(cut) + log1pe) if cut > 0 else 0.0)
+    return min(1.0, coupling, sharp)
+
+
+def direction_tail_mass(dim: int, impl: str | None = None) -> float:
+    """Total variation of ``d`` direction coordinates from N(0, I_d) (union over coordinates)."""
+    return -math.expm1(dim * math.log1p(-DIRECTION_TAIL_MASS[impl or DIRECTION_IMPL]))
+
+
 def constants(*, epsilon: float, dim: int, clip: float = 1.0, norm_epsilon=None) -> dict:
-    """Host calibration of PrivUnit2 (float64): the ε split and every constant."""
+    """Host calibration of PrivUnit2 (float64): the ε split and every constant, then the
+    float32 values the sampler uses and the guarantee they realise (:func:`realise`)."""
     eps = rz.check_epsilon(epsilon)
     d = rz.check_dim(dim, MIN_DIM, NAME)
     c = rz.check_clip(clip)
@@ -207,38 +336,141 @@ def constants(*, epsilon: float, dim: int, clip: float = 1.0, norm_epsilon=None)
     if not 1.0 - k["gamma"] > 1e-3:   # float32 1 − t² keeps a relative error ≤ 3e-5 in the cap
         raise LdpsimError(f"privunit2 at epsilon {epsilon!r}, dim {dim!r}: the cap (gamma = "
                           f"{k['gamma']:.8f}) is too thin for float32; use privunitg")
+    k = dict(k, clip=c, dim=d, epsilon=eps, eps_p=e0, eps_cap=e1, eps_norm=er)
+    return realise(k)
+
+
+def realise(k: dict, impl: str | None = None) -> dict:
+    """The float32 numbers of the sampler for the ideal constants ``k`` and what they realise:
+    realised p, q, m, E[t²], the proposals and their acceptances, ε' and δ' (module docstring).
+
+    Raises:
+        LdpsimError: a proposal's acceptance below 1e-3 (use privunitg).
+    """
+    d, c = k["dim"], k["clip"]
     a = (d - 3) / 2.0
-    s = 1.0 / math.sqrt(2 * a)
-    prop_q = float(special.ndtr(-k["gamma"] / s))
-    # acceptance of the rejection step in each region (target mass / proposal mass)
-    log_target_hi = math.log(k["q"]) + special.betaln(0.5, (d - 1) / 2.0)
-    log_prop = math.log(s) + 0.5 * math.log(2 * math.pi)
-    acc_hi = math.exp(log_target_hi - log_prop - math.log(prop_q)) if prop_q > 0 else 0.0
-    acc_lo = math.exp(math.log1p(-k["q"]) + special.betaln(0.5, (d - 1) / 2.0) - log_prop
-                      - math.log1p(-prop_q))
-    # the tangent exponential proposal on [γ, 1]: log(1−t²)^a is concave, so its tangent at γ
-    # bounds it; better than the normal when γ is far out (large ε, moderate d)
-    g = k["gamma"]
-    lam = 2 * a * g / (1 - g * g)
+    coins = realised_coins(k["eps_p"], c, k["eps_norm"])
+    p = coins["p"]
+    gamma = float(np.float32(k["gamma"]))          # the threshold the sampler compares with
+    q = cap_probability(gamma, d)
+    log_om = math.log1p(-gamma * gamma)            # exact-ish: 1 − γ² has ≤ 48 bits
+    mom = _moments(p, q, gamma, log_om, d)
+    # normal proposal t = s·z, z ~ N(0, 1): a·s² ≥ ½ (so (1−t²)^a·e^{z²/2} ≤ 1), checked exactly
+    s = f32_up(1.0 / math.sqrt(2 * a))
+    while Fraction(a) * Fraction(s) ** 2 < Fraction(1, 2):
+        s = float(np.nextafter(np.float32(s), np.float32(np.inf)))
+    log_pq = float(special.log_ndtr(-gamma / s))   # log Φ̄(γ/s): the exact split of the proposal
+    q_hi = f32_up(math.exp(log_pq) * (1 + PROPOSAL_PAD))
+    q_lo = f32_down(math.exp(log_pq) * (1 - PROPOSAL_PAD))
+    log_target = special.betaln(0.5, (d - 1) / 2.0)          # ∫(1−t²)^a over [−1, 1]
+    log_prop = math.log(s) + 0.5 * math.log(2 * math.pi)     # the normal's normaliser
+    acc_hi = math.exp(math.log(q) + log_target - log_prop - math.log(q_hi))
+    acc_lo = math.exp(math.log1p(-q) + log_target - log_prop - math.log1p(-q_lo))
+    # exponential proposal t = γ + E/λ on [γ, ∞) (t ≥ 1 rejected): λ at most the slope of the
+    # concave a·log(1−t²) at γ, so the tangent line dominates it (acceptance ≤ 1)
+    lam = f32_down(2 * a * gamma / (1 - gamma * gamma)) if gamma > 0 else 0.0
     if lam > 0:
-        log_prop_exp = a * math.log1p(-g * g) + math.log(-math.expm1(-lam * (1 - g))) - math.log(lam)
-        acc_exp = math.exp(log_target_hi - log_prop_exp)
+        acc_exp = math.exp(math.log(q) + log_target - a * log_om + math.log(lam))
     else:
         acc_exp = 0.0
     if acc_exp > acc_hi:
         acc_hi = acc_exp
     else:
         lam = 0.0
-    if min(acc_hi, acc_lo) < 1e-3:
-        raise LdpsimError(f"privunit2 at epsilon {epsilon!r}, dim {dim!r}: the cap sampler's "
-                          f"acceptance {min(acc_hi, acc_lo):.2g} is below 1e-3; use privunitg")
-    bound = rz.signed_scalar_bound(c, er)
-    return dict(k, clip=c, dim=d, epsilon=eps, eps_p=e0, eps_cap=e1, eps_norm=er,
-                prop_q=prop_q, cap_rate=lam, norm_bound=bound, acceptance=(acc_hi, acc_lo),
-                worst_total_variance=(bound ** 2 + 3 * c * c) / 4 / k["m"] ** 2 - c * c)
+    acc = min(acc_hi, acc_lo)
+    if acc < 1e-3:
+        raise LdpsimError(f"privunit2 at epsilon {k['epsilon']!r}, dim {d!r}: the cap sampler's "
+                          f"acceptance {acc:.2g} is below 1e-3; use privunitg")
+    q_f = float(np.float32(q))
+    eps_dir = coins["eps_p_real"] + math.log1p(-q) - math.log(q)
+    eps_real = round_up_epsilon(eps_dir + coins["eps_norm_real"])
+    acc = min(acc, 1.0)                            # (a ratio ≤ 1; float64 could round above)
+    a_real = acc - 2 * UNIFORM_TV                  # the realised acceptance is at least this
+    cut = math.exp(MAX_TRIES * math.log1p(-a_real)) if a_real < 1.0 else 0.0   # loop cut-off
+    tv_t = 2 * UNIFORM_TV / acc + cut
+    tv = tv_t + direction_tail_mass(d, impl)
+    # density ratio of the accepted t to its ideal law: proposal (restricted U₁) ≤ 1/(1 − 2⁻⁹⁶),
+    # acceptance (restricted U₂) ≤ acc/(1 − 2⁻⁹⁶), their integral ≥ A − 2⁻⁹⁵; w ≤ 1/Z (cube)
+    log_k = (math.log(acc) - math.log(acc - 2 * UNIFORM_TV) - 2 * math.log1p(-UNIFORM_TV)
+             - math.log1p(-direction_tail_mass(d, impl)))
+    delta = realised_guarantee(eps_real, tv, cap_weight=p / q, excess=math.expm1(log_k), cut=cut)
+    b = coins["norm_bound"]
+    return dict(k, **mom, **{n: coins[n] for n in ("p_out", "norm_bound", "norm_excess")},
+                q_f32=q_f, scale=s, log_q_hi=math.log(q_hi), log_q_lo=math.log(q_lo),
+                log_1mq_lo=math.log1p(-q_lo), cap_rate=lam, acceptance=(acc_hi, acc_lo),
+                eps_dir_real=eps_dir, eps_norm_real=coins["eps_norm_real"],
+                epsilon_real=eps_real, tv=tv, tv_t=tv_t, cut=cut, excess=math.expm1(log_k),
+                delta_real=delta,
+                worst_total_variance=(b * b + 3 * c * c) / 4 / mom["m"] ** 2 - c * c)
 
 
 # ---------------------------------------------------------------------------- device side
+
+_LOG_HALF = math.log(0.5)
+_LOG_2PI = math.log(2 * math.pi)
+
+
+def uniform_from_words(w0: jax.Array, w1: jax.Array, w2: jax.Array) -> jax.Array:
+    """``U = (K + ½)/2⁹⁶`` in float32 for the 96-bit integer ``K = w0·2⁶⁴ + w1·2³² + w2``
+    (uint32 words): every term is exact and the sum runs from the smallest, so ``U`` is
+    within 2 float32 ulps of its value; ``U ≥ 2⁻⁹⁷``, a normal float32."""
+    def halves(w, e):   # (w >> 8)·2^(e+8) and (w & 255)·2^e, both exact
+        hi = (w >> np.uint32(8)).astype(jnp.int32).astype(jnp.float32) * np.float32(2.0 ** (e + 8))
+        lo = (w & np.uint32(0xFF)).astype(jnp.int32).astype(jnp.float32) * np.float32(2.0**e)
+        return hi, lo
+
+    h2, l2 = halves(w2, -96)
+    h1, l1 = halves(w1, -64)
+    h0, l0 = halves(w0, -32)
+    acc = l2 + np.float32(2.0**-97)
+    for t in (h2, l1, h1, l0, h0):
+        acc = acc + t
+    return acc
+
+
+def uniform_logs(words: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``(log U, log(1 − U))`` for the 96-bit uniform of three uint32 ``words``
+    (:func:`uniform_from_words`); ``1 − U`` is the uniform of the complemented words, exactly,
+    so both ends keep full relative precision."""
+    w = jnp.asarray(words, jnp.uint32)
+    u = uniform_from_words(w[..., 0], w[..., 1], w[..., 2])
+    c = ~w
+    v = uniform_from_words(c[..., 0], c[..., 1], c[..., 2])
+    return jnp.log(u), jnp.log(v)
+
+
+def upper_quantile(log_s: jax.Array) -> jax.Array:
+    """``Φ̄⁻¹(e^{log_s})`` (the standard normal's upper-tail quantile) in float32, for
+    ``log_s ≤ log ½``, from its logarithm, so tails far below float32's range are exact:
+    a start from ``ndtri`` (``log_s ≥ −80``) or the asymptote ``x² ≈ y − log y``,
+    ``y = −2 log_s − log 2π``, then two Newton steps on ``log Φ̄(x) = log_s``
+    (``jax.scipy.special.log_ndtr``). Relative error below 1e-6 for ``log_s ≥ −150``
+    (tests/privacy/test_realised_privunit.py)."""
+    log_s = jnp.minimum(jnp.asarray(log_s, jnp.float32), np.float32(_LOG_HALF))
+    central = -jax.scipy.special.ndtri(jnp.exp(jnp.maximum(log_s, np.float32(-80.0))))
+    y = np.float32(-2.0) * log_s - np.float32(_LOG_2PI)
+    asym = jnp.sqrt(jnp.maximum(y - jnp.log(jnp.maximum(y, np.float32(1.0))), np.float32(0.0)))
+    x = jnp.where(log_s >= np.float32(-80.0), central, asym)
+    for _ in range(2):
+        log_sf = jax.scipy.special.log_ndtr(-x)
+        log_pdf = np.float32(-0.5) * x * x - np.float32(0.5 * _LOG_2PI)
+        x = x + (log_sf - log_s) * jnp.exp(log_sf - log_pdf)
+    return jnp.maximum(x, np.float32(0.0))
+
+
+def truncated_normal(log_u: jax.Array, log_w: jax.Array, upper: jax.Array, log_q: jax.Array,
+                     log_1mq: jax.Array) -> jax.Array:
+    """N(0, 1) conditioned on ``z ≥ Φ̄⁻¹(Q)`` (``upper``) or ``z < Φ̄⁻¹(Q)``, by its inverse
+    CDF on the uniform ``U`` (``log_u``; ``log_w = log(1 − U)``), in log space throughout:
+    upper ``z = Φ̄⁻¹(Q·U)``; lower ``z = Φ⁻¹((1 − Q)·U)``, as ``−Φ̄⁻¹((1 − Q)U)`` while
+    that is ≤ ½ and ``Φ̄⁻¹(Q + (1 − Q)(1 − U))`` above (the top of the lower region keeps its
+    resolution up to Φ̄⁻¹(Q) however small Q is). The two regions meet at ``Φ̄⁻¹(Q)``."""
+    log_lo = log_1mq + log_u                                   # log Φ(z) in the lower region
+    below_half = log_lo <= np.float32(_LOG_HALF)
+    arg = jnp.where(upper, log_u + log_q,
+                    jnp.where(below_half, log_lo, jnp.logaddexp(log_q, log_1mq + log_w)))
+    x = upper_quantile(arg)
+    return jnp.where(upper | ~below_half, x, -x)
 
 
 def _direction(flat: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -250,44 +482,40 @@ def _direction(flat: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 def orthogonal_unit(key: jax.Array, u: jax.Array) -> jax.Array:
     """A uniform unit vector orthogonal to the unit vector ``u`` (a normalised projection of
-    ldpsim's fast Gaussian draw)."""
-    g = sampling.normal_like(key, u)
+    a ``sampling.normal_like(impl=DIRECTION_IMPL)`` draw)."""
+    g = sampling.normal_like(key, u, impl=DIRECTION_IMPL)
     g = g - jnp.vdot(g, u) * u
     return g / jnp.sqrt(jnp.sum(jnp.square(g)))
 
 
-def _uniform01(key: jax.Array, shape=()) -> jax.Array:
-    """Uniform on (0, 1] (never 0, so inverse CDFs stay finite)."""
-    return 1.0 - jax.random.uniform(key, shape, jnp.float32)
+def t_try(words: jax.Array, in_cap: jax.Array, params: PrivUnit2Params):
+    """One try of the rejection step from six uint32 words (96 bits for the proposal, 96 for
+    the test): ``(t, accepted)``."""
+    a = np.float32((params.dim - 3) / 2.0)
+    gamma = jnp.asarray(params.gamma, jnp.float32)
+    lam = jnp.asarray(params.cap_rate, jnp.float32)
+    use_exp = in_cap & (lam > 0)
+    log_u1, log_w1 = uniform_logs(words[:UNIFORM_WORDS])
+    log_u2, _ = uniform_logs(words[UNIFORM_WORDS:])
+    log_q = jnp.where(in_cap, params.log_q_hi, params.log_q_lo)
+    z = truncated_normal(log_u1, log_w1, in_cap, log_q, params.log_1mq_lo)
+    e = -log_u1                                               # Exp(1)
+    t = jnp.where(use_exp, gamma + e / jnp.where(lam > 0, lam, 1.0), params.scale * z)
+    log_f = a * jnp.log1p(-jnp.square(t))                     # −inf/NaN for |t| ≥ 1: rejected
+    log_acc = jnp.where(use_exp, log_f - a * jnp.log1p(-gamma * gamma) + e,
+                        log_f + np.float32(0.5) * z * z)
+    region = jnp.where(in_cap, t >= gamma, t < gamma)
+    ok = region & (jnp.square(t) < 1.0) & (log_u2 <= log_acc)
+    return t, ok
 
 
 def sample_t(key: jax.Array, in_cap: jax.Array, params: PrivUnit2Params) -> jax.Array:
-    """``t = ⟨V, u⟩`` from ``∝ (1−t²)^a`` (a = (d−3)/2) on ``[γ, 1]`` (``in_cap``) or ``[−1, γ)``:
-    rejection from ``N(0, 1/(2a))`` truncated to the region (accept w.p.
-    ``exp(a·(log(1−t²) + t²)) ≤ 1``); a ``while_loop`` (exact; vmaps as the longest lane)."""
-    a = np.float32((params.dim - 3) / 2.0)
-    s = np.float32(1.0 / math.sqrt(2 * ((params.dim - 3) / 2.0)))
-    qp = jnp.asarray(params.prop_q, jnp.float32)
-    gamma = jnp.asarray(params.gamma, jnp.float32)
-
-    lam = jnp.asarray(params.cap_rate, jnp.float32)
-    use_exp = in_cap & (lam > 0)
-    lam_safe = jnp.where(lam > 0, lam, 1.0)
-    width = -jnp.expm1(-lam_safe * (1.0 - gamma))
-
+    """``t = ⟨V, u⟩`` from ``∝ (1−t²)^a`` (a = (d−3)/2) on ``[γ, 1]`` (``in_cap``) or ``[−1, γ)``
+    by rejection (:func:`t_try`, module docstring); a ``while_loop`` of at most
+    :data:`MAX_TRIES` tries (vmaps as the longest lane)."""
     def draw(i):
-        k = jax.random.fold_in(key, i)
-        u1, u2 = _uniform01(k, (2,))
-        t_hi = jnp.maximum(-s * jax.scipy.special.ndtri(u1 * qp), gamma)
-        t_lo = s * jax.scipy.special.ndtri(u1 * (1.0 - qp))
-        t_exp = gamma - jnp.log1p(-u1 * width) / lam_safe        # truncated Exp(λ) on [γ, 1]
-        t = jnp.where(use_exp, t_exp, jnp.where(in_cap, t_hi, jnp.where(t_lo < gamma, t_lo, -2.0)))
-        t2 = jnp.square(t)
-        log_f = a * jnp.log1p(-t2)          # −inf/NaN for |t| ≥ 1: rejected below
-        log_acc = jnp.where(use_exp, log_f - a * jnp.log1p(-gamma * gamma) + lam * (t - gamma),
-                            log_f + a * t2)
-        ok = (t2 < 1.0) & (jnp.log(u2) <= log_acc)
-        return t, ok
+        words = jax.random.bits(jax.random.fold_in(key, i), (2 * UNIFORM_WORDS,), jnp.uint32)
+        return t_try(words, in_cap, params)
 
     def cond(state):
         i, _, ok = state
@@ -347,10 +575,11 @@ def variance(params, update):
 
 
 def make(*, epsilon: float, dim: int, clip: float = 1.0, norm_epsilon=None) -> LocalMechanism:
-    """PrivUnit2 + a private scalar norm, calibrated for pure ε-LDP (see the module docstring).
+    """PrivUnit2 + a private scalar norm, calibrated to ideal pure ε-LDP; prints the
+    (ε', δ') its float32 realisation delivers (module docstring).
 
     Args:
-        epsilon: total ε > 0 (direction + norm).
+        epsilon: total ε > 0 (direction + norm) of the ideal mechanism.
         dim: the update's number of coordinates d ≥ 4.
         clip: the L2 bound C of the inputs (above it: clipped, counted in ``was_clipped``).
         norm_epsilon: ε of the norm (default: chosen to minimise the worst-case variance).
@@ -360,23 +589,34 @@ def make(*, epsilon: float, dim: int, clip: float = 1.0, norm_epsilon=None) -> L
     """
     k = constants(epsilon=epsilon, dim=dim, clip=clip, norm_epsilon=norm_epsilon)
     f = lambda x: jnp.asarray(x, jnp.float32)  # noqa: E731
-    params = PrivUnit2Params(clip=f(k["clip"]), p=f(k["p"]), p_out=f(_sigmoid(-k["eps_p"])),
-                             gamma=f(k["gamma"]), cap_rate=f(k["cap_rate"]),
-                             prop_q=f(k["prop_q"]), m=f(k["m"]), et2=f(k["et2"]),
-                             norm_bound=f(k["norm_bound"]),
-                             norm_excess=f(rz.signed_scalar_excess(k["clip"], k["eps_norm"])),
+    params = PrivUnit2Params(clip=f(k["clip"]), p=f(k["p"]), p_out=f(k["p_out"]),
+                             gamma=f(k["gamma"]), scale=f(k["scale"]), log_q_hi=f(k["log_q_hi"]),
+                             log_q_lo=f(k["log_q_lo"]), log_1mq_lo=f(k["log_1mq_lo"]),
+                             cap_rate=f(k["cap_rate"]), m=f(k["m"]), et2=f(k["et2"]),
+                             norm_bound=f(k["norm_bound"]), norm_excess=f(k["norm_excess"]),
                              dim=k["dim"])
-    return _mechanism(NAME, params, k, privatize, decode, mean, variance)
+    line = (f"float32 PrivUnit2: t by rejection on 96-bit uniforms (TV {k['tv_t']:.2g}), w from "
+            f"sampling '{DIRECTION_IMPL}' (TV {DIRECTION_TAIL_MASS[DIRECTION_IMPL]:.2g}/coordinate), "
+            f"32-bit coins; (eps', delta') against the ideal law at the realised p, q: delta' = "
+            f"min((1 + e^eps')*TV, (p/q)*kappa + (1 + e^eps')*cut), TV = {k['tv']:.3g}, "
+            f"kappa = {k['excess']:.3g}, cut = {k['cut']:.2g}; float32 arithmetic and output "
+            f"grid idealised (Mironov 2012)")
+    return _mechanism(NAME, params, k, privatize, decode, mean, variance, line)
 
 
-def _mechanism(name, params, k, privatize, decode, mean, variance) -> LocalMechanism:
-    eps = k["epsilon"]
+def _mechanism(name, params, k, privatize, decode, mean, variance, realisation) -> LocalMechanism:
+    """The LocalMechanism of a PrivUnit randomizer with the realised guarantee in ``k``
+    (``epsilon_real``, ``delta_real``) and the ideal one (``epsilon``, 0)."""
+    # any ε above the realised ε' holds with the same δ': print the requested ε when ε' ≤ it
+    eps, delta = max(k["epsilon_real"], k["epsilon"]), k["delta_real"]
     std = math.sqrt(k["worst_total_variance"] / k["dim"])
 
     def dp_event(params):
         return rz.pure_dp_event(eps)
 
-    return LocalMechanism(name=name, params=params, neighbours="replace", epsilon=eps, delta=0.0,
-                          privatize=privatize, noise_std=lambda params: jnp.float32(std),
-                          dp_event=dp_event, decode=decode, mean=mean, variance=variance,
-                          additive=False, unbiased=True)
+    return LocalMechanism(name=name, params=params, neighbours="replace", epsilon=eps,
+                          delta=delta, privatize=privatize,
+                          noise_std=lambda params: jnp.float32(std), dp_event=dp_event,
+                          decode=decode, mean=mean, variance=variance, additive=False,
+                          unbiased=True, tail_mass=delta, tail_scale=1.0,
+                          ideal_epsilon=k["epsilon"], ideal_delta=0.0, realisation=realisation)
