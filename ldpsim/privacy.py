@@ -42,6 +42,16 @@ from ldpsim._src.privacy.accounting import (
 from ldpsim._src.privacy.adaptive import AdaptiveClip, mindspore_clip, quantile_clip
 from ldpsim._src.privacy.averaging import effective_num_clients, expected_noise_norm, noise_study
 from ldpsim._src.privacy.calibration import SamplerTailWarning, sampler_delta_floor
+from ldpsim._src.privacy.realised import (
+    AdditiveRealisation,
+    SamplerModel,
+    additive_realisation,
+    compose_delta,
+    delta_budget,
+    realised_delta,
+    realised_epsilon,
+    sampler_model,
+)
 from ldpsim._src.privacy.dpsgd import (
     dp_adam,
     dp_aggregate,
@@ -103,6 +113,14 @@ from ldpsim._src.privacy.mechanisms import (
 
 __all__ = [
     "AdaptiveClip",
+    "AdditiveRealisation",
+    "SamplerModel",
+    "additive_realisation",
+    "compose_delta",
+    "delta_budget",
+    "realised_delta",
+    "realised_epsilon",
+    "sampler_model",
     "Calibration",
     "CalibrationShortfallWarning",
     "ClassicGaussianRangeWarning",

@@ -459,7 +459,15 @@ def test_poisson_ledger_of_2340_adaptive_steps_is_fast():
     lo = _poisson_epsilon(float(z[0]), 256 / 60000, 2340, 0.01, dp_accounting.rdp.RdpAccountant)
     hi = _poisson_epsilon(float(z[-1]) / 1.01, 256 / 60000, 2340, 0.01,
                           dp_accounting.rdp.RdpAccountant)
-    assert lo < rows[-1]["epsilon"] < hi
+    # The run's smallest multipliers (z ≈ 0.09) shift a step's noise by 1/z ≈ 11.1σ, close to
+    # the float32 sampler's reach (11.6σ): a step holding the example lands where the
+    # neighbour's noise cannot reach with probability ~0.3, q·0.3 per step, ~0.95 over the
+    # 2,340 steps > δ = 0.01 — what runs has no ε at this δ (the ideal composition is
+    # bracketed as before).
+    assert math.isinf(rows[-1]["epsilon"]) and "bounded tails" in rows[-1]["accounting"]
+    ideal = _poisson_epsilon(float(z[0]), 256 / 60000, 2340, 0.01,
+                             dp_accounting.rdp.RdpAccountant)
+    assert lo <= ideal < hi
 
 
 def test_vectorised_poisson_rdp_equals_dp_accounting():

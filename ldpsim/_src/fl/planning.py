@@ -195,7 +195,9 @@ def _realised_gaussian(impl: str, shift: float, dim: int | None, delta: float
                 f"{k} release(s) worst-case neighbours are told apart with probability up to "
                 f"{realised.compose_delta(0.0, r.tail_mass, r.tail_scale, k):.3g} >= "
                 f"delta={delta:g}, so epsilon_spent is reported as inf; use a smaller epsilon "
-                f"per round, a larger delta, or the 'tail' sampler (docs/privacy_sharp_edges.md)")
+                f"per round or a larger delta" + ("" if impl == "tail" else
+                                                   ", or the default 'tail' sampler")
+                + " (docs/privacy_sharp_edges.md)")
         return out
 
     return eps
@@ -392,6 +394,7 @@ def _plan_sum(config: SimulationConfig, population: int, dim: int | None = None,
                "sensitivity": math.nan, "sigma": math.nan,
                "noise_multiplier": config.noise_multiplier, "sampler_delta_floor": floor}
     cache: dict = {}
+    warned: list = []
     # Central: a round's noise is one d-coordinate draw of the sampler (plus the adaptive
     # clip's count), bound (1) with the cohort's shift sens/z. Distributed: m shares whose
     # sum is not a restricted Gaussian: within total variation t·m·d·(mass never reached)
@@ -412,10 +415,20 @@ def _plan_sum(config: SimulationConfig, population: int, dim: int | None = None,
         if t == 0 or z <= 0:
             return at(config.delta)
         if distributed_mode:
-            return _coupled_epsilon(at, config.delta, t * tv_round)
-        draws = t * (2 if config.adaptive_clip else 1)
-        budget = _bounded_gaussian_budget(config.delta, sens / z_value, dim, draws)
-        return at(budget) if budget > 0 else math.inf
+            out = _coupled_epsilon(at, config.delta, t * tv_round)
+        else:
+            draws = t * (2 if config.adaptive_clip else 1)
+            budget = _bounded_gaussian_budget(config.delta, sens / z_value, dim, draws)
+            out = at(budget) if budget > 0 else math.inf
+        if math.isinf(out) and not warned:
+            warned.append(t)
+            _tail_warning(
+                f"the Gaussian sampler {_sampler_impl()!r} reaches only "
+                f"{realised.sampler_model(_sampler_impl()).bound:.4g} sigma: after {t} "
+                f"round(s) its bounded tails alone exhaust delta={config.delta:g} at noise "
+                f"multiplier {z:g}, so epsilon_spent is reported as inf (see "
+                f"docs/privacy_sharp_edges.md)")
+        return out
 
     per_client = 1.0 / math.sqrt(m) if distributed_mode else 1.0
 
