@@ -17,7 +17,7 @@ What it does
 The releases of both inputs are reduced to a vector of 1-D statistics (:class:`Statistics`;
 :func:`default_statistics`: the audit's score, the projection on ``x1 − x0``, every output
 coordinate or, for large releases, the coordinates where the inputs differ, each leaf's min
-and max, and a hash of the whole release). The trials of each input are split three ways:
+and max, and a hash of a small release with integer entries). The trials of each input are split three ways:
 
 * **S1** (the first half of the selection trials): per statistic, each input's smallest and
   largest value, and for statistics with at most :data:`MAX_VALUES` distinct values on a
