@@ -114,34 +114,45 @@ def audit(
         score = _mechanisms.projection_score(x0, x1)
     game = _game.Game(mechanism, x0, x1, score, key=key,
                       chunk_size=_game._chunk(chunk_size, mechanism, x0, key, trials))
+    if support_check and statistics is None:
+        statistics = _mismatch.default_statistics(mechanism, x0, x1, key, score=score)
+    kept = [] if support_check and statistics.size == 1 else None   # the scores, when they are the statistic
     if test is None:
         select_fraction = check_open_unit("select_fraction", select_fraction)
         n_select, n_eval = _split(trials, select_fraction)
-        test = _choose(game, n_select, n_eval, delta, 1 - confidence, support, progress)
+        test = _choose(game, n_select, n_eval, delta, 1 - confidence, support, progress, kept)
     else:
         check_choice("orientation", test.orientation, _bounds.ORIENTATIONS)
         test = Test(float(np.float32(test.threshold)), test.orientation)
         n_select, n_eval = 0, trials
-    above0, above1 = _count(game, np.asarray([test.threshold], np.float32), n_eval, n_select, progress)
+    above0, above1 = _count(game, np.asarray([test.threshold], np.float32), n_eval, n_select, progress, kept)
     result = _bounds.evaluate_test(test, int(above0[0]), int(above1[0]), n_eval=n_eval, n_select=n_select,
                                    delta=delta, confidence=confidence, support=support)
-    if support_check and trials >= 3:
-        fraction = select_fraction if n_select else 0.5
-        fraction = check_open_unit("select_fraction", fraction)
-        if math.floor(trials * fraction) >= 2 and trials - math.floor(trials * fraction) >= 1:
+    fraction = select_fraction if n_select else 0.5
+    if support_check and math.floor(trials * fraction) >= 2 and trials - math.floor(trials * fraction) >= 1:
+        if kept is not None and sum(s.x0.size for s in kept) == trials:
+            # a scalar release scored by itself: the threshold test's own scores, every trial in order
+            v0, v1 = (np.concatenate([np.asarray(s[w], np.float32) for s in kept]) for w in (0, 1))
+            mismatch = _mismatch.support_mismatch_from_values(
+                v0, v1, names=statistics.names, ordered=statistics.ordered, delta=delta,
+                confidence=confidence, select_fraction=fraction)
+        else:
             mismatch = _mismatch.support_mismatch_test(
                 mechanism, x0, x1, key=key, trials=trials, statistics=statistics, score=score, delta=delta,
-                confidence=confidence, select_fraction=fraction, chunk_size=chunk_size, progress=progress)
-            result = dataclasses.replace(result, support_mismatch=mismatch)
+                confidence=confidence, select_fraction=fraction, chunk_size=chunk_size, progress=progress,
+                game=game if statistics.size == 1 else None)
+        result = dataclasses.replace(result, support_mismatch=mismatch)
     return result
 
 
-def _count(game: _game.Game, thresholds: np.ndarray, trials: int, start: int, progress) -> tuple:
+def _count(game: _game.Game, thresholds: np.ndarray, trials: int, start: int, progress, kept=None) -> tuple:
     """Counts above ``thresholds``: from host-side scores for up to :data:`PILOT_TRIALS` trials
-    (the kernel the selection compiled), else in the kernel."""
+    (the kernel the selection compiled; appended to ``kept`` when given), else in the kernel."""
     if trials > PILOT_TRIALS:
         return game.count_above(thresholds, trials=trials, start=start, progress=progress)
     s = _no_nan(game.scores(trials=trials, start=start, progress=progress))
+    if kept is not None:
+        kept.append(s)
     return tuple(trials - np.searchsorted(np.sort(v), thresholds, side="right") for v in s)
 
 
@@ -153,9 +164,11 @@ def _no_nan(scores: _game.Scores) -> _game.Scores:
     return scores
 
 
-def _choose(game: _game.Game, n_select, n_eval, delta, alpha, support, progress) -> Test:
+def _choose(game: _game.Game, n_select, n_eval, delta, alpha, support, progress, kept=None) -> Test:
     pilot = min(n_select, PILOT_TRIALS)
     s = _no_nan(game.scores(trials=pilot, progress=progress))
+    if kept is not None and pilot == n_select:
+        kept.append(s)
     pooled = np.concatenate([s.x0, s.x1])
     if n_select == pilot:
         thresholds = _bounds.candidate_thresholds(pooled, support)

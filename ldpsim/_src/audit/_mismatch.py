@@ -213,15 +213,17 @@ def default_statistics(mechanism: Callable, x0: PyTree, x1: PyTree, key: jax.Arr
                        extra: tuple[Statistic, ...] = ()) -> Statistics:
     """The statistics the audit examines by default (at most :data:`MAX_STATISTICS`).
 
-    In order: ``extra``; the audit's ``score``; the projection on ``(x1 − x0)/‖x1 − x0‖`` when
-    the release has the input's structure; every output coordinate when the release has at
+    A scalar float release scored by itself (:func:`ldpsim.audit.identity_score`, or the
+    projection on ``x1 − x0``) has that one statistic. Otherwise, in order: ``extra``; the
+    audit's ``score``; the projection on ``(x1 − x0)/‖x1 − x0‖`` when the release has the
+    input's structure (unless it is the score); every output coordinate when the release has at
     most :data:`MAX_COORDINATES`, else the coordinates where ``x1 ≠ x0`` (at most
     :data:`MAX_DIFF_COORDINATES`, same structure only) and the first
     :data:`MAX_LEAF_COORDINATES` of each leaf; each leaf's min and max (leaves with more than
     one coordinate); a hash of the whole release (releases with an integer or boolean leaf and
     at most :data:`MAX_HASHED` coordinates), tested by its set of values only.
     """
-    from ldpsim._src.audit._mechanisms import projection_score
+    from ldpsim._src.audit._mechanisms import identity_score, projection_score
 
     shapes = jax.eval_shape(mechanism, key, x0)
     leaves = jax.tree_util.tree_leaves(shapes)
@@ -233,17 +235,23 @@ def default_statistics(mechanism: Callable, x0: PyTree, x1: PyTree, key: jax.Arr
         return names[leaf] if sizes[leaf] == 1 and not leaves[leaf].shape else f"{names[leaf]}[{index}]"
 
     items: list[Statistic] = list(extra)
-    if score is not None:
-        items.append(Statistic("score", score))
     in_leaves = jax.tree_util.tree_leaves(x0)
     same = (jax.tree_util.tree_structure(shapes) == jax.tree_util.tree_structure(x0)
             and [s.shape for s in leaves] == [tuple(jnp.shape(v)) for v in in_leaves])
+    try:
+        projection = projection_score(x0, x1) if same else None
+    except LdpsimError:   # x0 == x1: no direction
+        projection = None
+    if (not extra and total == 1 and jnp.issubdtype(leaves[0].dtype, jnp.floating)
+            and score is not None and score in (identity_score, projection)):
+        # a scalar release whose score is itself (or ± itself): one statistic says it all
+        return statistics_of((Statistic("output" if score is identity_score else "score", score),))
+    if score is not None:
+        items.append(Statistic("score", score))
     diff_coords: list[tuple[int, int]] = []
     if same:
-        try:
-            items.append(Statistic("projection on x1 - x0", projection_score(x0, x1)))
-        except LdpsimError:   # x0 == x1: no direction
-            pass
+        if projection is not None and projection is not score:
+            items.append(Statistic("projection on x1 - x0", projection))
         for i, (a, b) in enumerate(zip(in_leaves, jax.tree_util.tree_leaves(x1))):
             nz = np.flatnonzero(np.ravel(np.asarray(a, np.float64) != np.asarray(b, np.float64)))
             diff_coords += [(i, int(j)) for j in nz[:MAX_DIFF_COORDINATES - len(diff_coords)]]
@@ -314,16 +322,31 @@ def _cached_kernels(mechanism: Callable, statistics: Statistics, chunk: int) -> 
 
 
 class _Runner:
-    """Chunked calls of the three kernels over trial positions, per input."""
+    """Chunked calls of the three kernels over trial positions, per input. With ``game`` (a
+    :class:`ldpsim.audit.Game` of the same mechanism, inputs and key, whose score is the one
+    statistic) its compiled score kernel gives the values: nothing more is compiled for the
+    host path."""
 
-    def __init__(self, mechanism, x0, x1, statistics: Statistics, key, chunk):
+    def __init__(self, mechanism, x0, x1, statistics: Statistics, key, chunk, game=None):
         self.inputs, self.key, self.chunk = (x0, x1), key, chunk
         self._names = statistics.names
+        if game is not None:
+            self.chunk = game.chunk
+            scores = game._scores
+            self._values = lambda *a: jnp.reshape(scores(*a), (-1, 1))
+            self._extremes = self._count = None
+            self._fallback = lambda: _cached_kernels(mechanism, statistics, self.chunk)
+            return
         try:
             kernels = _cached_kernels(mechanism, statistics, chunk)
         except TypeError:   # an unhashable mechanism: compile for this test only
             kernels = _kernels(mechanism, statistics, chunk)
         self._values, self._extremes, self._count = kernels
+
+    def _kernel(self, which: int):
+        if self._extremes is None:   # a game's score kernel: compile the reductions on first use
+            _, self._extremes, self._count = self._fallback()
+        return self._extremes if which == 0 else self._count
 
     def _chunks(self, start, trials):
         if start < 0 or start + trials > _game.MAX_TRIALS:
@@ -356,7 +379,7 @@ class _Runner:
                 a, b, c = (np.where(ok, v, np.inf).min(axis=0), np.where(ok, v, -np.inf).max(axis=0),
                            (~ok).sum(axis=0))
             else:
-                a, b, c = (np.asarray(v) for v in self._extremes(
+                a, b, c = (np.asarray(v) for v in self._kernel(0)(
                     self.key, np.uint32(which), self.inputs[which], np.uint32(pos), np.int32(m)))
             lo = a if lo is None else np.minimum(lo, a)
             hi = b if hi is None else np.maximum(hi, b)
@@ -375,7 +398,7 @@ class _Runner:
         packed = _pack(regions)
         acc = None
         for pos, m in self._chunks(start, trials):
-            c = np.asarray(self._count(self.key, np.uint32(which), self.inputs[which], np.uint32(pos),
+            c = np.asarray(self._kernel(1)(self.key, np.uint32(which), self.inputs[which], np.uint32(pos),
                                        np.int32(m), *packed), np.int64)
             acc = c if acc is None else acc + c
             if progress is not None:
@@ -627,6 +650,7 @@ def support_mismatch_test(
     select_fraction: float = 0.5,
     chunk_size: int | None = None,
     progress: Callable[[int], Any] | None = None,
+    game: Any = None,
 ) -> SupportMismatch:
     """Look for a region one input's releases hit and the other's never do; bound ε from it.
 
@@ -648,6 +672,8 @@ def support_mismatch_test(
         chunk_size: trials per kernel call (default: 2**22 output elements or statistic
             values per chunk).
         progress: called with the number of trials finished after each chunk.
+        game: a :class:`ldpsim.audit.Game` of the same mechanism, inputs and key whose score is
+            the only statistic (how :func:`ldpsim.audit.audit` shares its compiled kernel).
 
     Returns:
         A :class:`SupportMismatch`.
@@ -656,14 +682,7 @@ def support_mismatch_test(
         LdpsimError: bad arguments.
     """
     trials = check_positive_int("trials", trials)
-    confidence = check_open_unit("confidence", confidence)
-    select_fraction = check_open_unit("select_fraction", select_fraction)
-    alpha = 1.0 - confidence
-    n_sel = int(math.floor(trials * select_fraction))
-    n_eval = trials - n_sel
-    if n_sel < 2 or n_eval < 1:
-        raise LdpsimError(f"the support-mismatch test needs at least 2 selection and 1 evaluation "
-                          f"trial per input (trials={trials}, select_fraction={select_fraction})")
+    n_sel = _check_split(trials, select_fraction)
     if statistics is None:
         statistics = default_statistics(mechanism, x0, x1, key, score=score)
     m = statistics.size
@@ -672,7 +691,78 @@ def support_mismatch_test(
         chunk = int(max(1, min(chunk, _game.CHUNK_ELEMENTS // (8 * max(m, 8)))))
     else:
         chunk = check_positive_int("chunk_size", chunk_size)
-    run = _Runner(mechanism, x0, x1, statistics, key, chunk)
+    if game is not None and statistics.size != 1:
+        raise LdpsimError("a game's score kernel gives one statistic; pass statistics of size 1")
+    run = _Runner(mechanism, x0, x1, statistics, key, chunk, game)
+    return _test(run, statistics.names, statistics.ordered, trials, n_sel, delta, confidence, progress)
+
+
+def support_mismatch_from_values(
+    values0: Any,
+    values1: Any,
+    *,
+    names: tuple[str, ...] | None = None,
+    ordered: tuple[bool, ...] | None = None,
+    delta: float = 0.0,
+    confidence: float = 0.95,
+    select_fraction: float = 0.5,
+) -> SupportMismatch:
+    """:func:`support_mismatch_test` on statistics already computed: ``values_w[i, j]`` is
+    statistic ``j`` of trial ``i`` of input ``w`` (float32; a 1-D array is one statistic).
+    The trials must be independent draws, in an order fixed before they were drawn (the first
+    ``⌊select_fraction·n⌋`` choose the region, the rest evaluate it).
+
+    Raises:
+        LdpsimError: arrays of different shapes, too few trials, bad arguments.
+    """
+    v = [np.asarray(a, np.float32) for a in (values0, values1)]
+    v = [a[:, None] if a.ndim == 1 else a for a in v]
+    if v[0].shape != v[1].shape or v[0].ndim != 2 or v[0].shape[1] < 1:
+        raise LdpsimError(f"values0 and values1 must be (trials, statistics) arrays of one shape; got "
+                          f"{v[0].shape} and {v[1].shape}")
+    trials, m = v[0].shape
+    n_sel = _check_split(check_positive_int("trials", trials), select_fraction)
+    names = tuple(names) if names is not None else tuple(f"statistic {j}" for j in range(m))
+    ordered = tuple(ordered) if ordered is not None else (True,) * m
+    if len(names) != m or len(ordered) != m:
+        raise LdpsimError(f"names and ordered must have {m} entries, one per statistic")
+    return _test(_Arrays(*v), names, ordered, trials, n_sel, delta, confidence, None)
+
+
+def _check_split(trials: int, select_fraction: float) -> int:
+    select_fraction = check_open_unit("select_fraction", select_fraction)
+    n_sel = int(math.floor(trials * select_fraction))
+    if n_sel < 2 or trials - n_sel < 1:
+        raise LdpsimError(f"the support-mismatch test needs at least 2 selection and 1 evaluation "
+                          f"trial per input (trials={trials}, select_fraction={select_fraction})")
+    return n_sel
+
+
+class _Arrays:
+    """The source of :func:`support_mismatch_from_values`: statistics on the host."""
+
+    def __init__(self, v0: np.ndarray, v1: np.ndarray):
+        self._v = (v0, v1)
+
+    def values(self, which, start, trials, progress):
+        return self._v[which][start:start + trials]
+
+    def extremes(self, which, start, trials, progress):
+        v = self.values(which, start, trials, progress)
+        ok = ~np.isnan(v)
+        return np.where(ok, v, np.inf).min(axis=0), np.where(ok, v, -np.inf).max(axis=0), (~ok).sum(axis=0)
+
+    def count(self, which, start, trials, regions, progress):
+        v = self.values(which, start, trials, progress)
+        return np.asarray([region_hits(v[:, g.column], g) for g in regions], np.int64)
+
+
+def _test(run, names, ordered, trials, n_sel, delta, confidence, progress) -> SupportMismatch:
+    """The three phases (module docstring) on a source of statistic values."""
+    confidence = check_open_unit("confidence", confidence)
+    alpha = 1.0 - confidence
+    n_eval = trials - n_sel
+    m = len(names)
     n1 = n_sel // 2
     n2 = n_sel - n1
 
@@ -690,7 +780,7 @@ def support_mismatch_test(
             lo, hi, nans = np.minimum(lo, lo2), np.maximum(hi, hi2), nans + nans2
         extremes.append((lo, hi, nans))
         sets.append(_value_sets(v))
-    regions = candidate_regions(tuple(extremes), tuple(sets), statistics.ordered)
+    regions = candidate_regions(tuple(extremes), tuple(sets), ordered)
     if not regions:
         return SupportMismatch(None, None, None, 0, 0, n_sel, n_eval, 0.0, 1.0, 0.0,
                                _bounds.epsilon_cap(n_eval, confidence, delta), float(delta),
@@ -708,7 +798,7 @@ def support_mismatch_test(
     hits, other = e[best.hit], e[1 - best.hit]
     lower = float(_bounds.clopper_pearson_lower(hits, n_eval, alpha / 2))
     upper = float(_bounds.clopper_pearson_upper(other, n_eval, alpha / 2))
-    name = statistics.names[best.column]
+    name = names[best.column]
     return SupportMismatch(
         statistic=name, region=best.describe(name), hit_input=f"x{best.hit}", hits=hits, other_hits=other,
         select_trials=n_sel, eval_trials=n_eval, hits_lower=lower, other_upper=upper,
