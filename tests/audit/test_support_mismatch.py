@@ -101,6 +101,25 @@ def test_candidate_regions_are_the_values_one_input_reaches_alone():
     assert A.region_hits(v, A.Region(0, "in", 0, 0.0, (2.0, 5.0), True)) == 3
 
 
+def test_the_region_is_chosen_on_selection_trials_only():
+    # x0 uniform on [0, 1), x1 uniform on [0, 1.1): x1 reaches (1, 1.1) with mass 1/11, x0 never
+    rng = np.random.default_rng(0)
+    n = 4_000
+    v0, v1 = rng.random(n).astype(np.float32), (1.1 * rng.random(n)).astype(np.float32)
+    sm = A.support_mismatch_from_values(v0, v1, names=("u",), confidence=CONFIDENCE)
+    n_sel = n // 2
+    assert (sm.kind, sm.hit_input, sm.select_trials, sm.eval_trials) == ("gt", "x1", n_sel, n - n_sel)
+    assert sm.threshold == float(v0[:n_sel // 2].max())          # x0's largest value on S1
+    assert sm.hits == int(np.sum(v1[n_sel:] > sm.threshold))     # counted on the held-out trials
+    assert sm.other_hits == int(np.sum(v0[n_sel:] > sm.threshold))
+    assert sm.refutes(1.0) and not sm.refutes(sm.epsilon_cap)
+    # held-out values do not move the choice: an outlier of x0 among them only adds a hit
+    v0[-1] = 1.05
+    moved = A.support_mismatch_from_values(v0, v1, names=("u",), confidence=CONFIDENCE)
+    assert (moved.threshold, moved.hits) == (sm.threshold, sm.hits)
+    assert moved.other_hits == sm.other_hits + 1 and moved.epsilon_lb < sm.epsilon_lb
+
+
 # --- planted bugs are caught -----------------------------------------------------------
 
 

@@ -221,7 +221,7 @@ def default_statistics(mechanism: Callable, x0: PyTree, x1: PyTree, key: jax.Arr
     :data:`MAX_DIFF_COORDINATES`, same structure only) and the first
     :data:`MAX_LEAF_COORDINATES` of each leaf; each leaf's min and max (leaves with more than
     one coordinate); a hash of the whole release (releases with an integer or boolean leaf and
-    at most :data:`MAX_HASHED` coordinates), tested by its set of values only.
+    2 to :data:`MAX_HASHED` coordinates), tested by its set of values only.
     """
     from ldpsim._src.audit._mechanisms import identity_score, projection_score
 
@@ -268,7 +268,7 @@ def default_statistics(mechanism: Callable, x0: PyTree, x1: PyTree, key: jax.Arr
             items += [Statistic(f"min of {names[i]}", _leaf_extreme(i, "min")),
                       Statistic(f"max of {names[i]}", _leaf_extreme(i, "max"))]
     discrete = any(not jnp.issubdtype(s.dtype, jnp.floating) for s in leaves)
-    if discrete and total <= MAX_HASHED:
+    if discrete and 1 < total <= MAX_HASHED:   # (a one-coordinate release is its own coordinate)
         items.append(Statistic("the whole release (hashed)", _release_hash, ordered=False))
     kept, count = [], 0
     for s in items:
