@@ -114,9 +114,11 @@ def audit(
         score = _mechanisms.projection_score(x0, x1)
     game = _game.Game(mechanism, x0, x1, score, key=key,
                       chunk_size=_game._chunk(chunk_size, mechanism, x0, key, trials))
+    score_only = False   # the default statistics of a scalar release scored by itself: the score alone
     if support_check and statistics is None:
         statistics = _mismatch.default_statistics(mechanism, x0, x1, key, score=score)
-    kept = [] if support_check and statistics.size == 1 else None   # the scores, when they are the statistic
+        score_only = statistics.size == 1
+    kept = [] if score_only else None   # then the threshold test's scores are the statistic
     if test is None:
         select_fraction = check_open_unit("select_fraction", select_fraction)
         n_select, n_eval = _split(trials, select_fraction)
@@ -140,7 +142,7 @@ def audit(
             mismatch = _mismatch.support_mismatch_test(
                 mechanism, x0, x1, key=key, trials=trials, statistics=statistics, score=score, delta=delta,
                 confidence=confidence, select_fraction=fraction, chunk_size=chunk_size, progress=progress,
-                game=game if statistics.size == 1 else None)
+                game=game if score_only else None)
         result = dataclasses.replace(result, support_mismatch=mismatch)
     return result
 

@@ -305,10 +305,11 @@ def _kernels(mechanism: Callable, statistics: Statistics, chunk: int) -> tuple:
         s = jax.lax.optimization_barrier(values(key, which, x, start))
         live = (jnp.arange(chunk) < valid)[:, None]
         col = jnp.take(s, column, axis=1)                                  # (chunk, R)
-        pos = jax.vmap(lambda t, c: jnp.searchsorted(t, c), in_axes=(0, 1), out_axes=1)(table, col)
-        pos = jnp.minimum(pos, table.shape[1] - 1)
-        member = jnp.take_along_axis(table.T, pos, axis=0) == col
-        member = member | (jnp.isnan(col) & nan_in[None, :])
+
+        def one_value(w, acc):   # membership by comparison, one table column at a time (no gather)
+            return acc | (col == jax.lax.dynamic_index_in_dim(table, w, axis=1, keepdims=False)[None, :])
+
+        member = jax.lax.fori_loop(0, table.shape[1], one_value, jnp.isnan(col) & nan_in[None, :])
         hit = jnp.where(kind[None, :] == 0, col < threshold[None, :],
                         jnp.where(kind[None, :] == 1, col > threshold[None, :], member))
         return jnp.sum(hit & live, axis=0, dtype=jnp.int32)
@@ -574,7 +575,9 @@ class SupportMismatch:
 
     @property
     def observed(self) -> bool:
-        """A mismatch seen on the held-out trials: hits under one input, none under the other."""
+        """A mismatch seen on the held-out trials: hits under one input, none under the other.
+        Evidence, not a refutation: every correct mechanism at a large ε, and a correct one's
+        far tails, show it too; only :meth:`refutes` weighs it against a claim."""
         return self.hits > 0 and self.other_hits == 0
 
     def refutes(self, epsilon: float) -> bool:
