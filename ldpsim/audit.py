@@ -147,6 +147,41 @@ tests include the Neyman–Pearson test. At ε = 1 and 10⁴ evaluation trials p
 above the claim (tests/audit/test_audit_randomizers.py). SignDS's informative event (the
 reported indices inside a top-k set) is rare at MindSpore's k, so its bound needs more trials.
 
+Events one input never produces
+-------------------------------
+A float32 realisation can break a pure-ε claim where the score does not look: an output the
+sampler produces under one input and never under the other (PrivUnitG's ``α`` from ``ndtri`` of
+a uniform ≥ 2⁻²³ never falls below −5.2498 at ε = 2, d = 2, where the raw Gaussian coordinate
+of an orthogonal input does with probability 7.6e-8; SignDS counts below its float32 CDF's
+resolution; bounded noise against a shifted input). :func:`audit` (and so
+:func:`audit_randomizer`) therefore also runs :func:`support_mismatch_test` on the same
+releases: the releases are reduced to 1-D statistics (:func:`default_statistics`: the score,
+the projection on ``x1 − x0``, the output coordinates, each leaf's min and max, a hash of a
+small release; for SignDS the reported indices' counts in each input's top-k set), the first
+half of the selection trials gives each input's extreme values and (for statistics with few
+values) its set of values, the second half rates every region beyond the other input's
+extremes or among values it never took, and the best region's hits ``n_a`` of ``N`` and
+``n_b`` of ``N`` on the held-out trials give ``ε_lb = log((L − δ)/U)`` with ``L``, ``U`` the
+Clopper–Pearson bounds at ``1 − α/2`` each (``U = 1 − (α/2)^{1/N}`` for ``n_b = 0``). The
+result is ``AuditResult.support_mismatch`` (:class:`SupportMismatch`);
+:attr:`AuditReport.refuted` counts both tests, so a correct claim is refuted with
+probability at most ``2α``.
+
+Sampling never shows a probability is exactly 0, so this bound too stops at ``ε_cap``: a
+region of mass ``p`` refutes ε only from about ``e^ε·log(2/α)/p`` held-out trials per input
+(:func:`trials_to_refute`). Measured needs (95 %): PrivUnitG's bug at ε = 2, d = 2,
+5.1·10⁸; at ε = 1, 2.7·10⁸; at ε = 4, 2.5·10⁹. SignDS at ε = 30 and 100 (d = 1000) is told
+apart in every report, but its ideal law gives those regions probabilities of 4.5e-9 and
+below: no sampling audit can tell its float32 sampler from the ideal one there, and the
+test reports the separation (``observed``) without refuting; a separation is also what any
+correct mechanism shows at a large ε. Planted bugs of 0.7–18 % of mass, at 99.9 %
+confidence (tests/audit/test_support_mismatch.py), where the threshold test stays below the
+claim: a clamp of a coordinate the score ignores (ε = 1, 2·10⁴ trials per input: ε_lb 3.03,
+threshold test 0.88), a category one input never outputs (k-RR, ε = 1, 4·10³: 3.73 against
+0.80), PrivUnitG's α on a 2⁻⁶ grid (ε = 2, 4·10⁴: 3.02 against 0.77); noise bounded at 2.5σ
+(ε = 1, δ = 1e-5, 4·10⁴: 2.66, the threshold test 2.19). Correct Laplace, Gaussian and k-RR
+at ε = 1: no refutation in 3 × 200 seeds at 95 % (20,000 trials, largest ε_lb 0.72).
+
 Scope: each audit covers one release, one pair and one relation. It does not cover
 composition over rounds, amplification by sampling, or the aggregate.
 
@@ -199,6 +234,20 @@ from ldpsim._src.audit._game import (
     play,
     trial_keys,
 )
+from ldpsim._src.audit._mismatch import (
+    Region,
+    Statistic,
+    Statistics,
+    SupportMismatch,
+    candidate_regions,
+    default_statistics,
+    event_epsilon,
+    region_hits,
+    statistics_of,
+    support_mismatch_from_values,
+    support_mismatch_test,
+    trials_to_refute,
+)
 from ldpsim._src.audit._mechanisms import (
     REPORT_RANDOMIZERS,
     from_local_mechanism,
@@ -213,6 +262,7 @@ from ldpsim._src.audit._mechanisms import (
     scalar_gaussian,
     scalar_laplace,
     scalar_support,
+    signds_statistics,
     worst_case_pair,
 )
 from ldpsim._src.audit._one_run import (
@@ -238,7 +288,11 @@ from ldpsim._src.audit._pipeline import (
 from ldpsim._src.audit._power import TrialsNeeded, bound_at_quantile, gaussian_trials_needed
 
 __all__ = [
+    "AuditReport",
+    "AuditResult",
+    "CanaryPopulation",
     "GUESS_FRACTIONS",
+    "Game",
     "MAX_CANDIDATES",
     "MAX_CHUNK",
     "MAX_TRIALS",
@@ -246,13 +300,13 @@ __all__ = [
     "OBSERVATIONS",
     "ORIENTATIONS",
     "PLANTED_BUGS",
-    "REPORT_RANDOMIZERS",
-    "AuditReport",
-    "AuditResult",
-    "CanaryPopulation",
-    "Game",
     "PipelineAudit",
+    "REPORT_RANDOMIZERS",
+    "Region",
     "Scores",
+    "Statistic",
+    "Statistics",
+    "SupportMismatch",
     "Test",
     "TrialsNeeded",
     "audit",
@@ -263,14 +317,17 @@ __all__ = [
     "canary_client_update",
     "canary_design",
     "canary_reports",
+    "candidate_regions",
     "candidate_thresholds",
     "clopper_pearson_lower",
     "clopper_pearson_upper",
     "count_above",
+    "default_statistics",
     "epsilon_cap",
     "epsilon_lower_bound",
     "error_rates",
     "evaluate_test",
+    "event_epsilon",
     "from_local_mechanism",
     "gaussian_mechanism",
     "gaussian_trials_needed",
@@ -286,6 +343,7 @@ __all__ = [
     "per_round_epsilon",
     "play",
     "projection_score",
+    "region_hits",
     "report_game",
     "rr_mechanism",
     "rr_score",
@@ -293,7 +351,12 @@ __all__ = [
     "scalar_laplace",
     "scalar_support",
     "select_test",
+    "signds_statistics",
+    "statistics_of",
+    "support_mismatch_from_values",
+    "support_mismatch_test",
     "support_thresholds",
     "trial_keys",
+    "trials_to_refute",
     "worst_case_pair",
 ]

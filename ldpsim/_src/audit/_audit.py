@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ldpsim._src._checks import LdpsimError, check_choice, check_open_unit, check_positive, check_positive_int
-from ldpsim._src.audit import _bounds, _game, _mechanisms
+from ldpsim._src.audit import _bounds, _game, _mechanisms, _mismatch
 from ldpsim._src.audit._bounds import AuditResult, Test
 from ldpsim._src.audit._mechanisms import Mechanism, Score
 
@@ -64,6 +64,8 @@ def audit(
     support=None,
     chunk_size: int | None = None,
     progress: Callable[[int], Any] | None = None,
+    support_check: bool = True,
+    statistics: _mismatch.Statistics | None = None,
 ) -> AuditResult:
     """Empirical ε lower bound at ``delta`` for ``mechanism`` on the neighbouring pair ``(x0, x1)``.
 
@@ -71,6 +73,14 @@ def audit(
     (:func:`ldpsim.audit.select_test`); the remaining trials, disjoint from them (other key
     positions), are counted for that one test, and only those counts enter the bound. A test
     fixed in advance (``test``) skips the selection: every trial is an evaluation trial.
+
+    With ``support_check`` the same releases (same keys) also go through the support-mismatch
+    test (:func:`ldpsim.audit.support_mismatch_test`: a region of some 1-D statistic of the
+    release that one input hits and the other never does, chosen on the selection trials and
+    bounded on the others), reported as ``result.support_mismatch`` with its own ε lower bound
+    at ``confidence``. Each bound errs with probability at most ``α``; a verdict that takes
+    the larger of the two errs with probability at most ``2α`` (union bound). It needs
+    ``trials ≥ 3`` (skipped below) and costs one more pass over the trials.
 
     Args:
         mechanism: ``(key, x) -> output``, pure and vmappable over the key.
@@ -87,6 +97,9 @@ def audit(
             region outside one of them has an exactly zero rate. None: no such knowledge.
         chunk_size: trials per kernel call (default: 2**22 output elements per chunk).
         progress: called with the number of trials finished after each chunk.
+        support_check: also run the support-mismatch test (default True).
+        statistics: the statistics it examines (default
+            :func:`ldpsim.audit.default_statistics` of the release, with ``score``).
 
     Returns:
         An :class:`AuditResult`.
@@ -101,25 +114,47 @@ def audit(
         score = _mechanisms.projection_score(x0, x1)
     game = _game.Game(mechanism, x0, x1, score, key=key,
                       chunk_size=_game._chunk(chunk_size, mechanism, x0, key, trials))
+    score_only = False   # the default statistics of a scalar release scored by itself: the score alone
+    if support_check and statistics is None:
+        statistics = _mismatch.default_statistics(mechanism, x0, x1, key, score=score)
+        score_only = statistics.size == 1
+    kept = [] if score_only else None   # then the threshold test's scores are the statistic
     if test is None:
         select_fraction = check_open_unit("select_fraction", select_fraction)
         n_select, n_eval = _split(trials, select_fraction)
-        test = _choose(game, n_select, n_eval, delta, 1 - confidence, support, progress)
+        test = _choose(game, n_select, n_eval, delta, 1 - confidence, support, progress, kept)
     else:
         check_choice("orientation", test.orientation, _bounds.ORIENTATIONS)
         test = Test(float(np.float32(test.threshold)), test.orientation)
         n_select, n_eval = 0, trials
-    above0, above1 = _count(game, np.asarray([test.threshold], np.float32), n_eval, n_select, progress)
-    return _bounds.evaluate_test(test, int(above0[0]), int(above1[0]), n_eval=n_eval, n_select=n_select,
-                                 delta=delta, confidence=confidence, support=support)
+    above0, above1 = _count(game, np.asarray([test.threshold], np.float32), n_eval, n_select, progress, kept)
+    result = _bounds.evaluate_test(test, int(above0[0]), int(above1[0]), n_eval=n_eval, n_select=n_select,
+                                   delta=delta, confidence=confidence, support=support)
+    fraction = select_fraction if n_select else 0.5
+    if support_check and math.floor(trials * fraction) >= 2 and trials - math.floor(trials * fraction) >= 1:
+        if kept is not None and sum(s.x0.size for s in kept) == trials:
+            # a scalar release scored by itself: the threshold test's own scores, every trial in order
+            v0, v1 = (np.concatenate([np.asarray(s[w], np.float32) for s in kept]) for w in (0, 1))
+            mismatch = _mismatch.support_mismatch_from_values(
+                v0, v1, names=statistics.names, ordered=statistics.ordered, delta=delta,
+                confidence=confidence, select_fraction=fraction)
+        else:
+            mismatch = _mismatch.support_mismatch_test(
+                mechanism, x0, x1, key=key, trials=trials, statistics=statistics, score=score, delta=delta,
+                confidence=confidence, select_fraction=fraction, chunk_size=chunk_size, progress=progress,
+                game=game if score_only else None)
+        result = dataclasses.replace(result, support_mismatch=mismatch)
+    return result
 
 
-def _count(game: _game.Game, thresholds: np.ndarray, trials: int, start: int, progress) -> tuple:
+def _count(game: _game.Game, thresholds: np.ndarray, trials: int, start: int, progress, kept=None) -> tuple:
     """Counts above ``thresholds``: from host-side scores for up to :data:`PILOT_TRIALS` trials
-    (the kernel the selection compiled), else in the kernel."""
+    (the kernel the selection compiled; appended to ``kept`` when given), else in the kernel."""
     if trials > PILOT_TRIALS:
         return game.count_above(thresholds, trials=trials, start=start, progress=progress)
     s = _no_nan(game.scores(trials=trials, start=start, progress=progress))
+    if kept is not None:
+        kept.append(s)
     return tuple(trials - np.searchsorted(np.sort(v), thresholds, side="right") for v in s)
 
 
@@ -131,9 +166,11 @@ def _no_nan(scores: _game.Scores) -> _game.Scores:
     return scores
 
 
-def _choose(game: _game.Game, n_select, n_eval, delta, alpha, support, progress) -> Test:
+def _choose(game: _game.Game, n_select, n_eval, delta, alpha, support, progress, kept=None) -> Test:
     pilot = min(n_select, PILOT_TRIALS)
     s = _no_nan(game.scores(trials=pilot, progress=progress))
+    if kept is not None and pilot == n_select:
+        kept.append(s)
     pooled = np.concatenate([s.x0, s.x1])
     if n_select == pilot:
         thresholds = _bounds.candidate_thresholds(pooled, support)
@@ -187,17 +224,33 @@ class AuditReport:
     result: AuditResult
 
     @property
+    def refuted_by(self) -> tuple[str, ...]:
+        """The tests whose bound exceeds the claimed ε: ``"threshold"`` (``result.epsilon_lb``)
+        and ``"support-mismatch"`` (``result.support_mismatch.epsilon_lb``)."""
+        out = []
+        if self.result.epsilon_lb > self.epsilon:
+            out.append("threshold")
+        sm = self.result.support_mismatch
+        if sm is not None and sm.refutes(self.epsilon):
+            out.append("support-mismatch")
+        return tuple(out)
+
+    @property
     def refuted(self) -> bool:
-        """Whether the audit refutes the claim (``epsilon_lb > epsilon``)."""
-        return self.result.epsilon_lb > self.epsilon
+        """Whether the audit refutes the claim: either test's ε lower bound exceeds it. Each
+        bound holds with probability ``≥ confidence``, so a correct claim is refuted with
+        probability at most ``2·(1 − confidence)``."""
+        return bool(self.refuted_by)
 
     def to_dict(self) -> dict[str, Any]:
-        """A flat JSON-ready dict: the claim, the path, and the result's fields."""
+        """A flat JSON-ready dict: the claim, the path, and the result's fields (the
+        support-mismatch test nested under ``"support_mismatch"``)."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "result"}
         result = self.result.to_dict()
         result.pop("delta")  # the claim's delta above (None for pure DP; the bound used 0)
         out.update(result)
         out["refuted"] = self.refuted
+        out["refuted_by"] = list(self.refuted_by)
         return out
 
 
@@ -219,6 +272,7 @@ def audit_randomizer(
     select_fraction: float = 0.5,
     chunk_size: int | None = None,
     progress: Callable[[int], Any] | None = None,
+    support_check: bool = True,
 ) -> AuditReport:
     """Audit ldpsim's Gaussian or Laplace randomizer, or k-ary randomized response, at its claim.
 
@@ -230,7 +284,9 @@ def audit_randomizer(
     (or a pytree template), scored by its projection on ``x1 − x0``. RR is played on values
     0 and 1 of ``k`` with :func:`rr_score`. With ``use_support`` the sampler's tail bound
     (:data:`ldpsim._src.privacy.sampling.TAIL_BOUND`, ``LAPLACE_TAIL_BOUND``) is used as the
-    support of the scores: outputs beyond it are impossible, not merely unobserved.
+    support of the scores: outputs beyond it are impossible, not merely unobserved. With
+    ``support_check`` (default) the releases also go through the support-mismatch test
+    (``result.support_mismatch``; :func:`audit`), and :attr:`AuditReport.refuted` counts it.
 
     Raises:
         LdpsimError: bad arguments (the message names them).
@@ -242,7 +298,8 @@ def audit_randomizer(
         return audit_report_randomizer(
             mechanism, epsilon=epsilon, delta=delta, clip=clip, neighbours=neighbours, trials=trials,
             confidence=confidence, dim=dim, seed=seed, method=method, impl=impl,
-            select_fraction=select_fraction, chunk_size=chunk_size, progress=progress)
+            select_fraction=select_fraction, chunk_size=chunk_size, progress=progress,
+            support_check=support_check)
     epsilon = check_positive("epsilon", epsilon)
     trials = check_positive_int("trials", trials)
     confidence = check_open_unit("confidence", confidence)
@@ -260,7 +317,8 @@ def audit_randomizer(
         mech = _mechanisms.rr_mechanism(k=k, epsilon=epsilon)
         result = audit(mech, np.int32(0), np.int32(1), key=key, trials=trials, delta=0.0,
                        score=_mechanisms.rr_score(0, 1), confidence=confidence,
-                       select_fraction=select_fraction, chunk_size=chunk_size, progress=progress)
+                       select_fraction=select_fraction, chunk_size=chunk_size, progress=progress,
+                       support_check=support_check)
         keep = 1.0 / (1.0 + (k - 1) * math.exp(-epsilon))
         return AuditReport("rr", epsilon, None, "replace", None, None, keep, "sufficient-statistic", None,
                            f"k_randomized_response (k = {k})", "rr",
@@ -300,7 +358,8 @@ def audit_randomizer(
     if use_support:
         support = (_mechanisms.scalar_support(lo, scale, bound), _mechanisms.scalar_support(cal.clip, scale, bound))
     result = audit(mech, x0, x1, key=key, trials=trials, delta=delta or 0.0, score=score, confidence=confidence,
-                   select_fraction=select_fraction, support=support, chunk_size=chunk_size, progress=progress)
+                   select_fraction=select_fraction, support=support, chunk_size=chunk_size, progress=progress,
+                   support_check=support_check)
     return AuditReport(mechanism, epsilon, cal.delta, neighbours, cal.clip, cal.sensitivity, scale, path, ndim,
                        sampler, cal.method, _describe(what, bound if use_support else None, result),
                        time.perf_counter() - start, result)
@@ -326,6 +385,7 @@ def audit_report_randomizer(
     neighbours: str = "replace", trials: int = 1_000_000, confidence: float = 0.95,
     dim: int | None = None, seed: int = 0, method: str | None = None, impl: str | None = None,
     select_fraction: float = 0.5, chunk_size: int | None = None, progress=None,
+    support_check: bool = True,
 ):
     """:func:`ldpsim.audit.audit_randomizer` for PrivUnit2, PrivUnitG, Duchi et al. and SignDS:
     the real randomizer (full-mechanism path) on :func:`report_game`'s pair, pure ε (δ = 0).
@@ -347,9 +407,15 @@ def audit_report_randomizer(
     mech, x0, x1, score, local, what = _mechanisms.report_game(name, epsilon=epsilon, dim=dim, clip=float(clip))
     if chunk_size is None:   # the work per trial scales with the input's size, not the report's
         chunk_size = int(max(1, min(check_positive_int("trials", trials), _game.CHUNK_ELEMENTS // (4 * dim))))
+    statistics = None
+    if support_check:
+        statistics = _mismatch.default_statistics(
+            mech, x0, x1, jax.random.key(0), score=score,
+            extra=_mechanisms.report_statistics(name, epsilon=epsilon, dim=dim, clip=float(clip)))
     result = audit(mech, x0, x1, key=jax.random.key(int(seed)), trials=trials, delta=0.0,
-                          score=score, confidence=confidence, select_fraction=select_fraction,
-                          chunk_size=chunk_size, progress=progress)
+                   score=score, confidence=confidence, select_fraction=select_fraction,
+                   chunk_size=chunk_size, progress=progress, support_check=support_check,
+                   statistics=statistics)
     gap = float(jnp.linalg.norm(x1 - x0))
     return AuditReport(
         name, local.epsilon, None, "replace", None if name == "signds" else float(clip), gap,

@@ -201,6 +201,10 @@ class AuditResult:
         fpr_upper, fnr_upper: the upper bounds used (0 for a structurally zero rate).
         zero_by_support: ``"fpr"``/``"fnr"`` when that rate was taken as exactly 0 because
             the test's region lies outside the stated support of the scores; else None.
+        support_mismatch: the support-mismatch test on the same releases
+            (:class:`ldpsim._src.audit._mismatch.SupportMismatch`: a region one input hits
+            and the other never does, with its own ε lower bound at ``confidence``); None
+            when it was not run.
     """
 
     epsilon_lb: float
@@ -217,11 +221,13 @@ class AuditResult:
     fpr_upper: float
     fnr_upper: float
     zero_by_support: str | None
+    support_mismatch: Any = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (``inf`` stays a float; ``json.dumps`` writes ``Infinity``)."""
         out = dataclasses.asdict(self)
         out["test"] = {"threshold": self.test.threshold, "orientation": self.test.orientation}
+        out["support_mismatch"] = None if self.support_mismatch is None else self.support_mismatch.to_dict()
         return out
 
 

@@ -46,11 +46,13 @@ def rr_mechanism(*, k: int, epsilon: float) -> Mechanism:
     return mechanism
 
 
+@functools.lru_cache(maxsize=64)
 def rr_score(v0: int, v1: int) -> Score:
     """Score of a randomized-response output for the pair ``(v0, v1)``: +1 at ``v1``, −1 at ``v0``, else 0.
 
     The likelihood ratio ``P(y | v1)/P(y | v0)`` is ``e^ε``, ``e^{−ε}`` or 1 on these three
     classes, so threshold tests on this score are the Neyman–Pearson tests of the pair.
+    Memoised, so audits of the same pair share compiled kernels.
     """
 
     def score(y):
@@ -331,3 +333,49 @@ def report_game(name: str, *, epsilon: float, dim: int, clip: float = 1.0) -> tu
 
         what = "the exact log-likelihood ratio (top-k counts of the reported set against nu_th)"
     return mech, x0, x1, score, local, what
+
+
+@functools.lru_cache(maxsize=64)
+def _signds_counts(dim: int, k: int, tops: tuple[tuple[str, bytes, bytes], ...]) -> tuple:
+    """``|S ∩ T_b(x)|`` of a SignDS report for each named input ``x`` (its top-k masks for
+    ``b = +1`` and ``b = −1`` as bytes), as statistics."""
+    from ldpsim._src.audit._mismatch import Statistic
+
+    out = []
+    for label, plus, minus in tops:
+        p = jnp.asarray(np.frombuffer(plus, np.bool_).reshape(dim))
+        m = jnp.asarray(np.frombuffer(minus, np.bool_).reshape(dim))
+
+        def fn(report, p=p, m=m):
+            idx, b = report["indices"], report["sign"]
+            return jnp.sum(jnp.where(b > 0, p[idx], m[idx])).astype(jnp.float32)
+
+        out.append(Statistic(f"reported indices in the top-k set of {label}", fn))
+    return tuple(out)
+
+
+def signds_statistics(params: Any, inputs: dict[str, Any]) -> tuple:
+    """Support-mismatch statistics of SignDS reports: for each named input ``x``, the count
+    ``|S ∩ T_b(x)|`` of reported indices inside its top-k set for the reported sign ``b``
+    (the count ν the sampler draws when the report comes from ``x``; discrete, so every
+    count seen under one input and never under the other is a candidate region)."""
+    tops = []
+    for label, x in inputs.items():
+        flat = np.asarray(x, np.float32).ravel()
+        masks = []
+        for b in (1.0, -1.0):
+            _, idx = jax.lax.top_k(jnp.asarray(b * flat), params.k)
+            mask = np.zeros(params.dim, np.bool_)
+            mask[np.asarray(idx)] = True
+            masks.append(mask.tobytes())
+        tops.append((label, *masks))
+    return _signds_counts(int(params.dim), int(params.k), tuple(tops))
+
+
+def report_statistics(name: str, *, epsilon: float, dim: int, clip: float = 1.0) -> tuple:
+    """Extra support-mismatch statistics of :func:`report_game`'s pair (SignDS: the top-k
+    counts of :func:`signds_statistics`; the others: none beyond the release's coordinates)."""
+    if name != "signds":
+        return ()
+    _, x0, x1, _, local, _ = report_game(name, epsilon=epsilon, dim=dim, clip=clip)
+    return signds_statistics(local.params, {"x1": x1, "x0": x0})

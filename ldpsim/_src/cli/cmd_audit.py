@@ -186,6 +186,7 @@ def _print(report) -> None:
         ("trials", f"{r.trials} per input: {r.select_trials} choose the test, {r.eval_trials} bound it "
                    f"(black-box maximum at {r.eval_trials} trials: {_fmt(r.epsilon_cap)})"),
         ("rates", f"FPR {r.fpr:.4g} (upper {r.fpr_upper:.4g}), FNR {r.fnr:.4g} (upper {r.fnr_upper:.4g})"),
+        *([("support", _support_line(r.support_mismatch, report.epsilon))] if r.support_mismatch else []),
         ("path", f"{path}; {report.sampler}"),
         ("test", report.description),
         ("seconds", f"{report.seconds:.1f}"),
@@ -193,6 +194,26 @@ def _print(report) -> None:
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         print(f"{k:<{width}}  {v}")
+
+
+def _support_line(sm, epsilon: float) -> str:
+    """The support-mismatch test in one line (ldpsim.audit.support_mismatch_test)."""
+    if sm.statistic is None:
+        return (f"no support mismatch: every value one input reached on the selection trials, the other "
+                f"reached too ({sm.statistics} statistics)")
+    other = "x1" if sm.hit_input == "x0" else "x0"
+    each = 1 - (1 - sm.confidence) / 2
+    text = (f"{sm.region}: {sm.hit_input} in {sm.hits} of {sm.eval_trials} held-out trials, {other} in "
+            f"{sm.other_hits}; P({sm.hit_input}) >= {sm.hits_lower:.3g}, P({other}) <= {sm.other_upper:.3g} "
+            f"({each:.4g} each) -> epsilon_lb {_fmt(sm.epsilon_lb)} (at most {_fmt(sm.epsilon_cap)} at "
+            f"{sm.eval_trials} trials)")
+    if sm.refutes(epsilon):
+        return text + ": REFUTES the claim"
+    if sm.observed:
+        need = sm.trials_to_refute(epsilon)
+        return text + (f": never under {other}, but refuting epsilon = {epsilon:g} at this rate needs about "
+                       f"{need:.2g} trials per input" if math.isfinite(need) else "")
+    return text + ": no support mismatch seen"
 
 
 def run_pipeline(args: argparse.Namespace) -> int:
