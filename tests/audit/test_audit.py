@@ -273,19 +273,25 @@ def test_correct_randomized_response_is_not_refuted(k, epsilon):
 # --- the sampler's bounded tails (a real property of the implementation) -------------
 
 
-def test_default_sampler_tails_refute_epsilon_50():
-    # sigma for (50, 1e-5) is 0.30 for Delta = 2: |z| <= 6.764 makes an output below
-    # C - 6.764 sigma impossible under x1 = +C, while under x0 = -C it has probability
+def test_short_sampler_tails_refute_epsilon_50():
+    # sigma for (50, 1e-5) is 0.30 for Delta = 2: Box–Muller with a 32-bit radius (the
+    # default of earlier versions, |z| <= 6.764) makes an output below C - 6.764 sigma
+    # impossible under x1 = +C, while under x0 = -C it has probability
     # Phi(Delta/sigma - 6.764) = 0.47 >> delta (sampler_delta_floor): no epsilon holds.
     rep = A.audit_randomizer("gaussian", epsilon=50, delta=DELTA, clip=C, trials=100_000,
-                             confidence=CONFIDENCE, seed=3)
+                             confidence=CONFIDENCE, seed=3, impl="fast")
     r = rep.result
     assert r.epsilon_lb == math.inf and rep.refuted and r.zero_by_support in ("fpr", "fnr")
     # black-box, the same trials can show at most the cap (about log n): never 50
     assert 5 < r.epsilon_lb_sampled <= r.epsilon_cap < 50
     blind = A.audit_randomizer("gaussian", epsilon=50, delta=DELTA, clip=C, trials=100_000,
-                               confidence=CONFIDENCE, seed=3, use_support=False).result
+                               confidence=CONFIDENCE, seed=3, use_support=False,
+                               impl="fast").result
     assert blind.zero_by_support is None and blind.epsilon_lb <= blind.epsilon_cap < 50
+    # the default sampler reaches 11.6 sigma: the same audit does not refute epsilon 50
+    default = A.audit_randomizer("gaussian", epsilon=50, delta=DELTA, clip=C, trials=100_000,
+                                 confidence=CONFIDENCE, seed=3)
+    assert not default.refuted and default.result.epsilon_lb <= 50
 
 
 def test_jax_sampler_tails_refute_epsilon_10_but_default_does_not():
@@ -386,7 +392,7 @@ def test_cli_json(capsys):
 
 
 def test_cli_text_and_strict(capsys):
-    argv = ["audit", "--epsilon", "50", "--trials", "20000"]
+    argv = ["audit", "--epsilon", "50", "--trials", "20000", "--sampler", "fast"]
     assert main(argv) == 0
     text = capsys.readouterr().out
     for needle in ("claimed", "epsilon = 50", "epsilon_lb", "inf", "REFUTED", "trials", "test"):

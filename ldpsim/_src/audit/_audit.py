@@ -283,7 +283,7 @@ def audit_randomizer(
     :func:`scalar_laplace`); with ``dim`` the real randomizer on a ``dim``-coordinate update
     (or a pytree template), scored by its projection on ``x1 − x0``. RR is played on values
     0 and 1 of ``k`` with :func:`rr_score`. With ``use_support`` the sampler's tail bound
-    (:data:`ldpsim._src.privacy.sampling.TAIL_BOUND`, ``LAPLACE_TAIL_BOUND``) is used as the
+    (:data:`ldpsim._src.privacy.sampling.TAIL_BOUND`, ``LAPLACE_TAIL_BOUNDS``) is used as the
     support of the scores: outputs beyond it are impossible, not merely unobserved. With
     ``support_check`` (default) the releases also go through the support-mismatch test
     (``result.support_mismatch``; :func:`audit`), and :attr:`AuditReport.refuted` counts it.
@@ -335,7 +335,10 @@ def audit_randomizer(
     else:
         if impl is not None:
             raise LdpsimError("impl applies to the gaussian mechanism only")
-        bound, sampler = sampling.LAPLACE_TAIL_BOUND, "jax.random.laplace (float32)"
+        lap = sampling.resolve_laplace_impl(jax.random.key(0), None)
+        bound = sampling.LAPLACE_TAIL_BOUNDS[lap]
+        sampler = ("Threefry 64-bit Laplace (float32)" if lap == "bits"
+                   else "jax.random.laplace (float32)")
     lo = -cal.clip if neighbours == "replace" else 0.0
     support = None
     if dim is None:

@@ -123,13 +123,13 @@ def scalar_gaussian(*, clip: float, stddev: float, impl: str | None = None) -> M
 def scalar_laplace(*, clip: float, scale: float) -> Mechanism:
     """The Laplace randomizer's sufficient statistic: ``clip(x, −C, C) + scale·laplace(key)``.
 
-    One float32 draw of ``jax.random.laplace``, the sampler of
-    :func:`ldpsim.privacy.laplace_noise` (the same law as any coordinate of the
-    full randomizer's noise, not the same value for the same key).
+    One float32 draw of the sampler of :func:`ldpsim.privacy.laplace_noise` for this key
+    (Threefry ``"bits"`` for threefry keys, ``jax.random.laplace`` otherwise): the same law as
+    any coordinate of the full randomizer's noise, not the same value for the same key.
     """
 
     def mechanism(key, x):
-        z = jax.random.laplace(key, (), jnp.float32)
+        z = sampling.laplace(key, (), jnp.float32)
         return jnp.clip(jnp.asarray(x, jnp.float32), -clip, clip) + z * np.float32(scale)
 
     return mechanism

@@ -93,8 +93,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--confidence", type=float, default=0.95, help="confidence of the bound, in (0, 1)")
     p.add_argument("--dim", type=int, default=None,
                    help="run the full randomizer on a d-coordinate update (default: the 1-D sufficient statistic)")
-    p.add_argument("--sampler", choices=("fast", "icdf", "jax"), default=None,
-                   help="gaussian N(0,1) sampler of the 1-D path (default: the engine's, fast)")
+    p.add_argument("--sampler", choices=("tail", "fast", "icdf", "jax"), default=None,
+                   help="gaussian N(0,1) sampler of the 1-D path (default: the engine's, tail)")
     p.add_argument("--no-support", action="store_true",
                    help="do not use the sampler's tail bound (a purely black-box bound)")
     p.add_argument("--seed", type=int, default=0, help="root seed")
