@@ -229,8 +229,15 @@ def test_privunitg_alpha_on_a_coarse_grid_is_caught(monkeypatch):
     the claim takes ~5e8 held-out trials per input; on a 2^-6 grid it has mass 2^-6·(1 − q) = 0.010
     (trials_to_refute ~ 8,300)."""
     step = 2.0**-6
-    monkeypatch.setattr(privunitg, "_uniform01", lambda key, shape=(): 1.0 - jnp.floor(
-        jax.random.uniform(key, shape, jnp.float32) / step) * step)
+
+    def coarse_alpha(key, upper, params):   # the earlier sampler, on a 2^-6 grid
+        u = 1.0 - jnp.floor(jax.random.uniform(key, (), jnp.float32) / step) * step
+        q = jnp.asarray(params.q, jnp.float32)
+        hi = jnp.maximum(-jax.scipy.special.ndtri(u * q), params.gamma)
+        lo = jnp.minimum(jax.scipy.special.ndtri(u * (1.0 - q)), params.gamma)
+        return jnp.where(upper, hi, lo)
+
+    monkeypatch.setattr(privunitg, "sample_alpha", coarse_alpha)
     local = mechanism_lib.make("privunitg", epsilon=2.0, dim=2)
 
     def mech(key, x):
