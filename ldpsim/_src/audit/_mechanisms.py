@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -36,6 +36,23 @@ RR_TAG = rr_lib.RR_TAG
 
 
 @functools.lru_cache(maxsize=64)
+
+class Statistic(NamedTuple):
+    """One 1-D statistic of a release, or a block of them computed together.
+
+    Attributes:
+        name: what it is, for the report (``"direction[0]"``, ``"max of output"``); a tuple of
+            names for a block, whose ``fn`` returns one value per name.
+        fn: ``release -> scalar`` (a block: ``-> float32[len(name)]``); jittable and hashable,
+            so kernels are shared.
+        ordered: thresholds make sense (False: only its set of values is tested, e.g. a hash).
+    """
+
+    name: str | tuple[str, ...]
+    fn: Callable[[PyTree], jax.Array]
+    ordered: bool = True
+
+
 def rr_mechanism(*, k: int, epsilon: float) -> Mechanism:
     """``(key, value) -> k_randomized_response(key, value, k=k, epsilon=epsilon)``."""
     check_positive("epsilon", epsilon)
@@ -339,7 +356,6 @@ def report_game(name: str, *, epsilon: float, dim: int, clip: float = 1.0) -> tu
 def _signds_counts(dim: int, k: int, tops: tuple[tuple[str, bytes, bytes], ...]) -> tuple:
     """``|S ∩ T_b(x)|`` of a SignDS report for each named input ``x`` (its top-k masks for
     ``b = +1`` and ``b = −1`` as bytes), as statistics."""
-    from ldpsim._src.audit._mismatch import Statistic
 
     out = []
     for label, plus, minus in tops:

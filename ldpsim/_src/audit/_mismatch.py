@@ -63,6 +63,11 @@ from ldpsim._src import _xla
 from ldpsim._src._checks import LdpsimError, check_open_unit, check_positive_int
 from ldpsim._src.audit import _bounds, _game
 from ldpsim._src.audit._game import trial_keys
+from ldpsim._src.audit._mechanisms import (  # noqa: F401  (Statistic: re-exported)
+    Statistic,
+    identity_score,
+    projection_score,
+)
 
 PyTree = Any
 
@@ -88,22 +93,6 @@ PILOT_TRIALS = 2**18
 HOST_TRIALS = 2**24
 
 KINDS = ("lt", "gt", "in")
-
-
-class Statistic(NamedTuple):
-    """One 1-D statistic of a release, or a block of them computed together.
-
-    Attributes:
-        name: what it is, for the report (``"direction[0]"``, ``"max of output"``); a tuple of
-            names for a block, whose ``fn`` returns one value per name.
-        fn: ``release -> scalar`` (a block: ``-> float32[len(name)]``); jittable and hashable,
-            so kernels are shared.
-        ordered: thresholds make sense (False: only its set of values is tested, e.g. a hash).
-    """
-
-    name: str | tuple[str, ...]
-    fn: Callable[[PyTree], jax.Array]
-    ordered: bool = True
 
 
 class Statistics(NamedTuple):
@@ -223,7 +212,6 @@ def default_statistics(mechanism: Callable, x0: PyTree, x1: PyTree, key: jax.Arr
     one coordinate); a hash of the whole release (releases with an integer or boolean leaf and
     2 to :data:`MAX_HASHED` coordinates), tested by its set of values only.
     """
-    from ldpsim._src.audit._mechanisms import identity_score, projection_score
 
     shapes = jax.eval_shape(mechanism, key, x0)
     leaves = jax.tree_util.tree_leaves(shapes)

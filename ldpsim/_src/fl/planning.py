@@ -27,7 +27,6 @@ import sys
 import warnings
 from typing import Any, Callable, NamedTuple
 
-import dp_accounting
 import jax
 import jax.numpy as jnp
 
@@ -316,7 +315,7 @@ def _plan_ldp(config: SimulationConfig, population: int, dim: int | None = None)
     sigma, sens, randomizer = noise_scale(config, dim)
     lm = local_randomizer(config, dim)
     mech = modes.local(lm.name)
-    floor, claimed = math.nan, math.nan
+    floor = math.nan
     delta_of: Callable[[int, int, float], float] = lambda k, t, frac: math.nan  # noqa: E731
     if not config.private:
         epsilon_of = lambda k, t, frac: math.nan  # noqa: E731  (no privacy: no ε column)
@@ -473,7 +472,7 @@ def plan(config: SimulationConfig, population: int, *,
     training = _client_training(config)
     knobs = training.knobs(config.client_dp_clip, config.client_dp_noise_multiplier)
     client_epsilon_of: Callable[[int], float] = lambda k: math.nan  # noqa: E731
-    if training.dp_event is not None:
+    if training.dp_event is not None:  # noqa: SIM102
         steps = (config.local_epochs * -(-smallest_client // config.batch_size)
                  if config.local_epochs else config.local_steps)
         event = training.dp_event(

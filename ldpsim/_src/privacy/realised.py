@@ -343,9 +343,9 @@ def additive_realisation(law: str, impl: str, shift: float, dim: int) -> Additiv
 def _ideal_delta(law: str, shift: float, epsilon: float, count: int) -> float:
     """δ(ε) of ``count`` ideal releases whose pairs differ by ``shift`` scales."""
     if law == "gaussian":
-        from ldpsim._src.privacy import calibration
+        from ldpsim._src.privacy import gaussian_exact
 
-        return calibration.analytic_gaussian_delta(1.0, epsilon, shift * math.sqrt(count))
+        return gaussian_exact.analytic_gaussian_delta(1.0, epsilon, shift * math.sqrt(count))
     import dp_accounting
 
     if count == 1:   # Laplace, one release: 1 − e^{(ε − S)/2} below S, else 0
@@ -375,9 +375,9 @@ def realised_delta(law: str, impl: str, shift: float, dim: int, epsilon: float,
 def _ideal_epsilon(law: str, shift: float, delta: float, count: int) -> float:
     """ε at ``delta`` of ``count`` ideal releases whose pairs differ by ``shift`` scales."""
     if law == "gaussian":
-        from ldpsim._src.privacy import calibration
+        from ldpsim._src.privacy import gaussian_exact
 
-        return calibration.analytic_gaussian_epsilon(1.0, delta, shift * math.sqrt(count))
+        return gaussian_exact.analytic_gaussian_epsilon(1.0, delta, shift * math.sqrt(count))
     return count * shift   # Laplace: pure, basic composition (tight for a worst-case pair)
 
 
