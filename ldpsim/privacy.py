@@ -38,6 +38,7 @@ from ldpsim._src.privacy.accounting import (
     dpsgd_noise_multiplier,
     ldp_epsilon,
     ldp_round_epsilon,
+    mechanism_epsilon,
 )
 from ldpsim._src.privacy.adaptive import AdaptiveClip, mindspore_clip, quantile_clip
 from ldpsim._src.privacy.averaging import effective_num_clients, expected_noise_norm, noise_study
@@ -114,6 +115,7 @@ from ldpsim._src.privacy.mechanisms import (
 __all__ = [
     "AdaptiveClip",
     "AdditiveRealisation",
+    "mechanism_epsilon",
     "SamplerModel",
     "additive_realisation",
     "compose_delta",

@@ -153,3 +153,23 @@ def test_every_gaussian_entry_point_prints_at_least_the_realised_delta(impl, eps
         eps_k1 = realised.realised_epsilon("gaussian", "tail", c.sensitivity / c.sigma, 61706,
                                            delta, 1)
         assert eps_k1 <= eps * (1 + 1e-9)
+
+
+def test_mechanism_epsilon_composes_the_realisation():
+    """ldpsim.privacy.mechanism_epsilon: a mechanism's ideal event at the δ bound (1) leaves."""
+    import ldpsim
+    from ldpsim.privacy import mechanism_epsilon
+
+    tail = ldpsim.mechanism.gaussian(epsilon=8.0, delta=1e-5, clip=1.0, dim=61706)
+    sigma_over_delta = float(tail.params.scale) / 2.0
+    for k in (1, 10, 100):   # η = 4e-23: the ideal composition (k Gaussians = one of σ/√k)
+        ref = cal.analytic_gaussian_epsilon(sigma_over_delta / math.sqrt(k), 1e-5)
+        assert mechanism_epsilon(tail, k, 1e-5) == pytest.approx(ref, rel=1e-9)
+    fast = ldpsim.mechanism.gaussian(epsilon=8.0, delta=1e-5, clip=1.0, dim=61706,
+                                     sampler="fast")
+    eta = fast.tail_mass
+    k_max = math.floor(math.log1p(-1e-5) / math.log1p(-eta))   # 1 − (1 − η)^k < δ up to here
+    assert math.isfinite(mechanism_epsilon(fast, max(k_max - 1, 1), 1e-5))
+    assert mechanism_epsilon(fast, k_max + 1, 1e-5) == math.inf
+    lap = ldpsim.mechanism.laplace(epsilon=2.0, clip=1.0)
+    assert mechanism_epsilon(lap, 7, 1e-5) == pytest.approx(14.0, rel=1e-12)

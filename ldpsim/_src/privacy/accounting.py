@@ -273,6 +273,34 @@ def _ldp_event_and_eps0(mechanism: str, sigma, scale, sensitivity, delta):
     return dp_accounting.LaplaceDpEvent(b), {"scale": scale, "noise_multiplier": b}, delta
 
 
+def mechanism_epsilon(mechanism: Any, count: int, delta: float) -> float:
+    """ε at ``delta`` of ``count`` releases of a :class:`~ldpsim.privacy.LocalMechanism`, for
+    what its float32 realisation delivers: its ideal ``dp_event`` composed ``count`` times at
+    the δ that bound (1) leaves, ``(δ − (1 − (1 − η)^k))/s^k`` (``tail_mass`` η,
+    ``tail_scale`` s); ``inf`` where nothing is left. Pass
+    ``accountant=lambda k: mechanism_epsilon(mech, k, delta)`` to
+    :class:`~ldpsim.privacy.PrivacyLedger` to track a mechanism's realised budget.
+    """
+    k = _check_count("count", count)
+    delta = check_open_unit("delta", delta)
+    if k == 0:
+        return 0.0
+    budget = realised.delta_budget(delta, mechanism.tail_mass, mechanism.tail_scale, k)
+    if not budget > 0:
+        return math.inf
+    event = mechanism.dp_event(mechanism.params)
+    if isinstance(event, dp_accounting.NonPrivateDpEvent):
+        return math.inf
+    if isinstance(event, dp_accounting.RandomizedResponseDpEvent):
+        return randomized_response_epsilon(event, k, budget)
+    if isinstance(event, dp_accounting.GaussianDpEvent):
+        return analytic_gaussian_epsilon(event.noise_multiplier / math.sqrt(k), budget)
+    if isinstance(event, dp_accounting.LaplaceDpEvent):
+        return k / event.noise_multiplier
+    return _epsilon_of(event, k, budget, "pld",
+                       "replace" if mechanism.neighbours == "replace" else "add-remove")
+
+
 def _ldp_neighbouring(sensitivity: float) -> str:
     return f"local: any two inputs of one client at distance <= sensitivity={sensitivity:g}"
 

@@ -93,6 +93,10 @@ class PrivacyLedger:
         counts: an int64 array of shape ``(num_clients,)`` to use as the participation
             counts (shared, not copied: e.g. a driver's counter); default zeros.
 
+    ``event`` is an ideal event: for a :class:`~ldpsim.privacy.LocalMechanism` as its float32
+    realisation delivers it, pass ``accountant=lambda k: ldpsim.privacy.mechanism_epsilon(
+    mech, k, delta)``.
+
     Example:
         >>> import dp_accounting
         >>> led = PrivacyLedger(4, event=dp_accounting.GaussianDpEvent(2.0), delta=1e-5)
