@@ -5,7 +5,7 @@ line ``ldpsim <command>: interrupted by SIGINT; <what was saved and how to resum
 exits with status 130 (SIGINT) or 143 (SIGTERM), the shell's 128 + signal number. A second
 signal stops at once (``os._exit``, no clean-up beyond finishing a file write in progress).
 
-Why this module exists (issue 19): a Ctrl-C that lands while XLA compiles used to end in a
+Why this module exists: a Ctrl-C that lands while XLA compiles used to end in a
 segmentation fault. jaxlib waits for a compilation with the GIL released and polls for
 Python signals; a ``KeyboardInterrupt`` raised there abandons the wait, but the compilation
 goes on in a thread of the PjRt client's thread pool. The interpreter then finalizes, the

@@ -12,8 +12,9 @@ import json
 import math
 
 import dp_accounting
-import mpmath
 import pytest
+from exact_gaussian import gaussian_epsilon as _gaussian_epsilon
+from exact_gaussian import gaussian_mu as _gaussian_mu
 from dp_accounting.pld import PLDAccountant
 
 from ldpsim._src._checks import LdpsimError
@@ -30,36 +31,6 @@ from ldpsim._src.privacy.accounting import (
 )
 
 MNIST = dict(batch_size=256, num_examples=60000, steps=14062, delta=1e-5)
-
-
-def _gaussian_delta(mu, eps):
-    """δ(ε) of N(0, 1) against N(μ, 1), i.e. of noise σ on sensitivity Δ = μσ (Balle & Wang
-    2018, Thm. 8): ``Φ(μ/2 − ε/μ) − e^ε Φ(−μ/2 − ε/μ)``, at 50 digits."""
-    with mpmath.workdps(50):
-        mu, eps = mpmath.mpf(mu), mpmath.mpf(eps)
-        return mpmath.ncdf(mu / 2 - eps / mu) - mpmath.exp(eps) * mpmath.ncdf(-mu / 2 - eps / mu)
-
-
-def _bisect(f, lo, hi):
-    """The root of an increasing ``f`` on [lo, hi] (hi doubled until f(hi) > 0), 50 digits."""
-    with mpmath.workdps(50):
-        lo, hi = mpmath.mpf(lo), mpmath.mpf(hi)
-        while f(hi) <= 0:
-            hi *= 2
-        for _ in range(180):
-            mid = (lo + hi) / 2
-            lo, hi = (mid, hi) if f(mid) <= 0 else (lo, mid)
-        return float(hi)
-
-
-def _gaussian_epsilon(mu, delta):
-    """The exact ε of the Gaussian mechanism of ratio μ = Δ/σ at δ (δ(ε) decreases in ε)."""
-    return _bisect(lambda e: delta - _gaussian_delta(mu, e), 0, 1)
-
-
-def _gaussian_mu(eps, delta):
-    """The ratio μ = Δ/σ at which the Gaussian mechanism is exactly (ε, δ)-DP."""
-    return _bisect(lambda m: _gaussian_delta(m, eps) - delta, 0, 1)
 
 
 def test_independent_reference_agrees_with_dp_accounting():

@@ -5,37 +5,15 @@ from __future__ import annotations
 import math
 
 import dp_accounting
-import mpmath
 import numpy as np
 import pytest
+from exact_gaussian import gaussian_epsilon as _gaussian_epsilon
 from dp_accounting.pld import PLDAccountant
 from dp_accounting.rdp import RdpAccountant
 
 from ldpsim._src._checks import LdpsimError
 from ldpsim._src.privacy import mechanism, rr
 from ldpsim._src.privacy.ledger import PrivacyLedger
-
-
-def _gaussian_delta(mu, eps):
-    """δ(ε) of N(0, 1) against N(μ, 1), i.e. of noise σ on sensitivity Δ = μσ (Balle & Wang
-    2018, arXiv:1805.06530, Thm. 8): ``Φ(μ/2 − ε/μ) − e^ε Φ(−μ/2 − ε/μ)``, at 50 digits.
-    An independent reference: nothing of ldpsim is used."""
-    with mpmath.workdps(50):
-        mu, eps = mpmath.mpf(mu), mpmath.mpf(eps)
-        return mpmath.ncdf(mu / 2 - eps / mu) - mpmath.exp(eps) * mpmath.ncdf(-mu / 2 - eps / mu)
-
-
-def _gaussian_epsilon(mu, delta):
-    """The exact ε of the Gaussian mechanism of ratio μ = Δ/σ at δ: bisection of the
-    decreasing δ(ε) at 50 digits."""
-    with mpmath.workdps(50):
-        lo, hi = mpmath.mpf(0), mpmath.mpf(1)
-        while _gaussian_delta(mu, hi) > delta:
-            hi *= 2
-        for _ in range(180):
-            mid = (lo + hi) / 2
-            lo, hi = (mid, hi) if _gaussian_delta(mu, mid) > delta else (lo, mid)
-        return float(hi)
 
 REPLACE = dp_accounting.NeighboringRelation.REPLACE_ONE
 

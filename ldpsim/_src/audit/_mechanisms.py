@@ -251,7 +251,7 @@ def scalar_support(x: float, scale: float, bound: float) -> tuple[float, float]:
     return (x - reach - pad, x + reach + pad)
 
 
-# ------------------------------------------------------- report randomizers (issue 16, item 2)
+# ------------------------------------------------------- report randomizers
 
 #: ldpsim's randomizers beyond additive noise that :func:`ldpsim.audit.audit_report_randomizer` plays.
 REPORT_RANDOMIZERS = ("privunit2", "privunitg", "duchi", "signds")

@@ -156,11 +156,11 @@ class SimulationConfig:
         seed: root seed of all randomness (model init, cohorts, training, noise).
         privacy_mode: where the noise goes (:mod:`ldpsim.modes`): ``"ldp"`` (each
             client clips to ``clip`` and adds noise for (``epsilon``, ``delta``), the
-            default), ``"mindspore"`` (MindSpore Federated ``DP_ENCRYPT``, ALGORITHMS §1:
+            default), ``"mindspore"`` (MindSpore Federated ``DP_ENCRYPT``:
             per-client adaptive bound C_t, noise for (``dp_eps``, ``dp_delta``)),
             ``"central"`` (DP-FedAvg, McMahan et al. 2018: clipped sum + one server draw
             N(0, (zC)²), fixed denominator m) or ``"distributed"`` (each client adds
-            N(0, (zC)²/m), ALGORITHMS §3.4). ``epsilon`` is used by ``"ldp"`` only.
+            N(0, (zC)²/m); Kairouz, Liu & Steinke, ICML 2021). ``epsilon`` is used by ``"ldp"`` only.
         noise_mode: ``"per-client"`` (every client draws its own noise) or
             ``"aggregate"`` (one exact draw of the weighted noise sum,
             ``N(0, Σw²σ² I)``; Gaussian only). ``"central"`` always draws once.

@@ -5,7 +5,7 @@ clipped updates ``S_u = Σ w_k u_k`` and of the noise ``S_ξ = Σ w_k ξ_k`` sep
 that the aggregated noise ``z̄ = S_ξ/Σw`` and the aggregated clean update
 ``ū = S_u/Σw`` are known exactly (not estimated as a difference of noisy quantities).
 
-Theory (ALGORITHMS §5.1–5.2): with i.i.d. per-coordinate noise of standard deviation s
+Theory: with i.i.d. per-coordinate noise of standard deviation s
 (σ for Gaussian, √2·b for Laplace) and weights w, ``z̄`` has per-coordinate std
 ``s·√(Σw²)/Σw = s/√n_eff`` with ``n_eff = (Σw)²/Σw²``, so ``‖z̄‖ ≈ s·√(d/n_eff)``.
 A report randomizer (PrivUnit, Duchi et al., SignDS) has a decoding error ``ξ_k =
@@ -77,7 +77,7 @@ class RoundMetrics(NamedTuple):
             privatized zero substitute; a diagnostic of the simulation, never released).
         clients: participants in the round (cohort size, padding excluded).
         n_eff: (Σw)²/Σw², the effective number of clients of the weighted mean.
-        theory_noise_norm: √(E‖z̄‖²) = s·√(d/n_eff) (ALGORITHMS §5), s² the weighted mean
+        theory_noise_norm: √(E‖z̄‖²) = s·√(d/n_eff), s² the weighted mean
             per-coordinate variance ``Σw_k²s_k²/Σw_k²`` of the clients' releases (additive:
             (factor·scale)²; report randomizers: exact for each client's input); the round
             adds a biased decoder's ``‖Σw_k bias_k‖/Σw`` in quadrature.
@@ -135,7 +135,7 @@ def tree_size(a: PyTree) -> int:
 
 def theory_noise_norm(noise_std: jax.typing.ArrayLike, d: int, n_eff: jax.typing.ArrayLike
                       ) -> jax.Array:
-    """Predicted norm of the aggregated noise, ``s·√(d/n_eff)`` (ALGORITHMS §5.1, §5.2).
+    """Predicted norm of the aggregated noise, ``s·√(d/n_eff)``.
 
     This is √(E‖z̄‖²); E‖z̄‖ is smaller by the factor c_d/√d = 1 − 1/(4d) + O(d⁻²).
     """

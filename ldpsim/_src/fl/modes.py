@@ -27,7 +27,7 @@ accounting):
     PrivUnitG, Duchi et al., SignDS; knob :class:`ReportHyper`, its calibrated params),
     whose report the server decodes before aggregating.
 :func:`mindspore` (``"mindspore"``)
-    MindSpore Federated ``DP_ENCRYPT`` (ALGORITHMS §1): client k clips to its own
+    MindSpore Federated ``DP_ENCRYPT``: client k clips to its own
     adaptive bound C_k,t (:func:`ldpsim.privacy.mindspore_clip`) and adds
     ``N(0, (a(ε,δ)·C_k,t)²)``; FedAvg mean weighted by n_k.
 :func:`central` (``"central"``)
@@ -35,7 +35,7 @@ accounting):
     unweighted clipped sum + ONE server draw ``N(0, (z_Δ C)²)``, fixed denominator m;
     optionally the quantile-adaptive C (Andrew et al. 2021) with the count noise σ_b.
 :func:`distributed` (``"distributed"``)
-    Distributed DP (ALGORITHMS §3.4): each client adds ``N(0, (zC)²/m)``; clients drop
+    Distributed DP (Kairouz, Liu & Steinke, ICML 2021): each client adds ``N(0, (zC)²/m)``; clients drop
     out independently with probability ``dropout_rate`` and the realised noise shortfall
     is reported.
 :func:`with_client_training` (``client_dp=True``)
