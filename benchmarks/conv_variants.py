@@ -79,9 +79,7 @@ batch 16, 2 SGD steps, one client per scan step as the engine runs on CPU):
     whole LeNet-5 step XLA fuses across layers, and the policy in ldpsim.models
     follows the whole-model figures above.
 
-chwn (issue 15, item 2; whole model, map1, m = 200, median of 5-7 interleaved, CPU-ms
-per client update, 2-core Xeon with AVX-512 shared with one other job, load 0.8-2.6,
-jax 0.10.2; client_formulations.py --batch B):
+chwn:
   * one core (``taskset -c 0``), B = 16: mixed 2.86-2.92, chwn 2.01-2.03 (1.42x);
     variants (against mixed 2.91 / 2.92 in their runs): chwn_kkt 3.07, chwn_kconv_taps
     2.23-2.25, chwn_kconv 2.51, chwn_col2im 2.57-2.62, chwn_red 2.70 (2.92 as an
@@ -110,8 +108,7 @@ jax 0.10.2; client_formulations.py --batch B):
   hand relu + pool VJP loses as the NHWC one did (XLA fuses the autodiff one with its
   neighbours).
 
-relu + pool (issue 15, item 2, continued; same machine and protocol, one core, m = 200,
-median of 5-7 interleaved, load ~1, CPU-ms per client update):
+relu + pool:
   * Why the hand relu + pool VJPs were pathological (11-15 ms; "slices" too): XLA's CPU
     fusion recomputes an elementwise producer inside each consumer.  With the pooled
     output an elementwise max of four strided phases (not a reduce, which XLA does not

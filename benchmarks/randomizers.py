@@ -15,7 +15,7 @@ to a running sum (the aggregate). The update of each client is a fixed dense vec
 
 Each kernel is compiled and run once (warm-up), then the rows are timed round-robin
 ``--repeats`` times (median), so load on a shared machine hits every row alike; the ratio
-column is to ``gaussian`` in the same run. Target (issue 13): ≤ 3× Gaussian.
+column is to ``gaussian`` in the same run. Target: ≤ 3× Gaussian.
 
 Measured (2 CPU cores shared with about eight other jobs, so single figures move by ±50 %;
 three runs of 64 clients, chunk 16, ε = 4, medians of 7-9 repeats), ratio to Gaussian:

@@ -1,4 +1,4 @@
-"""ldpsim vs pfl-research on one workload, measured in the same run (issue 15, item 1).
+"""ldpsim vs pfl-research on one workload, measured in the same run.
 
 What a user choosing a simulator for a large local-DP federated simulation wants to know:
 how many client-updates per second each one does on *this* machine, for the *same* work.

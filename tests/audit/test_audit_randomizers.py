@@ -1,4 +1,4 @@
-"""Audits of the randomizers beyond additive noise (issue 16, item 2): PrivUnit2, PrivUnitG,
+"""Audits of the randomizers beyond additive noise: PrivUnit2, PrivUnitG,
 Duchi et al., SignDS, and the canonical k-RR, through ``ldpsim.audit.audit_randomizer``.
 
 False-failure rate: each audit runs at ``confidence = 0.999``, so for a correct

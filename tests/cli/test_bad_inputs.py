@@ -1,4 +1,4 @@
-"""No traceback from the CLI, ever: a table of bad command lines (issue 19).
+"""No traceback from the CLI, ever: a table of bad command lines.
 
 Every case is one ``ldpsim`` invocation with bad input (paths, numbers, options that do
 not apply to the chosen mode, unknown choices, corrupt files). Each must end with a

@@ -1,4 +1,4 @@
-"""SIGINT / SIGTERM during ``ldpsim sweep`` and ``ldpsim run`` (issue 19, ldpsim._src._interrupt).
+"""SIGINT / SIGTERM during ``ldpsim sweep`` and ``ldpsim run``.
 
 The end-to-end tests start the command in its own process group (what a terminal's Ctrl-C
 signals) and check: exit status 130 / 143, one last line saying what was saved and how to

@@ -1,4 +1,4 @@
-"""Accounting: reference values from dp-accounting 0.6.0 (ALGORITHMS §4.5) and exact identities.
+"""Accounting: reference values from dp-accounting 0.6.0 and exact identities.
 
 The exact Gaussian references are computed here, independently of ldpsim: Balle & Wang's
 closed form of the Gaussian mechanism's δ(ε) (ICML 2018, arXiv:1805.06530, Thm. 8) written

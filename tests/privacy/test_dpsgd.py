@@ -1,4 +1,4 @@
-"""DP-SGD optax transformations with MindArmour micro-batch semantics (ALGORITHMS §2.1-2.3)."""
+"""DP-SGD optax transformations with MindArmour micro-batch semantics."""
 
 from __future__ import annotations
 

@@ -105,7 +105,7 @@ def test_randomizers_clip_before_noise():
 
 @pytest.mark.parametrize("n,d,trials", [(1, 20_000, 20), (200, 20_000, 10), (5_000, 2_000, 10)])
 def test_averaging_law(n, d, trials):
-    """ALGORITHMS §5.1: the mean of n noised vectors has per-coordinate noise std σ/√n."""
+    """the seeds' reference values §5.1: the mean of n noised vectors has per-coordinate noise std σ/√n."""
     sigma = 0.5
     direction = jnp.ones(d) / jnp.sqrt(d)  # aligned clipped updates of norm C = 1
 
@@ -116,7 +116,7 @@ def test_averaging_law(n, d, trials):
         return noised.mean(axis=0) - direction
 
     z = np.stack([np.asarray(mean_noise(jax.random.key(100 + t))) for t in range(trials)])
-    # Per-coordinate std: relative SE 1/√(2dT) (ALGORITHMS §5.5); allow 5 SE.
+    # Per-coordinate std: relative SE 1/√(2dT); allow 5 SE.
     assert abs(z.std() / (sigma / np.sqrt(n)) - 1) < 5 / np.sqrt(2 * d * trials)
     # Norm: E‖z̄‖ = c_d σ/√n with c_d ≈ √d(1 − 1/(4d)); spread σ/√(2n) per trial.
     norms = np.linalg.norm(z, axis=1)

@@ -77,7 +77,7 @@ def test_target_eps_mode_reports_delta():
 
 
 def _rdp_integer_order(q, z, alpha):
-    """Independent: RDP_α of the sampled Gaussian for integer α (ALGORITHMS §2.4 formula)."""
+    """Independent: RDP_α of the sampled Gaussian for integer α."""
     k = np.arange(alpha + 1)
     terms = (np.log(special.comb(alpha, k)) + k * np.log(q) + (alpha - k) * np.log1p(-q)
              + (k * k - k) / (2 * z * z))

@@ -134,7 +134,7 @@ def _one_line_warnings(command: str) -> None:
         pass
 
 
-@_interrupt.guarded  # SIGINT/SIGTERM: one line, exit 130/143, never mid-compile (issue 19)
+@_interrupt.guarded  # SIGINT/SIGTERM: one line, exit 130/143, never mid-compile
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         _request_host_devices()

@@ -1,4 +1,4 @@
-"""Checks every command runs before any long work starts (issue 19: no traceback, ever).
+"""Checks every command runs before any long work starts.
 
 * :func:`given_dests`: which options the command line actually gave (not defaults), so an
   option that does not apply to the chosen mode is an error only when the user typed it.

@@ -21,7 +21,7 @@ examples:
   ldpsim dpsgd --config experiments/mindarmour_lenet_dpsgd.toml --out dp.csv --trace dp_steps.csv
   ldpsim dpsgd --config experiments/mindarmour_lenet_dpsgd.toml --no-dp --out nodp.csv
   ldpsim dpsgd --config experiments/mindarmour_lenet_dpsgd.toml --noise-multiplier 0.4 \\
-      --epochs 2 --data-dir ../shared/data
+      --epochs 2 --data-dir path/to/data
   ldpsim dpsgd --config experiments/mindarmour_lenet_dpsgd.toml --sampling poisson
   ldpsim dpsgd --config experiments/mindarmour_lenet_dpsgd.toml --epsilon-only \\
       --from-trace dp_steps.csv          # the epsilon ledger again, without training
@@ -173,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
     if args.epsilon_only:
         return _epsilon_only(args, config, columns)
     handle = writer = trace_handle = trace_writer = None
-    record = _Record(args, config)  # interrupt note; the manifest beside --out (issue 19)
+    record = _Record(args, config)  # interrupt note; the manifest beside --out
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         handle = open(args.out, "w", newline="")

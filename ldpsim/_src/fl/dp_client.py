@@ -1,7 +1,7 @@
 """DP-SGD inside each client: sample-level DP for one client's local training.
 
 :func:`dp_local_update` is :func:`ldpsim.fl.local_update` with every local step
-made differentially private as in MindArmour's ``DPModel`` (ALGORITHMS §2.3) and the
+made differentially private as in MindArmour's ``DPModel`` and the
 FL+DP article (seed 004, step 3: each participant adds DP noise while training
 locally): the step's batch is split into ``M = micro_batches`` chunks, each chunk's
 gradient is clipped to L2 norm ``C``, the clipped gradients are summed, Gaussian

@@ -103,11 +103,11 @@ def noise_scale(config: SimulationConfig, dim: int | None = None) -> tuple[float
 
 def mindspore_sigma_per_clip(dp_eps: float = 50.0, dp_delta: float = 0.01, *,
                              neighbours: str = "add-remove", method: str = "analytic") -> float:
-    """σ_t / C_t of MindSpore's ``DP_ENCRYPT`` (ALGORITHMS §1.4), validated as MindSpore does.
+    """σ_t / C_t of MindSpore's ``DP_ENCRYPT``, validated as MindSpore does.
 
     Ranges (``yaml_config.cc``, ``InitEncryptConfig``): dp_eps > 0, 0 < dp_delta < 1.
     ``neighbours="add-remove"`` (MindSpore: sensitivity C_t) or ``"replace"`` (2C_t, strict
-    replace-one LDP, ALGORITHMS §1.7); ``method`` ``"analytic"`` (exact Balle–Wang) or
+    replace-one LDP); ``method`` ``"analytic"`` (exact Balle–Wang) or
     ``"mindspore"`` (the Java numerics).
     """
     eps = check_positive("dp_eps", dp_eps)

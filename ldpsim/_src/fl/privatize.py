@@ -22,8 +22,8 @@ Formal guarantee:
 
 References:
     McMahan et al., "Learning Differentially Private Recurrent Language Models", ICLR
-    2018 (arXiv:1710.06963), Alg. 1 (flat clipping of client updates); ALGORITHMS.md
-    §1.2 (MindSpore Federated's clip-then-noise local randomizer).
+    2018 (arXiv:1710.06963), Alg. 1 (flat clipping of client updates);
+    MindSpore Federated's clip-then-noise local randomizer.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ arXiv:2003.00295, Alg. 2):
 * FedAdam, FedYogi = Adam / Yogi with β₁ = 0.9, β₂ = 0.99 and adaptivity τ = 10⁻³
   (Reddi et al. 2021, Alg. 2 and §5).
 
-Aggregation (ALGORITHMS §1.5): ``Δ̄ = Σ_k w_k Δ_k / Σ_k w_k`` with ``w_k = |D_k|``
+Aggregation: ``Δ̄ = Σ_k w_k Δ_k / Σ_k w_k`` with ``w_k = |D_k|``
 (FedAvg) or ``w_k = 1`` (uniform).  Clients whose update is not finite, and padding
 slots, get weight 0 and are excluded from the denominator as well.
 """

@@ -246,7 +246,7 @@ def simulate(config: SimulationConfig | Experiment, *, progress: bool = False,
 
     Returns:
         One :class:`~ldpsim.fl.HistoryRow` (a typed dict) per evaluated round
-        (every ``eval_every`` rounds and the last), with the DESIGN.md Results columns
+        (every ``eval_every`` rounds and the last), with the results columns
         (each is described, and classified as a setting, part of the release or a
         diagnostic, in :data:`ldpsim.fl.COLUMNS`): dataset,
         model, mechanism, neighbours, epsilon, delta, clip, sensitivity, sigma,

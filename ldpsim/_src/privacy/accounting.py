@@ -5,7 +5,7 @@ written as a ``DpEvent`` and handed to ``dp_accounting.rdp.RdpAccountant`` (Rén
 DP with the improved RDP→(ε, δ) conversion of Canonne, Kamath & Steinke 2020)
 or ``dp_accounting.pld.PLDAccountant`` (privacy-loss distributions, Koskela et
 al. 2020; Doroshenko et al. 2022). These are scalar NumPy/SciPy computations;
-they never run under ``jit`` (ALGORITHMS §6).
+they never run under ``jit``.
 
 Three settings, each naming its unit of privacy and neighbouring relation in the
 returned :class:`PrivacyReport`:
@@ -36,7 +36,7 @@ returned :class:`PrivacyReport`:
   Abadi et al. 2016, arXiv:1607.00133): the same maths with examples instead of
   users, ``q = batch/N``.
 
-Reproduced (dp-accounting 0.6.0, ALGORITHMS §4.5): ``q = 256/60000, z = 1.1,
+Reproduced (dp-accounting 0.6.0): ``q = 256/60000, z = 1.1,
 14062 steps, δ = 1e-5`` gives RDP 2.5966 and PLD 2.3817; ``q = 0.01, z = 1,
 T = 1000, δ = 1e-6`` gives RDP 2.4367 and PLD 2.1245.
 """

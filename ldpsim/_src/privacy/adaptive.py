@@ -7,8 +7,7 @@ is a traced value (changing it never recompiles).
 
 Two rules:
 
-* :func:`mindspore_clip` — MindSpore Federated's ``dpNormClipAdapt`` (ALGORITHMS §1.3,
-  ``FLLiteClient.updateDpNormClip``): ``C_1 = 0.05`` (hard-coded in the Java client);
+* :func:`mindspore_clip` — MindSpore Federated's ``dpNormClipAdapt``: ``C_1 = 0.05`` (hard-coded in the Java client);
   after server iteration ``t`` the client computes ``g_t = ‖W_{t+1} − W_t‖₂`` (the change
   of the *noisy* global model, which is public, so adapting costs no privacy) and
   ``candidate = dp_norm_clip · g_t``. In iteration 1 it overwrites ``C ← candidate``;
@@ -19,7 +18,7 @@ Two rules:
 * :func:`quantile_clip` — Andrew, Thakkar, McMahan & Ramaswamy, "Differentially Private
   Learning with Adaptive Clipping", NeurIPS 2021 (arXiv:1905.03871), Alg. 1 with the
   geometric update, as TFF ``DifferentiallyPrivateFactory.gaussian_adaptive``
-  (ALGORITHMS §3.3): each client reports ``b_i = 1[ν_i ≤ C] − ½`` (sensitivity ½), the
+ : each client reports ``b_i = 1[ν_i ≤ C] − ½`` (sensitivity ½), the
   server releases ``b̄ = (Σ b_i + N(0, σ_b²))/m + ½`` clamped to ``[0, 1]`` and sets
   ``C ← C·exp(−η(b̄ − γ))``. Defaults: ``C_0 = 0.1``, ``γ = 0.5``, ``η = 0.2``,
   ``σ_b = m/20``. :func:`adaptive_noise_split` gives the value-noise multiplier ``z_Δ``
@@ -93,7 +92,7 @@ def global_change_norm(old_params, new_params) -> jax.Array:
 
 def mindspore_clip(dp_norm_clip: float = 1.0, *, initial_clip: float = MINDSPORE_INITIAL_CLIP,
                    running_min: bool = True, num_clients: int | None = None) -> AdaptiveClip:
-    """MindSpore Federated's adaptive clip bound (ALGORITHMS §1.3; ``DP_ENCRYPT``).
+    """MindSpore Federated's adaptive clip bound.
 
     Args:
         dp_norm_clip: the server's ``dp_norm_clip`` (MindSpore: > 0, default 1.0,
@@ -149,7 +148,7 @@ def adaptive_noise_split(noise_multiplier: float, clients_per_round: float,
                          clipped_count_stddev: float | None = None) -> tuple[float, float]:
     """Split a noise multiplier between the value sum and the clipped-count query.
 
-    TFF ``adaptive_clip_noise_params`` (ALGORITHMS §3.3): with ``σ_b = m/20`` by default,
+    TFF ``adaptive_clip_noise_params``: with ``σ_b = m/20`` by default,
     ``z_Δ = (z⁻² − (2σ_b)⁻²)^(−1/2)``, so ``1/z² = 1/z_Δ² + 1/(2σ_b)²``: the composition
     of the value release (noise multiplier ``z_Δ``) and the count release (std ``σ_b`` on
     a sensitivity-½ sum, multiplier ``2σ_b``) is a Gaussian mechanism with multiplier

@@ -1,6 +1,6 @@
 """Noise averaging ("cancellation") of local DP noise: exact theory and a chunked simulator.
 
-Setup (ALGORITHMS §5): n clients each release ``v_i = u_i + z_i`` with a clipped update
+Setup: n clients each release ``v_i = u_i + z_i`` with a clipped update
 ``u_i`` and i.i.d. per-coordinate noise ``z_i`` of standard deviation ``s`` (``s = σ`` for
 the Gaussian mechanism, ``s = √2·b`` for Laplace). The server forms the weighted mean with
 weights ``w_i``; the aggregated noise ``z̄ = Σ w_i z_i / Σ w_i`` has per-coordinate standard
@@ -22,8 +22,8 @@ does) and, for very large n, by drawing the aggregate from its exact distributio
 (``method="aggregate"``). It knows nothing of federated learning.
 
 References:
-    ALGORITHMS.md §5.1–5.3 (this project); MindSpore Federated, "Local differential privacy
-    training (noise)", claim that noise mostly cancels beyond ~1,000 clients (§1.6).
+    MindSpore Federated, "Local differential privacy training (noise)": the claim that
+    noise mostly cancels beyond ~1,000 clients.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def chi_mean_factor(dim: int) -> float:
 
 
 def effective_num_clients(weights: Sequence[float] | np.ndarray) -> float:
-    """``n_eff = (Σw)²/Σw²`` of a weighted mean (ALGORITHMS §5.2); ``n`` for equal weights."""
+    """``n_eff = (Σw)²/Σw²`` of a weighted mean; ``n`` for equal weights."""
     w = np.asarray(weights, dtype=np.float64)
     if w.ndim != 1 or w.size == 0 or not np.all(np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:
         raise LdpsimError("weights must be a non-empty 1-D array of finite values >= 0 with a positive sum")

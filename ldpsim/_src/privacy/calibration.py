@@ -13,7 +13,7 @@ Three Gaussian methods and the Laplace scale:
   proof requires ε < 1; for ε ≥ 1 a :class:`ClassicGaussianRangeWarning` is
   issued (the formula is then not a proven guarantee).
 * ``mindspore``: MindSpore Federated's ``SecureProtocol.calculateSigma``
-  numerics (ALGORITHMS §1.4): Balle–Wang Algorithm 1 with erf by trapezoidal
+  numerics: Balle–Wang Algorithm 1 with erf by trapezoidal
   integration over 10,000 segments cast to float32, doubling + bisection with
   an absolute δ tolerance of 1e-6 and at most 1,000 iterations. Usually a little
   more conservative than exact, but **not always** (see below); offered for
@@ -319,7 +319,7 @@ def _mindspore_search(eps: float, delta: float, sign: float) -> float:
 
 
 def mindspore_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1.0) -> float:
-    """σ exactly as MindSpore Federated's Java client computes it (ALGORITHMS §1.4).
+    """σ exactly as MindSpore Federated's Java client computes it.
 
     Balle & Wang's Algorithm 1 with MindSpore's numerics: ``δ₀ = B⁺(0)``; if
     δ > δ₀ search ``v*`` with ``B⁺(v*) ≈ δ`` and ``α = √(1+v*/2) − √(v*/2)``; if

@@ -188,7 +188,7 @@ def clip_by_global_norm(tree: PyTree, clip: jax.typing.ArrayLike) -> tuple[PyTre
     """Scale a pytree so that its global L2 norm is at most ``clip`` (flat clipping).
 
     ``u' = u · min(1, C / ‖u‖)`` with one factor for the whole tree, as in
-    MindSpore Federated's LDP client (ALGORITHMS §1.2 step 3) and TFF's
+    MindSpore Federated's LDP client and TFF's
     ``tf.clip_by_global_norm``. The direction is preserved (up to float rounding) and
     the bound holds for every finite input, float32 max included; an input already
     within the bound is returned bit for bit.

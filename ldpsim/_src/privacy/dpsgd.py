@@ -1,4 +1,4 @@
-"""DP-SGD as optax transformations, with MindArmour's micro-batch semantics (ALGORITHMS §2).
+"""DP-SGD as optax transformations, with MindArmour's micro-batch semantics.
 
 The core is :func:`dp_aggregate`, an ``optax.GradientTransformation`` whose input
 updates carry a leading axis of ``M`` per-micro-batch (or per-example) gradients,
@@ -101,7 +101,7 @@ class DPAggregateState(NamedTuple):
 
 def decay_noise_multiplier(policy: str | None, multiplier: jax.typing.ArrayLike,
                            initial: jax.typing.ArrayLike, rate: jax.typing.ArrayLike) -> jax.Array:
-    """One step of MindArmour's ``_MechanismsParamsUpdater`` (ALGORITHMS §2.1).
+    """One step of MindArmour's ``_MechanismsParamsUpdater``.
 
     ``None``: unchanged. ``"Time"``: ``m₀/(m₀/m + r)``. ``"Step"``: ``(1 − r)·m``.
     ``"Exp"``: ``m·e^{−r}``. Iterating from ``m₀`` gives ``m₀/(1 + r t)``,
@@ -122,7 +122,7 @@ def decay_noise_multiplier(policy: str | None, multiplier: jax.typing.ArrayLike,
 def update_clip_norm(policy: str, clip_norm: jax.typing.ArrayLike,
                      unclipped_fraction: jax.typing.ArrayLike, learning_rate: jax.typing.ArrayLike,
                      target_unclipped_quantile: jax.typing.ArrayLike) -> jax.Array:
-    """MindArmour's adaptive clip rule (``AdaClippingWithGaussianRandom``, ALGORITHMS §2.2).
+    """MindArmour's adaptive clip rule (``AdaClippingWithGaussianRandom``).
 
     ``"Linear"``: ``C − η(β − γ)``; ``"Geometric"``: ``C·exp(−η(β − γ))``, where
     ``β`` is the (already noised) unclipped fraction. No clamp to positive values.

@@ -18,8 +18,7 @@ ldpsim needs about it, so that callers never branch on a mechanism's name:
   per-coordinate variance of the decoded estimate for that input
   (:func:`total_variance` sums the variance).
 * ``noise_std(params)`` -- additive: per-coordinate std of one client's noise (σ for Gaussian,
-  √2·b for Laplace), all the aggregate's noise theory needs (ALGORITHMS §5;
-  :func:`mean_noise_variance`); report randomizers: the root mean per-coordinate variance
+  √2·b for Laplace), all the aggregate's noise theory needs; report randomizers: the root mean per-coordinate variance
   at the worst-case input ‖x‖ = C.
 * ``dp_event(params)`` -- the host-side accounting of one release for the stated relation
   (:attr:`LocalMechanism.neighbours`): ``GaussianDpEvent``/``LaplaceDpEvent`` with noise
@@ -437,7 +436,7 @@ def noise_std_factor(name: str) -> float:
 def mean_noise_variance(noise_std: jax.typing.ArrayLike, weight_sum: jax.typing.ArrayLike,
                         weight_sq_sum: jax.typing.ArrayLike) -> jax.Array:
     """Per-coordinate variance of the noise of a weighted mean of independent releases:
-    ``noise_std² · Σw² / (Σw)²`` = ``noise_std² / n_eff`` (ALGORITHMS §5.2)."""
+    ``noise_std² · Σw² / (Σw)²`` = ``noise_std² / n_eff``."""
     w = jnp.asarray(weight_sum, jnp.float32)
     return jnp.square(jnp.asarray(noise_std, jnp.float32)) * jnp.asarray(
         weight_sq_sum, jnp.float32) / jnp.where(w > 0, w * w, 1.0)

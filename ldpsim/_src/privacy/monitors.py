@@ -1,4 +1,4 @@
-"""MindArmour-compatible privacy monitors for DP-SGD (ALGORITHMS §2.4).
+"""MindArmour-compatible privacy monitors for DP-SGD.
 
 :class:`RDPMonitor` and :class:`ZCDPMonitor` reproduce the arithmetic of
 ``mindarmour/privacy/diff_privacy/monitor/monitor.py`` so that ε figures
@@ -58,8 +58,7 @@ def decayed_noise_multipliers(initial: float, steps: Sequence[int] | np.ndarray,
     """Noise multiplier used at each (0-based, global) step under MindArmour's decay.
 
     ``None``: constant ``m₀``. ``"Time"``: ``m₀/(1 + r·s)``. ``"Step"``:
-    ``m₀(1 − r)^s``. ``"Exp"``: ``m₀·e^{−r·s}`` (ALGORITHMS §2.1; closed forms of
-    the per-step updates of ``_MechanismsParamsUpdater``).
+    ``m₀(1 − r)^s``. ``"Exp"``: ``m₀·e^{−r·s}``.
     """
     initial = check_positive("initial_noise_multiplier", initial)
     s = np.asarray(steps, dtype=np.float64)
@@ -172,7 +171,7 @@ class _Monitor:
 
 
 class RDPMonitor(_Monitor):
-    """MindArmour's ``RDPMonitor`` arithmetic (ALGORITHMS §2.4), without the callback plumbing.
+    """MindArmour's ``RDPMonitor`` arithmetic, without the callback plumbing.
 
     Args:
         num_samples: training set size N.

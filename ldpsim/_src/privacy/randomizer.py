@@ -305,7 +305,7 @@ def signed_scalar_epsilon(clip: float, bound: float, excess: float) -> float:
     (both values: the release is symmetric in ``r ↦ C − r``).
     """
     f = np.float32
-    c, b, e = f(clip), f(bound), f(excess)
+    b, e = f(bound), f(excess)   # the extreme coin does not depend on C
     small = (e + f(2.0) * f(0.0)) / (f(2.0) * b)
     s = bernoulli_probability(float(small))
     if s <= 0.0:

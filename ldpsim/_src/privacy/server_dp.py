@@ -4,14 +4,14 @@ All functions are pure and jittable; noise scales are traced scalars.
 
 * :func:`central_gaussian_mean` — DP-FedAvg with the fixed-denominator estimator
   (McMahan, Ramage, Talwar & Zhang, ICLR 2018, arXiv:1710.06963, Alg. 1, f̃_f) as TFF
-  ``DifferentiallyPrivateFactory.gaussian_fixed`` (ALGORITHMS §3.2): the server sums the
+  ``DifferentiallyPrivateFactory.gaussian_fixed``: the server sums the
   per-client clipped updates (each ‖u_i‖₂ ≤ C), adds ONE draw ``N(0, (zC)² I)`` to the
   sum and divides by the fixed ``m`` (not the realised cohort size), so the sum has
   add/remove-one-user L2 sensitivity C and one round is the Gaussian mechanism with
   noise multiplier z (amplified by sampling; accounted by
   :func:`ldpsim.privacy.dpfedavg_epsilon`).
 * :func:`distributed_client_stddev` / :func:`distributed_shortfall` — distributed DP
-  (ALGORITHMS §3.4): each of n expected clients adds ``N(0, σ²/n)`` so the (securely
+ : each of n expected clients adds ``N(0, σ²/n)`` so the (securely
   aggregated) sum carries ``N(0, σ²)``; if only m clients survive, the sum carries
   ``m σ²/n`` — the noise *shortfall* that weakens the guarantee to multiplier
   ``z·√(m/n)``.
@@ -93,7 +93,7 @@ def distributed_shortfall(central_stddev: jax.typing.ArrayLike,
                           expected_clients: jax.typing.ArrayLike,
                           survivors: jax.typing.ArrayLike,
                           clip: jax.typing.ArrayLike = 1.0) -> DistributedShortfall:
-    """The dropout shortfall of distributed DP (ALGORITHMS §3.4).
+    """The dropout shortfall of distributed DP.
 
     Args:
         central_stddev: σ, the std the sum should carry (σ = zC).

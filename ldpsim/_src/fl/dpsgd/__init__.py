@@ -1,6 +1,6 @@
 """Centralised (non-federated) DP-SGD training, as MindArmour's ``DPModel`` runs it.
 
-This is the MindArmour LeNet-5 tutorial (seed 002, ALGORITHMS §2.3–2.5) in JAX:
+This is the MindArmour LeNet-5 tutorial (seed 002) in JAX:
 one model, the whole training set, per-micro-batch clipping with Gaussian noise in
 front of SGD / Momentum / Adam, and after every epoch the test accuracy and the
 privacy spent.
