@@ -1,4 +1,4 @@
-"""The trust-model crossover (issue 13, item 5): MNIST / LeNet-5 accuracy against clients per
+"""The trust-model crossover: MNIST / LeNet-5 accuracy against clients per
 round at equal CENTRAL (ε, δ) for local DP, local DP + shuffling, secure aggregation with
 distributed noise, and central DP.
 

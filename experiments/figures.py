@@ -10,13 +10,13 @@ message naming them (exit status 0), so the command works on a partial checkout.
 The figures are written under ``--out`` (default ``experiments/figures/``, the folder the READMEs
 link to; its PNGs are the only committed images, see .gitignore).
 
-Seed 000 at convergence (issue 14): the grid runs in pieces (experiments/README.md), each
+Seed 000 at convergence: the grid runs in pieces (experiments/README.md), each
 committed as ``seed000_converged_<piece>.csv``; they are joined by
 :func:`ldpsim.sweep.concat_results` (row concatenation in name order, refusing a run present in
 two pieces). The statistics (means, t-intervals over seeds, gaps paired by seed) are
 :func:`ldpsim.sweep.accuracy_verdict`'s; ``python experiments/seed000_table.py`` prints them.
 
-FEMNIST under local DP (issue 14): the pieces ``femnist_ldp*.csv`` of ``femnist_ldp.toml``'s grid
+FEMNIST under local DP: the pieces ``femnist_ldp*.csv`` of ``femnist_ldp.toml``'s grid
 (experiments/README.md), joined the same way.
 """
 
