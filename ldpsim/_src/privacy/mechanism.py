@@ -59,6 +59,8 @@ from ldpsim._src.privacy.randomizer import (
     MechanismParams,
     Privatized,
     Report,
+    decoded_release,
+    mean_variance,
     total_variance,
 )
 
@@ -384,27 +386,9 @@ def decoded_release_fn(name: str) -> Callable[[jax.Array, PyTree, Any], Privatiz
         LdpsimError: unknown name, or a categorical randomizer (``"rr"``).
     """
     e = entry(name)
-    if e.additive:
-        return e.privatize
     if e.input != "vector":
         raise LdpsimError(f"{name!r} privatizes categories, not model updates")
-
-    def release(key: jax.Array, update: PyTree, params: Any) -> Privatized:
-        rep = e.privatize(key, update, params)
-        noisy = e.decode(rep.report, params, update)
-        noisy = jax.tree_util.tree_map(lambda a, b: a.astype(jnp.result_type(b)), noisy, update)
-        # The round sums w·clipped and w·noise over the cohort, and 0·NaN is NaN: a randomizer
-        # whose `clipped` is its raw input (SignDS releases an order, it clips nothing) would
-        # turn one diverged client, even an excluded one (w = 0), into a NaN model. Its
-        # input enters the aggregate as the zero substitute, as for every other randomizer.
-        clipped = jax.tree_util.tree_map(
-            lambda c: jnp.where(rep.finite, c, jnp.zeros_like(c)), rep.clipped)
-        rep = rep._replace(clipped=clipped)
-        noise = jax.tree_util.tree_map(jnp.subtract, noisy, rep.clipped)
-        return Privatized(noisy, rep.clipped, noise, rep.norm, rep.release_norm, rep.was_clipped,
-                          rep.finite)
-
-    return release
+    return decoded_release(e.privatize, e.decode, e.additive)
 
 
 def mean_variance_fn(name: str) -> Callable[[Any, PyTree], jax.Array]:
@@ -419,14 +403,7 @@ def mean_variance_fn(name: str) -> Callable[[Any, PyTree], jax.Array]:
     e = entry(name)
     if e.input != "vector":
         raise LdpsimError(f"{name!r} privatizes categories, not model updates")
-
-    def mean_variance(params: Any, update: PyTree) -> jax.Array:
-        var = e.variance(params, update)
-        leaves = jax.tree_util.tree_leaves(var)
-        d = sum(int(jnp.size(v)) for v in leaves)
-        return sum(jnp.sum(v, dtype=jnp.float32) for v in leaves) / jnp.float32(max(d, 1))
-
-    return mean_variance
+    return mean_variance(e.variance)
 
 
 def noise_std_factor(name: str) -> float:
