@@ -63,7 +63,7 @@ import jax.numpy as jnp
 
 from ldpsim._src._checks import LdpsimError
 from ldpsim._src.fl import dp_client
-from ldpsim._src.privacy import adaptive, server_dp
+from ldpsim._src.privacy import adaptive, registry, server_dp
 from ldpsim._src.privacy import mechanism as mechanism_lib
 
 PyTree = Any
@@ -73,7 +73,7 @@ __all__ = ["CentralHyper", "DistributedHyper", "LocalHyper", "MindSporeHyper",
            "central", "distributed", "local", "mindspore", "server_key",
            "with_client_training"]
 
-PRIVACY_MODES = ("ldp", "mindspore", "central", "distributed")
+PRIVACY_MODES = registry.mode_names()   # the registry's (ldpsim._src.privacy.registry)
 NOISE_MODES = ("per-client", "aggregate")
 _SERVER_SALT = 0x73727672   # "srvr"
 _DROPOUT_SALT = 0x64726F70  # "drop"

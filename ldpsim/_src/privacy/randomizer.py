@@ -319,6 +319,17 @@ def clip_flat(update: PyTree, clip: jax.typing.ArrayLike):
     return flat, clipped, norm, release_norm, was_clipped, finite, unravel
 
 
+def axis(dim: int, value: float) -> jax.Array:
+    """``value·e₁`` in ``d`` float32 coordinates (the audits' worst-case pairs)."""
+    return jnp.zeros((dim,), jnp.float32).at[0].set(np.float32(value))
+
+
+#: The audits' "zero" norm for PrivUnit: ``x0 = −TINY·C·e₁`` (r ≈ 0 with the direction −e₁;
+#: x0 = 0 would take the implementation's fixed direction e₁, the same as x1's, and hide the
+#: direction's ε).
+AUDIT_TINY = 1e-6
+
+
 def unravel_like(flat: jax.Array, like: PyTree | None) -> PyTree:
     """``flat`` in the structure of ``like`` (leaf shapes and dtypes), or ``flat`` itself."""
     if like is None:

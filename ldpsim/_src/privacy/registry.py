@@ -152,8 +152,11 @@ class ModeSpec:
         randomizers: a local randomizer (``mechanism``) and its options apply.
         per_client: its releases are per client (``stop_at_epsilon`` applies).
         user_level: its guarantee is user-level DP of the noisy sum (DP-FedAvg), not local.
+        per_client_state: it keeps state per client (O(population) host memory).
         plan: ``"module:function"``, ``(config, population, dim) -> PrivacyPlan``.
         label: how the manifest names it.
+        nested: ``"module:Class"`` of its nested configuration (:class:`ldpsim.Experiment`'s
+            ``privacy``).
     """
 
     name: str
@@ -163,7 +166,9 @@ class ModeSpec:
     randomizers: bool = False
     per_client: bool = False
     user_level: bool = False
+    per_client_state: bool = False
     label: str = ""
+    nested: str = ""
 
 
 def resolve(path: str) -> Any:
@@ -235,24 +240,30 @@ RANDOMIZERS: tuple[RandomizerSpec, ...] = (
 )
 
 _F = "ldpsim._src.fl.planning:"
+_E = "ldpsim._src.fl.experiment:"
 
 #: Every privacy mode of the engine.
 MODES: tuple[ModeSpec, ...] = (
-    ModeSpec(name="ldp", plan=_F + "_plan_ldp", randomizers=True, per_client=True,
+    ModeSpec(name="ldp", nested=_E + "LocalDP", plan=_F + "_plan_ldp", randomizers=True,
+             per_client=True,
              settings=("epsilon", "delta", "clip", "neighbours", "calibration"),
              label="local DP",
              help="each client clips and applies the local randomizer --mechanism "
                   "(--epsilon/--delta/--clip)"),
-    ModeSpec(name="mindspore", plan=_F + "_plan_mindspore", per_client=True,
+    ModeSpec(name="mindspore", nested=_E + "MindSpore", plan=_F + "_plan_mindspore",
+             per_client=True,
+             per_client_state=True,
              settings=("dp_eps", "dp_delta", "dp_norm_clip", "mindspore_clip_rule",
                        "mindspore_neighbours"),
              label="MindSpore DP_ENCRYPT",
              help="MindSpore DP_ENCRYPT: adaptive C_t, --dp-eps/--dp-delta/--dp-norm-clip"),
-    ModeSpec(name="central", plan=_F + "_plan_central", user_level=True,
+    ModeSpec(name="central", nested=_E + "CentralDP", plan=_F + "_plan_central",
+             user_level=True,
              settings=("noise_multiplier", "delta", "clip", "adaptive_clip"),
              label="central DP-FedAvg",
              help="DP-FedAvg: one server draw N(0,(zC)^2) on the clipped sum"),
-    ModeSpec(name="distributed", plan=_F + "_plan_distributed", user_level=True,
+    ModeSpec(name="distributed", nested=_E + "DistributedDP", plan=_F + "_plan_distributed",
+             user_level=True,
              settings=("noise_multiplier", "delta", "clip", "dropout_rate"),
              label="distributed DP-FedAvg",
              help="each client N(0,(zC)^2/m)"),
@@ -288,6 +299,13 @@ def randomizer_names(*, engine: bool | None = None, family: str | None = None,
                  and (family is None or s.family == family)
                  and (frontier is None or s.frontier == frontier)
                  and (audit is None or (s.audit_dim is not None) == audit))
+
+
+def audit_randomizers() -> tuple[str, ...]:
+    """What ``ldpsim audit`` plays: the engine's additive randomizers (1-D sufficient
+    statistic or full), randomizers of categories, and the report randomizers with a game."""
+    return tuple(s.name for s in RANDOMIZERS if (s.additive and s.engine)
+                 or s.input != "vector" or s.audit_dim is not None)
 
 
 def engine_randomizers() -> tuple[str, ...]:
