@@ -41,6 +41,7 @@ Public: :func:`randomizer`, :func:`mode`, :func:`randomizer_names`, :func:`mode_
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import math
 from typing import Any, Mapping
@@ -246,7 +247,7 @@ _E = "ldpsim._src.fl.experiment:"
 MODES: tuple[ModeSpec, ...] = (
     ModeSpec(name="ldp", nested=_E + "LocalDP", plan=_F + "_plan_ldp", randomizers=True,
              per_client=True,
-             settings=("epsilon", "delta", "clip", "neighbours", "calibration"),
+             settings=("epsilon", "delta", "clip", "neighbours", "calibration", "noise_mode"),
              label="local DP",
              help="each client clips and applies the local randomizer --mechanism "
                   "(--epsilon/--delta/--clip)"),
@@ -254,7 +255,7 @@ MODES: tuple[ModeSpec, ...] = (
              per_client=True,
              per_client_state=True,
              settings=("dp_eps", "dp_delta", "dp_norm_clip", "mindspore_clip_rule",
-                       "mindspore_neighbours"),
+                       "mindspore_neighbours", "noise_mode"),
              label="MindSpore DP_ENCRYPT",
              help="MindSpore DP_ENCRYPT: adaptive C_t, --dp-eps/--dp-delta/--dp-norm-clip"),
     ModeSpec(name="central", nested=_E + "CentralDP", plan=_F + "_plan_central",
@@ -264,7 +265,7 @@ MODES: tuple[ModeSpec, ...] = (
              help="DP-FedAvg: one server draw N(0,(zC)^2) on the clipped sum"),
     ModeSpec(name="distributed", nested=_E + "DistributedDP", plan=_F + "_plan_distributed",
              user_level=True,
-             settings=("noise_multiplier", "delta", "clip", "dropout_rate"),
+             settings=("noise_multiplier", "delta", "clip", "dropout_rate", "noise_mode"),
              label="distributed DP-FedAvg",
              help="each client N(0,(zC)^2/m)"),
 )
@@ -330,13 +331,23 @@ def randomizer_option_fields() -> tuple[str, ...]:
 
 def own_option_fields() -> tuple[str, ...]:
     """The randomizers' own options (not shared settings), in order."""
-    return tuple(dict.fromkeys(o.field for s in RANDOMIZERS if s.engine for o in s.options))
+    return _own_option_fields(RANDOMIZERS)
+
+
+@functools.lru_cache(maxsize=8)
+def _own_option_fields(randomizers) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(o.field for s in randomizers if s.engine for o in s.options))
 
 
 def mode_option_fields() -> tuple[str, ...]:
     """The run options some privacy modes use and others do not."""
-    every = set.intersection(*(set(m.settings) for m in MODES))
-    return tuple(dict.fromkeys(f for m in MODES for f in m.settings if f not in every))
+    return _mode_option_fields(MODES)
+
+
+@functools.lru_cache(maxsize=8)
+def _mode_option_fields(modes) -> tuple[str, ...]:
+    every = set.intersection(*(set(m.settings) for m in modes))
+    return tuple(dict.fromkeys(f for m in modes for f in m.settings if f not in every))
 
 
 def option_help(field: str) -> tuple[tuple[str, ...], OptionSpec]:
@@ -350,7 +361,12 @@ def option_help(field: str) -> tuple[tuple[str, ...], OptionSpec]:
 def shared_setting_fields() -> tuple[str, ...]:
     """The shared local-DP settings that some randomizers read and others do not
     (``delta``, ``calibration``)."""
-    return tuple(dict.fromkeys(f for s in RANDOMIZERS if s.engine for f in s.settings))
+    return _shared_setting_fields(RANDOMIZERS)
+
+
+@functools.lru_cache(maxsize=8)
+def _shared_setting_fields(randomizers) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(f for s in randomizers if s.engine for f in s.settings))
 
 
 def option_applies(field: str, params: Mapping[str, Any], *,
