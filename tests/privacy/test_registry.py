@@ -179,3 +179,25 @@ def test_unknown_names_list_the_registered_ones():
     with pytest.raises(LdpsimError, match="privacy_mode must be one of ldp, mindspore"):
         registry.mode("nope")
     assert math.isinf(registry.randomizer("gaussian").epsilon_max)
+
+
+@pytest.mark.slow
+def test_a_spec_alone_makes_a_randomizer_run_in_simulate(monkeypatch):
+    """One entry (here: Duchi et al.'s module under another name) is all a randomizer needs
+    to run in the engine by name: the run equals Duchi et al.'s, number for number."""
+    from ldpsim._src.fl import simulate as sim
+    from ldpsim._src.fl.config import SimulationConfig
+    from toy_data import toy_logreg_problem
+
+    spec = dataclasses.replace(registry.randomizer("duchi"), name="throwaway")
+    monkeypatch.setattr(registry, "RANDOMIZERS", registry.RANDOMIZERS + (spec,))
+    data = toy_logreg_problem(24, n_test=100)
+    base = dict(dataset="toy", model="logreg", population=24, clients_per_round=8, rounds=2,
+                epsilon=4.0, clip=1.0, local_steps=2, batch_size=4, client_lr=0.5,
+                chunk_size=4, seed=3)
+    mine = sim.simulate(SimulationConfig(mechanism="throwaway", **base), data=data)
+    ref = sim.simulate(SimulationConfig(mechanism="duchi", **base), data=data)
+    assert [r["mechanism"] for r in mine] == ["throwaway"] * 2
+    for a, b in zip(mine, ref):
+        for col in ("accuracy", "loss", "noise_norm", "signal_norm", "epsilon_spent", "sigma"):
+            assert a[col] == b[col], col

@@ -33,13 +33,14 @@ have bounded tails that put a floor under δ:
 al., SignDS and k-RR pure ε-LDP for any two inputs (relation ``"replace"``).
 
 :data:`REGISTRY` holds ONE :class:`RegistryEntry` per randomizer (name, factory, privatize,
-decode, mean, variance, the additive noise factor or None, the kind of guarantee).
-Adding a randomizer is one module and one entry. The engine's round
-(:func:`ldpsim.fl.make_round_fn`) reaches every vector randomizer (:data:`VECTOR`) through
-:func:`decoded_release_fn` (the server's decoded estimate of each client's clipped input,
-``noisy = clipped + noise``, with ``noise`` the decoding error) and
-:func:`mean_variance_fn` (each client's exact per-coordinate variance, for the theory of
-the aggregate's error). :func:`privatize_fn` and :func:`noise_std_factor` serve the
+decode, mean, variance, the additive noise factor or None, the kind of guarantee), built
+from the specs of :mod:`ldpsim._src.privacy.registry`, the one list: adding a randomizer is
+its module and one spec there. The engine's round (:func:`ldpsim.fl.make_round_fn`) applies
+each mechanism's own functions (:attr:`LocalMechanism.decoded_release`: the server's decoded
+estimate of each client's clipped input, ``noisy = clipped + noise``, with ``noise`` the
+decoding error; :attr:`LocalMechanism.mean_variance`: each client's exact per-coordinate
+variance, for the theory of the aggregate's error), so a user's own mechanism runs without
+registration; :func:`decoded_release_fn` and :func:`mean_variance_fn` give them by name. :func:`privatize_fn` and :func:`noise_std_factor` serve the
 additive ones (:data:`ADDITIVE`) only and refuse report randomizers with a clear error.
 """
 
