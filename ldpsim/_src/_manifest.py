@@ -60,6 +60,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ldpsim._src.privacy import registry
+
 __all__ = ["FORMAT", "Recorder", "collect", "dataset_record", "guarantee", "load",
            "manifest_path", "simulation_config", "write"]
 
@@ -306,7 +308,7 @@ def guarantee(row: Mapping[str, Any]) -> dict[str, Any]:
     if rec.get("mechanism") in (None, "none") or (mode in ("ldp", None)
                                                   and _isinf(rec.get("epsilon"))):
         statement = "no privacy: no noise was added (epsilon = inf)"
-    elif mode in ("central", "distributed"):
+    elif mode in [m.name for m in registry.MODES if m.user_level]:
         statement = (f"user-level ({_fmt(eps)}, {_fmt(delta)})-DP after {rounds} rounds "
                      f"({mode} DP-FedAvg, noise multiplier {_fmt(rec.get('noise_multiplier'))}, "
                      f"{rec.get('neighbours')} neighbours, sensitivity {_fmt(rec.get('sensitivity'))})")

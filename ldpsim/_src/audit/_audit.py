@@ -16,6 +16,7 @@ from ldpsim._src._checks import LdpsimError, check_choice, check_open_unit, chec
 from ldpsim._src.audit import _bounds, _game, _mechanisms, _mismatch
 from ldpsim._src.audit._bounds import AuditResult, Test
 from ldpsim._src.audit._mechanisms import Mechanism, Score
+from ldpsim._src.privacy import registry
 
 PyTree = Any
 
@@ -421,6 +422,7 @@ def audit_report_randomizer(
                    statistics=statistics)
     gap = float(jnp.linalg.norm(x1 - x0))
     return AuditReport(
-        name, local.epsilon, None, "replace", None if name == "signds" else float(clip), gap,
+        name, local.epsilon, None, "replace",
+        float(clip) if registry.randomizer(name).uses_clip else None, gap,
         None, "full-mechanism", dim, f"ldpsim.privacy.{name}(...).privatize",
         name, _describe(what, None, result), time.perf_counter() - start, result)

@@ -23,7 +23,7 @@ import numpy as np
 from ldpsim._src._checks import LdpsimError, check_choice, check_positive, check_positive_int
 from ldpsim._src.privacy import mechanism as mechanism_lib
 from ldpsim._src.privacy import rr as rr_lib
-from ldpsim._src.privacy import sampling
+from ldpsim._src.privacy import registry, sampling
 from ldpsim._src.privacy.calibration import NEIGHBOURS
 
 PyTree = Any
@@ -253,24 +253,18 @@ def scalar_support(x: float, scale: float, bound: float) -> tuple[float, float]:
 
 # ------------------------------------------------------- report randomizers
 
-#: ldpsim's randomizers beyond additive noise that :func:`ldpsim.audit.audit_report_randomizer` plays.
-REPORT_RANDOMIZERS = ("privunit2", "privunitg", "duchi", "signds")
+#: ldpsim's randomizers beyond additive noise that :func:`ldpsim.audit.audit_report_randomizer`
+#: plays (those of :mod:`ldpsim._src.privacy.registry` with an audit game; the list at import).
+REPORT_RANDOMIZERS = registry.randomizer_names(audit=True)
 
 #: Default dimension of their full-mechanism game (SignDS: k = ⌊0.01·d⌋ = 2 at d = 200).
-REPORT_DIM = {"privunit2": 16, "privunitg": 16, "duchi": 16, "signds": 200}
-
-#: Norm of x0 in the PrivUnit pair: r ≈ 0 with the direction −e₁ (x0 = 0 would take the
-#: implementation's fixed direction e₁, the same as x1's, and hide the direction's ε).
-_TINY = 1e-6
-
-
-def _axis(dim: int, value: float) -> jax.Array:
-    return jnp.zeros((dim,), jnp.float32).at[0].set(np.float32(value))
+REPORT_DIM = {n: registry.randomizer(n).audit_dim for n in REPORT_RANDOMIZERS}
 
 
 @functools.lru_cache(maxsize=64)
 def report_game(name: str, *, epsilon: float, dim: int, clip: float = 1.0) -> tuple:
-    """The distinguishing game of a report randomizer at its worst-case pair (replace-one).
+    """The distinguishing game of a report randomizer at its worst-case pair (replace-one):
+    its module's ``audit_game`` (reached through its registry spec).
 
     Returns ``(mechanism, x0, x1, score, local, what)``: ``mechanism(key, x)`` is the real
     ``privatize(...).report``; ``score`` is the **exact log-likelihood ratio**
@@ -287,87 +281,8 @@ def report_game(name: str, *, epsilon: float, dim: int, clip: float = 1.0) -> tu
     and ``x0`` its reverse (top-k sets disjoint for both signs; LLR
     ``ε·(1[|S∩T_b(x1)| ≥ ν_th] − 1[|S∩T_b(x0)| ≥ ν_th])``).
     """
-    check_choice("mechanism", name, REPORT_RANDOMIZERS)
-    if name == "signds":
-        local = mechanism_lib.make(name, dim=dim, sign_eps=epsilon)
-    else:
-        local = mechanism_lib.make(name, epsilon=epsilon, dim=dim, clip=clip)
-    params = local.params
-
-    def mech(key, x):
-        return local.privatize(key, x, params).report
-
-    if name in ("privunit2", "privunitg"):
-        x1, x0 = _axis(dim, clip), _axis(dim, -_TINY * clip)
-        p = 1.0 - float(np.float32(params.p_out))
-        gamma = float(params.gamma)
-        if name == "privunit2":
-            from ldpsim._src.privacy import privunit2
-            q = privunit2.cap_probability(gamma, dim)
-        else:
-            from scipy import stats
-            q = float(stats.norm.sf(gamma))
-        lw_in, lw_out = math.log(p / q), math.log((1 - p) / (1 - q))
-        c, b, ex = float(params.clip), float(params.norm_bound), float(params.norm_excess)
-        high = 0.5 * (b + c)
-
-        def p_high(r):
-            return 1.0 - (ex + 2.0 * (c - r)) / (2.0 * b)
-
-        ln_high = math.log(p_high(c)) - math.log(p_high(_TINY * c))
-        ln_low = math.log(1 - p_high(c)) - math.log(1 - p_high(_TINY * c))
-
-        def score(report):
-            t = report["direction"][0]      # ⟨V, ±e₁⟩ = ±V₁ (α's axis for PrivUnitG)
-            d1 = jnp.where(t >= gamma, lw_in, lw_out)
-            d0 = jnp.where(-t >= gamma, lw_in, lw_out)
-            n = jnp.where(report["norm"] >= 0.5 * high, ln_high, ln_low)
-            return (d1 - d0 + n).astype(jnp.float32)
-
-        what = "the exact log-likelihood ratio (cap side of ±V1 against gamma, and the norm's value)"
-    elif name == "duchi":
-        x1, x0 = _axis(dim, clip), _axis(dim, -clip)
-
-        def score(report):   # the sign of the projection on e₁: the likelihood ratio's only input
-            return jnp.sign(report[0]).astype(jnp.float32)
-
-        what = "the sign of the decoded report's projection on e1 (the likelihood ratio)"
-    else:
-        x1 = jnp.arange(dim, dtype=jnp.float32)
-        x0 = x1[::-1]
-        k, thr, eps = params.k, params.threshold, float(local.epsilon)
-        top = {}
-        for label, x in (("x1", x1), ("x0", x0)):
-            for b in (1.0, -1.0):
-                _, idx = jax.lax.top_k(b * x, k)
-                top[label, b] = jnp.zeros((dim,), bool).at[idx].set(True)
-
-        def score(report):
-            idx, b = report["indices"], report["sign"]
-            n1 = jnp.sum(jnp.where(b > 0, top["x1", 1.0][idx], top["x1", -1.0][idx]))
-            n0 = jnp.sum(jnp.where(b > 0, top["x0", 1.0][idx], top["x0", -1.0][idx]))
-            return (eps * ((n1 >= thr).astype(jnp.float32) - (n0 >= thr).astype(jnp.float32)))
-
-        what = "the exact log-likelihood ratio (top-k counts of the reported set against nu_th)"
-    return mech, x0, x1, score, local, what
-
-
-@functools.lru_cache(maxsize=64)
-def _signds_counts(dim: int, k: int, tops: tuple[tuple[str, bytes, bytes], ...]) -> tuple:
-    """``|S ∩ T_b(x)|`` of a SignDS report for each named input ``x`` (its top-k masks for
-    ``b = +1`` and ``b = −1`` as bytes), as statistics."""
-
-    out = []
-    for label, plus, minus in tops:
-        p = jnp.asarray(np.frombuffer(plus, np.bool_).reshape(dim))
-        m = jnp.asarray(np.frombuffer(minus, np.bool_).reshape(dim))
-
-        def fn(report, p=p, m=m):
-            idx, b = report["indices"], report["sign"]
-            return jnp.sum(jnp.where(b > 0, p[idx], m[idx])).astype(jnp.float32)
-
-        out.append(Statistic(f"reported indices in the top-k set of {label}", fn))
-    return tuple(out)
+    check_choice("mechanism", name, registry.randomizer_names(audit=True))
+    return registry.randomizer(name).load().audit_game(epsilon=epsilon, dim=dim, clip=clip)
 
 
 def signds_statistics(params: Any, inputs: dict[str, Any]) -> tuple:
@@ -375,23 +290,17 @@ def signds_statistics(params: Any, inputs: dict[str, Any]) -> tuple:
     ``|S ∩ T_b(x)|`` of reported indices inside its top-k set for the reported sign ``b``
     (the count ν the sampler draws when the report comes from ``x``; discrete, so every
     count seen under one input and never under the other is a candidate region)."""
-    tops = []
-    for label, x in inputs.items():
-        flat = np.asarray(x, np.float32).ravel()
-        masks = []
-        for b in (1.0, -1.0):
-            _, idx = jax.lax.top_k(jnp.asarray(b * flat), params.k)
-            mask = np.zeros(params.dim, np.bool_)
-            mask[np.asarray(idx)] = True
-            masks.append(mask.tobytes())
-        tops.append((label, *masks))
-    return _signds_counts(int(params.dim), int(params.k), tuple(tops))
+    from ldpsim._src.privacy import signds
+
+    return tuple(Statistic(n, fn) for n, fn in signds.audit_statistics(params, inputs))
 
 
 def report_statistics(name: str, *, epsilon: float, dim: int, clip: float = 1.0) -> tuple:
-    """Extra support-mismatch statistics of :func:`report_game`'s pair (SignDS: the top-k
-    counts of :func:`signds_statistics`; the others: none beyond the release's coordinates)."""
-    if name != "signds":
+    """Extra support-mismatch statistics of :func:`report_game`'s pair: its module's
+    ``audit_statistics`` if it has one (SignDS: the top-k counts of
+    :func:`signds_statistics`; the others: none beyond the release's coordinates)."""
+    extra = getattr(registry.randomizer(name).load(), "audit_statistics", None)
+    if extra is None:
         return ()
     _, x0, x1, _, local, _ = report_game(name, epsilon=epsilon, dim=dim, clip=clip)
-    return signds_statistics(local.params, {"x1": x1, "x0": x0})
+    return tuple(Statistic(n, fn) for n, fn in extra(local.params, {"x1": x1, "x0": x0}))

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ldpsim._src._checks import LdpsimError
+from ldpsim._src.privacy import registry
 
 #: Dest names argparse or the CLI itself sets (never a user option); the dests of
 #: subcommand choices (``command``, ``account``'s ``kind``) are left out too (so is
@@ -137,51 +138,59 @@ def check_seed(value: Any, what: str = "--seed") -> None:
 
 # ----------------------------------------------------------------------------- run options
 
-_MINDSPORE = ("dp_eps", "dp_delta", "dp_norm_clip", "mindspore_clip_rule", "mindspore_neighbours")
 _ADAPTIVE = ("target_quantile", "clip_learning_rate", "clipped_count_stddev")
 _CLIENT_DP = ("client_dp_micro_batches", "client_dp_clip", "client_dp_noise_multiplier")
-_SIGNDS = ("sign_k", "sign_thr_ratio", "sign_global_lr", "sign_dim_out")
 #: Options that apply to some local randomizers only: with a ``mechanism`` grid axis, such an
-#: option is kept for the cells whose mechanism uses it (an error only if none does).
-PER_MECHANISM = ("delta", "calibration", "norm_epsilon") + _SIGNDS
+#: option is kept for the cells whose mechanism uses it (an error only if none does). The
+#: registry's list at import (:func:`per_mechanism` reads it again).
+PER_MECHANISM = registry.randomizer_option_fields()
 IDX_DATASETS = ("mnist", "fashion_mnist")
 
 
+def per_mechanism() -> tuple[str, ...]:
+    """The run options of some local randomizers only (read from the registry now)."""
+    return registry.randomizer_option_fields()
+
+
 def _mode(p: Mapping[str, Any]) -> str:
-    return str(p.get("privacy_mode", "ldp"))
+    return str(p.get("privacy_mode", registry.MODES[0].name))
+
+
+def _mechanism(p: Mapping[str, Any]) -> str:
+    return str(p.get("mechanism", registry.RANDOMIZERS[0].name))
+
+
+def _flags(names: Iterable[str], flag: str, sep: str) -> str:
+    return sep.join(f"{flag} {n}" for n in names)
+
+
+def _registry_rule(field: str):
+    """``(applies, why-not)`` of an option the registry governs (a privacy mode's or a local
+    randomizer's): :func:`ldpsim._src.privacy.registry.option_applies`."""
+    def applies(p):
+        return bool(registry.option_applies(field, p))
+
+    def why(p):
+        modes, randomizers = registry.users_of(field)
+        mode = registry.mode(_mode(p))
+        by_randomizer = field in registry.randomizer_option_fields() and mode.randomizers
+        if by_randomizer:
+            what = ("a setting of " + _flags(randomizers, "--mechanism", " and ")
+                    if field in registry.own_option_fields()
+                    else "used by " + _flags(randomizers, "--mechanism", " and ") + " only")
+            return f"--mechanism {_mechanism(p)}: it is {what}"
+        return (f"--privacy-mode {_mode(p)}: it is used by "
+                + _flags(modes, "--privacy-mode", " or ") + " only")
+
+    return applies, why
 
 
 def _rules() -> dict[str, tuple[Callable[[Mapping[str, Any]], bool], Callable[[Mapping[str, Any]], str]]]:
-    """field -> (applies(params), why-not(params)) for the run options of one mode only."""
-    def mode_is(*modes):
-        return lambda p: _mode(p) in modes
-
-    def mode_ctx(p):
-        return f"--privacy-mode {_mode(p)}"
-
-    rules = {
-        "epsilon": (mode_is("ldp"), lambda p: f"{mode_ctx(p)}: it is the per-round local epsilon "
-                    "of --privacy-mode ldp (mindspore: --dp-eps; central/distributed: "
-                    "--noise-multiplier)"),
-        "delta": (lambda p: _mode(p) != "mindspore" and not (
-                      _mode(p) == "ldp" and p.get("mechanism", "gaussian") != "gaussian"),
-                  lambda p: (f"--mechanism {p.get('mechanism')} (pure epsilon-DP, no delta)"
-                             if _mode(p) == "ldp" else f"{mode_ctx(p)} (use --dp-delta)")),
-        "clip": (lambda p: _mode(p) != "mindspore",
-                 lambda p: f"{mode_ctx(p)}: clients clip to their adaptive C_t (--dp-norm-clip)"),
-        "calibration": (lambda p: _mode(p) == "ldp" and p.get("mechanism", "gaussian") == "gaussian",
-                        lambda p: (f"{mode_ctx(p)}" if _mode(p) != "ldp"
-                                   else f"--mechanism {p.get('mechanism')}")
-                        + ": it calibrates the Gaussian sigma of --privacy-mode ldp"),
-        "neighbours": (mode_is("ldp"), lambda p: f"{mode_ctx(p)}: it is the relation of --privacy-mode "
-                       "ldp (mindspore: --mindspore-neighbours; central/distributed: set by --sampling)"),
-        "noise_multiplier": (mode_is("central", "distributed"),
-                             lambda p: f"{mode_ctx(p)}: it is z of --privacy-mode central or "
-                             "distributed (ldp: --epsilon; mindspore: --dp-eps)"),
-        "adaptive_clip": (mode_is("central"), lambda p: f"{mode_ctx(p)}: adaptive clipping is "
-                          "part of --privacy-mode central"),
-        "dropout_rate": (mode_is("distributed"), lambda p: f"{mode_ctx(p)}: it is used by "
-                         "--privacy-mode distributed only"),
+    """field -> (applies(params), why-not(params)) for the run options of one mode only
+    (the privacy modes' and local randomizers' from the registry, read now)."""
+    fields = dict.fromkeys(registry.mode_option_fields() + registry.randomizer_option_fields())
+    rules = {f: _registry_rule(f) for f in fields}
+    rules.update({
         "alpha": (lambda p: p.get("partition", "iid") in ("dirichlet", "sampled"),
                   lambda p: f"--partition {p.get('partition', 'iid')}: it is used by --partition "
                   "dirichlet and sampled only"),
@@ -194,28 +203,20 @@ def _rules() -> dict[str, tuple[Callable[[Mapping[str, Any]], bool], Callable[[M
         "data_source": (lambda p: str(p.get("dataset", "")).lower().replace("-", "_") in IDX_DATASETS,
                         lambda p: f"--dataset {p.get('dataset')}: it chooses the reader of "
                         "mnist and fashion_mnist only"),
-    }
-    rules["norm_epsilon"] = (
-        lambda p: _mode(p) == "ldp" and p.get("mechanism") in ("privunit2", "privunitg"),
-        lambda p: f"--mechanism {p.get('mechanism', 'gaussian')}: it splits the epsilon of "
-        "--mechanism privunit2 and privunitg")
-    for name in _SIGNDS:
-        rules[name] = (lambda p: _mode(p) == "ldp" and p.get("mechanism") == "signds",
-                       lambda p: f"--mechanism {p.get('mechanism', 'gaussian')}: it is a "
-                       "setting of --mechanism signds")
-    for name in _MINDSPORE:
-        rules[name] = (mode_is("mindspore"), lambda p: f"{mode_ctx(p)}: it is used by "
-                       "--privacy-mode mindspore only")
+    })
+    adaptive = [m.name for m in registry.MODES if "adaptive_clip" in m.settings]
     for name in _ADAPTIVE:
-        rules[name] = (lambda p: _mode(p) == "central" and bool(p.get("adaptive_clip")),
-                       lambda p: f"{mode_ctx(p)} without --adaptive-clip true: it tunes the "
-                       "adaptive clipping of --privacy-mode central")
+        rules[name] = (lambda p: _mode(p) in adaptive and bool(p.get("adaptive_clip")),
+                       lambda p: f"--privacy-mode {_mode(p)} without --adaptive-clip true: it "
+                       "tunes the adaptive clipping of " + _flags(adaptive, "--privacy-mode",
+                                                                   " or "))
     for name in _CLIENT_DP:
         rules[name] = (lambda p: bool(p.get("client_dp")),
                        lambda p: "a run without --client-dp true: it configures the clients' DP-SGD")
     return rules
 
 
+#: The rules at import (:func:`not_applicable` reads the registry again).
 RULES = _rules()
 
 
@@ -229,7 +230,7 @@ def not_applicable(params: Mapping[str, Any], given: Iterable[str],
         name_of: how to name a field in the message (default: its ``--option``).
     """
     given = set(given)
-    for field, (applies, why) in RULES.items():
+    for field, (applies, why) in _rules().items():
         if field in given and not applies(params):
             raise LdpsimError(f"{name_of(field)} does not apply to {why(params)}; remove it")
     if {"local_steps", "local_epochs"} <= given:
@@ -318,7 +319,7 @@ def run_memory(p: Mapping[str, Any]) -> tuple[float, str]:
             data += n * _SYNTH_PAD * _SYNTH_SAMPLE
         parts.append(f"synthetic data for {n} clients {_fmt_bytes(data)}")
         total += data
-    if _mode(p) == "mindspore":
+    if registry.mode(_mode(p)).per_client_state:
         state = 9 * n
         parts.append(f"per-client clip state {_fmt_bytes(state)}")
         total += state
@@ -424,8 +425,9 @@ def check_sweep_args(args: argparse.Namespace, config: Any, out: os.PathLike | s
     defaults = run_defaults()
     given = sweep_given(args)
     per_cell = any(k in config.grid for k in _DECIDING)
-    used_somewhere = {k for k in PER_MECHANISM for c in cells
-                      if RULES[k][0]({**defaults, **c.params})}
+    rules = _rules()
+    used_somewhere = {k for k in per_mechanism() for c in cells
+                      if rules[k][0]({**defaults, **c.params})}
     runner = EngineRunner()
     skip = getattr(args, "no_memory_check", False)
     for cell in cells:
@@ -434,7 +436,7 @@ def check_sweep_args(args: argparse.Namespace, config: Any, out: os.PathLike | s
         typed = {k for k in given if k in defaults
                  and not (k in _SWEEP_AXIS_FLAGS and params.get(k) == defaults[k])}
         if "mechanism" in config.grid:   # used by another cell's mechanism: not an error
-            typed -= {k for k in PER_MECHANISM if k in used_somewhere}
+            typed -= {k for k in per_mechanism() if k in used_somewhere}
         try:
             not_applicable(params, typed, name_of=lambda f: given.get(f, option(f)))
         except LdpsimError as err:
@@ -494,20 +496,30 @@ def check_audit_args(args: argparse.Namespace) -> None:
     from ldpsim._src.audit._game import MAX_TRIALS
 
     mech = args.mechanism
-    rr_only, vector_only, additive_only = ("k",), ("clip", "dim"), ("neighbours",)
-    gaussian_only = ("delta", "method", "sampler")
-    for dest in rr_only + vector_only + additive_only + gaussian_only:
-        applies = ((mech == "rr") if dest in rr_only else mech != "rr" if dest in vector_only
-                   else mech in ("gaussian", "laplace") if dest in additive_only
-                   else mech == "gaussian")
-        if mech == "signds" and dest == "clip":
-            applies = False   # SignDS releases indices: no clip bound
+    spec = registry.randomizer(mech)
+    categorical, vector_only, additive_only = ("k",), ("clip", "dim"), ("neighbours",)
+    delta_only = ("delta", "method", "sampler")
+    names = [s.name for s in registry.RANDOMIZERS if s.audit_dim is not None or s.frontier
+             or s.input != "vector"]
+    cats = [n for n in names if registry.randomizer(n).input != "vector"]
+    for dest in categorical + vector_only + additive_only + delta_only:
+        applies = ((spec.input != "vector") if dest in categorical
+                   else spec.input == "vector" if dest in vector_only
+                   else spec.additive if dest in additive_only
+                   else spec.uses("delta"))
+        if dest == "clip" and not spec.uses_clip:
+            applies = False   # e.g. SignDS releases indices: no clip bound
         if not applies and was_given(args, dest, AUDIT_DEFAULTS.get(dest)):
-            used = ("--mechanism rr" if dest in rr_only
-                    else "the vector randomizers (not rr, not signds)" if dest == "clip"
-                    else "--mechanism gaussian and laplace" if dest in additive_only
-                    else "the vector randomizers (not rr)" if dest in vector_only
-                    else "--mechanism gaussian")
+            used = (_flags(cats, "--mechanism", " and ") if dest in categorical
+                    else "the vector randomizers that clip (not " + ", ".join(
+                        n for n in names if not registry.randomizer(n).uses_clip) + ")"
+                    if dest == "clip"
+                    else _flags([n for n in names if registry.randomizer(n).additive],
+                                "--mechanism", " and ") if dest in additive_only
+                    else "the vector randomizers (not " + ", ".join(cats) + ")"
+                    if dest in vector_only
+                    else _flags([n for n in names if registry.randomizer(n).uses("delta")],
+                                "--mechanism", " and "))
             raise LdpsimError(f"{option(dest)} does not apply to --mechanism {mech}: it is used by "
                               f"{used} only; remove it")
     check_seed(args.seed)

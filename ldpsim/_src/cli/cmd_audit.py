@@ -7,6 +7,8 @@ import argparse
 import json
 import math
 
+from ldpsim._src.privacy import registry
+
 ORDER = 15
 
 _EPILOG = """\
@@ -58,27 +60,33 @@ _PIPELINE_ONLY = ("canaries", "rounds", "total_epsilon", "observe", "planted_bug
                   "examples_per_client")
 
 
-#: The report randomizers the audit plays (ldpsim.audit.REPORT_RANDOMIZERS;
-#: a literal here so that ``--help`` imports no JAX; tests/cli keep the two equal).
-_REPORT = ("privunit2", "privunitg", "duchi", "signds")
+#: The report randomizers the audit plays at import (ldpsim.audit.REPORT_RANDOMIZERS; the
+#: JAX-free registry's list).
+_REPORT = registry.randomizer_names(audit=True)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     from ldpsim._src.cli._guards import HelpFormatter
 
+    report = registry.randomizer_names(audit=True)
+    dims = "; ".join(f"{n} {registry.randomizer(n).audit_dim}" for n in report)
     p = subparsers.add_parser(
         "audit",
-        help="empirical epsilon lower bound for a local randomizer (gaussian, laplace, rr, "
-             "privunit2, privunitg, duchi, signds) or a whole LDP-FedAvg run (--pipeline)",
+        help="empirical epsilon lower bound for a local randomizer ("
+             + ", ".join(registry.audit_randomizers())
+             + ") or a whole LDP-FedAvg run (--pipeline)",
         description="Measure what a local randomizer protects: an empirical lower bound on its "
                     "epsilon at the claimed delta, from a distinguishing game on neighbouring inputs.",
         epilog=_EPILOG,
         formatter_class=HelpFormatter,
     )
-    p.add_argument("--mechanism", choices=("gaussian", "laplace", "rr", *_REPORT), default="gaussian",
-                   help="gaussian and laplace: ldpsim's additive randomizers; rr: k-ary randomized "
-                        "response; privunit2, privunitg, duchi, signds: the report randomizers, "
-                        "played in full on a --dim update (defaults 16; signds 200)")
+    p.add_argument("--mechanism", choices=registry.audit_randomizers(), default="gaussian",
+                   help=" and ".join(registry.randomizer_names(engine=True, family="additive"))
+                        + ": ldpsim's additive randomizers; "
+                        + ", ".join(registry.randomizer_names(engine=False, family="report"))
+                        + ": k-ary randomized response; " + ", ".join(report)
+                        + ": the report randomizers, played in full on a --dim update "
+                          f"(defaults {dims})")
     p.add_argument("--epsilon", type=float, required=True, help="the claimed epsilon > 0")
     p.add_argument("--delta", type=float, default=None,
                    help="the claimed delta (gaussian only; default 1e-5)")
@@ -166,7 +174,7 @@ def _print(report) -> None:
     if report.mechanism == "rr":
         what = f"rr, keep probability {report.scale:.6g}"
         claim = f"epsilon = {report.epsilon:g} (pure)"
-    elif report.mechanism in _REPORT:
+    elif report.mechanism in registry.randomizer_names(audit=True):
         what = (f"{report.mechanism}" + (f", clip {report.clip:g}" if report.clip else "")
                 + f", any two inputs (pair {report.sensitivity:.4g} apart)")
         claim = f"epsilon = {report.epsilon:g} (pure)"

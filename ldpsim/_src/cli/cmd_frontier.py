@@ -8,6 +8,8 @@ import math
 import sys
 from pathlib import Path
 
+from ldpsim._src.privacy import registry
+
 ORDER = 45
 
 #: The CSV columns, in order.
@@ -44,7 +46,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "unit vectors for every vector randomizer, beside its exact theory and the "
                     "order of the minimax lower bound.",
         epilog=_EPILOG, formatter_class=HelpFormatter)
-    p.add_argument("--mechanisms", default="gaussian,laplace,privunit2,privunitg,duchi,signds",
+    p.add_argument("--mechanisms", default=",".join(registry.randomizer_names(frontier=True)),
                    help="comma-separated randomizers")
     p.add_argument("--epsilon", default="0.25,0.5,1,2,4,8,16",
                    help="comma-separated local epsilons (> 0; duchi <= 700)")
@@ -115,9 +117,9 @@ def run(args: argparse.Namespace) -> int:
 
     mechanisms = _parse(args.mechanisms, "mechanisms", str)
     for m in mechanisms:
-        if m not in fr.VECTOR_MECHANISMS:
+        if m not in registry.randomizer_names(frontier=True):
             raise LdpsimError(f"--mechanisms: unknown mechanism {m!r}; choose from "
-                              f"{', '.join(fr.VECTOR_MECHANISMS)}")
+                              f"{', '.join(registry.randomizer_names(frontier=True))}")
     epsilons = _parse(args.epsilon, "epsilon", float)
     for e in epsilons:
         if not (e > 0 and math.isfinite(e)):
@@ -144,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
                     raise LdpsimError(f"{m} at epsilon {e:g}, dim {d}: {err}") from None
 
     def key_of(cell) -> tuple:
-        dl = delta if cell["mechanism"] == "gaussian" else 0.0
+        dl = delta if registry.randomizer(cell["mechanism"]).uses("delta") else 0.0
         return (cell["mechanism"], float(cell["epsilon"]), float(dl), int(cell["dim"]),
                 int(cell["clients"]), trials, args.inputs, args.seed)
 

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from ldpsim._src import _interrupt, _manifest
+from ldpsim._src.privacy import registry
 
 ORDER = 20
 
@@ -64,7 +65,27 @@ def _bool(text: str) -> bool:
 _bool.__name__ = "bool"   # argparse names the type in its error message
 
 
-# (flag, config field, type, choices, help); defaults come from SimulationConfig.
+def _randomizer_options() -> tuple:
+    """``--mechanism`` and every randomizer's own options, from the registry."""
+    names = registry.engine_randomizers()
+    out = [("--mechanism", "mechanism", str, names,
+            "local randomizer: " + "; ".join(
+                f"{s.name} ({s.help})" for s in registry.RANDOMIZERS if s.engine))]
+    for field in registry.own_option_fields():
+        users, spec = registry.option_help(field)
+        out.append((spec.flag, field, spec.type, None, f"{'/'.join(users)}: {spec.help}"))
+    return tuple(out)
+
+
+def _mode_option() -> tuple:
+    return ("--privacy-mode", "privacy_mode", str, registry.mode_names(),
+            "where the noise goes: " + "; ".join(f"{m.name} ({m.help})" for m in registry.MODES)
+            + "; --epsilon is used by " + " and ".join(m.name for m in registry.MODES
+                                                       if m.randomizers) + " only")
+
+
+# (flag, config field, type, choices, help); defaults come from SimulationConfig. The
+# randomizers' and modes' entries are read from the registry again by options().
 _OPTIONS = (
     ("--dataset", "dataset", str, None, "dataset name (mnist, fashion_mnist, ...)"),
     ("--data-dir", "data_dir", str, None, "folder with the dataset files (None: the "
@@ -84,24 +105,13 @@ _OPTIONS = (
     ("--rounds", "rounds", int, None, "federated rounds"),
     ("--epsilon", "epsilon", float, None, "per-round local epsilon; inf = no privacy"),
     ("--delta", "delta", float, None, "delta of the Gaussian mechanism (the pure epsilon-LDP "
-     "mechanisms laplace, privunit2, privunitg, duchi, signds do not use it)"),
-    ("--clip", "clip", float, None, "clip bound C (L2; L1 for laplace; unused by signds)"),
-    ("--mechanism", "mechanism", str,
-     ("gaussian", "laplace", "privunit2", "privunitg", "duchi", "signds"),
-     "local randomizer: additive noise (gaussian, laplace) or a pure epsilon-LDP report "
-     "randomizer whose reports the server decodes (privunit2, privunitg: direction + private "
-     "norm; duchi: L2-ball vector mechanism; signds: MindSpore's SignDS, --epsilon is its "
-     "sign_eps in (0, 100])"),
-    ("--norm-epsilon", "norm_epsilon", float, None,
-     "privunit2/privunitg: the part of --epsilon spent on the norm (None: the split "
-     "minimising the worst-case variance)"),
-    ("--sign-k", "sign_k", float, None, "signds: top-k fraction of coordinates, in (0, 0.25]"),
-    ("--sign-thr-ratio", "sign_thr_ratio", float, None,
-     "signds: threshold ratio of the output size search, in [0.5, 1]"),
-    ("--sign-global-lr", "sign_global_lr", float, None,
-     "signds: the server's reconstruction step per reported index (> 0)"),
-    ("--sign-dim-out", "sign_dim_out", int, None,
-     "signds: indices reported per client, in [0, 50] (0: computed as MindSpore does)"),
+     "mechanisms " + ", ".join(s.name for s in registry.RANDOMIZERS
+                               if s.engine and not s.uses("delta")) + " do not use it)"),
+    ("--clip", "clip", float, None, "clip bound C (L2; L1 for " + ", ".join(
+        s.name for s in registry.RANDOMIZERS if s.engine and s.clip_norm == "l1")
+     + "; unused by " + ", ".join(s.name for s in registry.RANDOMIZERS
+                                  if s.engine and not s.uses_clip) + ")"),
+    *_randomizer_options(),
     ("--neighbours", "neighbours", str, ("replace", "add-remove"),
      "neighbouring relation: replace = sensitivity 2C, add-remove = C"),
     ("--calibration", "calibration", str, ("analytic", "classic", "mindspore"),
@@ -132,11 +142,7 @@ _OPTIONS = (
      "hosts' with --distributed)"),
     ("--seed", "seed", int, None, "root seed"),
     # Privacy modes (ldpsim._src.fl.modes).
-    ("--privacy-mode", "privacy_mode", str, ("ldp", "mindspore", "central", "distributed"),
-     "where the noise goes: ldp (each client, --epsilon/--delta/--clip), mindspore "
-     "(MindSpore DP_ENCRYPT: adaptive C_t, --dp-eps/--dp-delta/--dp-norm-clip), central "
-     "(DP-FedAvg: one server draw N(0,(zC)^2) on the clipped sum) or distributed (each "
-     "client N(0,(zC)^2/m)); --epsilon is used by ldp only"),
+    _mode_option(),
     ("--noise-mode", "noise_mode", str, ("per-client", "aggregate"),
      "per-client draws, or one exact draw of the noise sum (Gaussian only; a simulation "
      "shortcut: no client holds its noise)"),
@@ -179,6 +185,21 @@ _OPTIONS = (
 )
 
 
+def options() -> tuple:
+    """:data:`_OPTIONS` with the randomizers' and modes' entries read from the registry now
+    (a spec added after import is a choice too)."""
+    own = set(registry.own_option_fields())
+    out = []
+    for o in _OPTIONS:
+        if o[1] == "mechanism":
+            out.extend(_randomizer_options())
+        elif o[1] == "privacy_mode":
+            out.append(_mode_option())
+        elif o[1] not in own:
+            out.append(o)
+    return tuple(out)
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     from ldpsim._src.fl.config import SimulationConfig
 
@@ -191,7 +212,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         epilog=_EPILOG + "\n" + _training_defaults_epilog(),
         formatter_class=_Formatter,
     )
-    for flag, field, typ, choices, help_ in _OPTIONS:
+    for flag, field, typ, choices, help_ in options():
         p.add_argument(flag, dest=field, type=typ, choices=choices, default=defaults[field],
                        help=help_)
     p.add_argument("--config", type=Path, default=None,
@@ -287,7 +308,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     last = history[-1]
     print(f"round {last['round']}: accuracy {last['accuracy']:.4f}, loss {last['loss']:.4f}")
-    if last["privacy_mode"] in ("central", "distributed"):
+    if registry.mode(last["privacy_mode"]).user_level:
         budget = f"user-level, noise multiplier {last['noise_multiplier']:g}"
     else:
         budget = f"epsilon {last['epsilon']:g} per round"

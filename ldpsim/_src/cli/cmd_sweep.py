@@ -7,11 +7,13 @@ import dataclasses
 import sys
 from pathlib import Path
 
+from ldpsim._src.privacy import registry
+
 ORDER = 30
 
-#: ``--mechanism`` choices (ldpsim._src.fl.config.MECHANISMS; kept here so that --help
-#: does not import the engine).
-MECHANISMS = ("gaussian", "laplace", "privunit2", "privunitg", "duchi", "signds")
+#: ``--mechanism`` choices at import (the registry's, read again by ``--help``; the registry
+#: imports no JAX).
+MECHANISMS = registry.engine_randomizers()
 
 #: The quick default sweep (no --config, no grid flags): synthetic data, multinomial logistic
 #: regression (FedProx's model for this data; d = 610, so at m = 1,000 the averaged local noise
@@ -52,7 +54,7 @@ other run setting as an axis (e.g. --axis neighbours=replace,add-remove). Fixed 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     from ldpsim._src.cli._guards import HelpFormatter, run_defaults
-    from ldpsim._src.cli.cmd_run import _OPTIONS
+    from ldpsim._src.cli.cmd_run import options
 
     p = subparsers.add_parser(
         "sweep",
@@ -78,14 +80,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     grid.add_argument("--mechanism", "--mechanisms", dest="grid_mechanism", default=None,
                       metavar="M1,M2",
                       help="local randomizers to compare, a grid axis: "
-                           + ", ".join(MECHANISMS) + " (default: gaussian, as a fixed setting)")
+                           + ", ".join(registry.engine_randomizers())
+                           + " (default: gaussian, as a fixed setting)")
     grid.add_argument("--axis", action="append", default=[], metavar="FIELD=V1,V2",
                       help="another run setting as an axis (repeatable)")
     fixed = p.add_argument_group("fixed run settings (default: the config file, else the quick sweep / "
                                  "SimulationConfig defaults)")
     skip = {"epsilon", "clients_per_round", "seed", "delta", "mechanism"}
     run_default = run_defaults()
-    for flag, field, typ, choices, help_ in _OPTIONS:
+    for flag, field, typ, choices, help_ in options():
         if field not in skip:
             quick = f"; quick sweep: {DEFAULT_RUN[field]}" if field in DEFAULT_RUN else ""
             help_ = help_.replace("see 'training defaults' below", "listed by ldpsim run --help")

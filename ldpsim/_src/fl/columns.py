@@ -28,6 +28,8 @@ from __future__ import annotations
 
 from typing import TypedDict
 
+from ldpsim._src.privacy import registry
+
 __all__ = ["COLUMNS", "KINDS", "HistoryRow", "column_kind", "columns_of_kind"]
 
 KINDS = ("setting", "release", "diagnostic")
@@ -36,9 +38,10 @@ COLUMNS: dict[str, tuple[str, str]] = {
     # --- settings
     "dataset": ("setting", "dataset name"),
     "model": ("setting", "model name"),
-    "mechanism": ("setting", "local randomizer: gaussian, laplace, privunit2, privunitg, duchi, "
-                             "signds (report randomizers: the server decodes each report), or "
-                             "none"),
+    "mechanism": ("setting", "local randomizer: " + ", ".join(registry.engine_randomizers())
+                  + " (report randomizers: " + ", ".join(registry.report_randomizers())
+                  + ": the server decodes each report), none (clipping only), or the name of "
+                    "a user's own mechanism"),
     "neighbours": ("setting", "neighbouring relation of the guarantee: replace or add-remove"),
     "epsilon": ("setting", "per-round local epsilon the noise is calibrated for"),
     "delta": ("setting", "delta of the guarantee (NaN: pure epsilon-DP, delta unused)"),

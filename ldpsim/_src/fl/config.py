@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from ldpsim._src.privacy import registry
 from ldpsim._src._checks import (
     LdpsimError,
     check_choice,
@@ -20,12 +21,12 @@ from ldpsim._src._checks import (
     check_unit_interval,
 )
 
-#: The local randomizers of ``privacy_mode="ldp"`` (the vector randomizers of
-#: :data:`ldpsim.mechanism.REGISTRY`, clip-only ``"none"`` aside: ε = inf).
-MECHANISMS = ("gaussian", "laplace", "privunit2", "privunitg", "duchi", "signds")
+#: The local randomizers of a local-DP run (the engine's randomizers of
+#: :mod:`ldpsim._src.privacy.registry`, read when a configuration is validated; this tuple
+#: is the list at import).
+MECHANISMS = registry.engine_randomizers()
 #: The pure ε-LDP report randomizers (δ unused; ``neighbours="replace"`` only).
-REPORT_MECHANISMS = ("privunit2", "privunitg", "duchi", "signds")
-_SIGNDS_FIELDS = ("sign_k", "sign_thr_ratio", "sign_global_lr", "sign_dim_out")
+REPORT_MECHANISMS = registry.report_randomizers()
 NEIGHBOURS = ("replace", "add-remove")
 CALIBRATIONS = ("analytic", "classic", "mindspore")
 CLIENT_OPTIMIZERS = ("sgd", "momentum", "adam")
@@ -34,7 +35,7 @@ WEIGHTINGS = ("examples", "uniform")
 SAMPLINGS = ("uniform", "poisson")
 DATA_SOURCES = ("auto", "idx", "tfds")
 PARTITIONS = ("iid", "dirichlet", "shards", "natural", "sampled")  # ldpsim.data.PARTITIONS
-PRIVACY_MODES = ("ldp", "mindspore", "central", "distributed")  # ldpsim.modes.PRIVACY_MODES
+PRIVACY_MODES = registry.mode_names()                       # ldpsim.modes.PRIVACY_MODES
 NOISE_MODES = ("per-client", "aggregate")                       # ldpsim._src.fl.modes.NOISE_MODES
 MINDSPORE_CLIP_RULES = ("running-min", "overwrite")
 STOP_POLICIES = ("client", "run")
@@ -42,38 +43,40 @@ STOP_POLICIES = ("client", "run")
 
 _ADAPTIVE_FIELDS = ("target_quantile", "clip_learning_rate", "clipped_count_stddev")
 
-#: Mode-specific options: ``name -> (applies(config), where it is used)``. Set away from its
-#: default where it does not apply, an option is an error (``SimulationConfig`` raises).
-_APPLICABLE = {
-    "epsilon": (lambda c: c.privacy_mode == "ldp",
-                "by privacy_mode='ldp' (mindspore: dp_eps; central/distributed: "
-                "noise_multiplier)"),
-    "neighbours": (lambda c: c.privacy_mode == "ldp",
-                   "by privacy_mode='ldp' (mindspore: mindspore_neighbours; central/"
-                   "distributed: set by sampling)"),
-    "calibration": (lambda c: c.privacy_mode == "ldp", "by privacy_mode='ldp'"),
-    "noise_multiplier": (lambda c: c.privacy_mode in ("central", "distributed"),
-                         "by privacy_mode='central' or 'distributed' (ldp: epsilon; "
-                         "mindspore: dp_eps)"),
-    "target_quantile": (lambda c: c.adaptive_clip, "with adaptive_clip=true"),
-    "clip_learning_rate": (lambda c: c.adaptive_clip, "with adaptive_clip=true"),
-    "clipped_count_stddev": (lambda c: c.adaptive_clip, "with adaptive_clip=true"),
-    "dp_eps": (lambda c: c.privacy_mode == "mindspore", "by privacy_mode='mindspore'"),
-    "dp_delta": (lambda c: c.privacy_mode == "mindspore", "by privacy_mode='mindspore'"),
-    "dp_norm_clip": (lambda c: c.privacy_mode == "mindspore", "by privacy_mode='mindspore'"),
-    "mindspore_clip_rule": (lambda c: c.privacy_mode == "mindspore",
-                            "by privacy_mode='mindspore'"),
-    "mindspore_neighbours": (lambda c: c.privacy_mode == "mindspore",
-                             "by privacy_mode='mindspore'"),
-    "norm_epsilon": (lambda c: c.mechanism in ("privunit2", "privunitg"),
-                     "by mechanism='privunit2' and 'privunitg' (the epsilon of the norm)"),
-    **{name: (lambda c: c.mechanism == "signds", "by mechanism='signds'")
-       for name in _SIGNDS_FIELDS},
-    "client_dp_micro_batches": (lambda c: c.client_dp, "with client_dp=true"),
-    "client_dp_clip": (lambda c: c.client_dp, "with client_dp=true"),
-    "client_dp_noise_multiplier": (lambda c: c.client_dp, "with client_dp=true"),
-    "stop_policy": (lambda c: c.stop_at_epsilon is not None, "with stop_at_epsilon"),
-}
+def _where(field: str) -> str:
+    """Where a mode's or randomizer's option is used, for an error message."""
+    modes, randomizers = registry.users_of(field)
+    if field in registry.own_option_fields():
+        return "by mechanism=" + " and ".join(repr(r) for r in randomizers)
+    return "by privacy_mode=" + " or ".join(repr(m) for m in modes)
+
+
+def _registry_rule(field: str):
+    return (lambda c: registry.option_applies(field, {"privacy_mode": c.privacy_mode,
+                                                      "mechanism": c.mechanism},
+                                              shared_by_mode=True),
+            lambda: _where(field))
+
+
+def _applicable() -> dict:
+    """Mode- and randomizer-specific options: ``name -> (applies(config), where())``; set
+    away from its default where it does not apply, an option is an error. The privacy
+    modes' and randomizers' options come from :mod:`ldpsim._src.privacy.registry` (the
+    shared ``delta`` and ``clip``, which several modes read with defaults, are checked by
+    the command line where typed)."""
+    fields = [f for f in registry.mode_option_fields() if f not in ("delta", "clip")]
+    fields += list(registry.own_option_fields())
+    rules = {f: _registry_rule(f) for f in fields}
+    rules.update({
+        "target_quantile": (lambda c: c.adaptive_clip, lambda: "with adaptive_clip=true"),
+        "clip_learning_rate": (lambda c: c.adaptive_clip, lambda: "with adaptive_clip=true"),
+        "clipped_count_stddev": (lambda c: c.adaptive_clip, lambda: "with adaptive_clip=true"),
+        "client_dp_micro_batches": (lambda c: c.client_dp, lambda: "with client_dp=true"),
+        "client_dp_clip": (lambda c: c.client_dp, lambda: "with client_dp=true"),
+        "client_dp_noise_multiplier": (lambda c: c.client_dp, lambda: "with client_dp=true"),
+        "stop_policy": (lambda c: c.stop_at_epsilon is not None, lambda: "with stop_at_epsilon"),
+    })
+    return rules
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -293,14 +296,14 @@ class SimulationConfig:
             raise LdpsimError(
                 f"clip must be finite when epsilon is finite (got clip={self.clip!r}, "
                 f"epsilon={self.epsilon!r}): the noise is calibrated to the clip bound")
-        check_choice("mechanism", self.mechanism, MECHANISMS)
+        check_choice("mechanism", self.mechanism, registry.engine_randomizers())
         check_choice("neighbours", self.neighbours, NEIGHBOURS)
         check_choice("calibration", self.calibration, CALIBRATIONS)
         check_choice("client_optimizer", self.client_optimizer, CLIENT_OPTIMIZERS)
         check_choice("server_optimizer", self.server_optimizer, SERVER_OPTIMIZERS)
         check_choice("weighting", self.weighting, WEIGHTINGS)
         check_choice("sampling", self.sampling, SAMPLINGS)
-        if self.mechanism == "gaussian":
+        if registry.randomizer(self.mechanism).uses("delta"):
             object.__setattr__(self, "delta", check_open_unit("delta", self.delta))
         object.__setattr__(self, "client_lr", check_positive("client_lr", self.client_lr))
         object.__setattr__(self, "server_lr", check_positive("server_lr", self.server_lr))
@@ -312,7 +315,10 @@ class SimulationConfig:
 
     def _check_modes(self) -> None:
         """Validate the privacy-mode fields and their combinations."""
-        check_choice("privacy_mode", self.privacy_mode, PRIVACY_MODES)
+        check_choice("privacy_mode", self.privacy_mode, registry.mode_names())
+        mode = registry.mode(self.privacy_mode)
+        spec = registry.randomizer(self.mechanism)
+        default = _DEFAULT_MECHANISM
         check_choice("noise_mode", self.noise_mode, NOISE_MODES)
         check_choice("mindspore_clip_rule", self.mindspore_clip_rule, MINDSPORE_CLIP_RULES)
         check_choice("mindspore_neighbours", self.mindspore_neighbours, NEIGHBOURS)
@@ -340,29 +346,22 @@ class SimulationConfig:
             raise LdpsimError(
                 f"client_dp_micro_batches must divide batch_size ({self.batch_size}), got "
                 f"{micro}")
-        if self.noise_mode == "aggregate" and self.mechanism != "gaussian":
+        if self.noise_mode == "aggregate" and spec.sampler != "normal":
             raise LdpsimError(
                 f"noise_mode='aggregate' is exact for Gaussian noise only, got "
                 f"mechanism={self.mechanism!r}; use noise_mode='per-client'")
-        if self.privacy_mode != "ldp" and self.mechanism != "gaussian":
+        if not mode.randomizers and self.mechanism != default:
             raise LdpsimError(
                 f"privacy_mode={self.privacy_mode!r} adds Gaussian noise; mechanism must be "
-                f"'gaussian', got {self.mechanism!r}")
-        if self.mechanism in REPORT_MECHANISMS and self.neighbours != "replace":
+                f"{default!r}, got {self.mechanism!r}")
+        if self.neighbours not in spec.neighbours:
             raise LdpsimError(
                 f"mechanism={self.mechanism!r} is pure epsilon-LDP for any two inputs "
                 f"(replace-one); neighbours must be 'replace', got {self.neighbours!r}")
-        if self.mechanism == "signds" and self.private and not self.epsilon <= 100:
-            raise LdpsimError(f"mechanism='signds': epsilon is MindSpore's sign_eps, valid "
-                              f"range (0, 100]; got {self.epsilon!r}")
-        if self.adaptive_clip and self.privacy_mode != "central":
-            raise LdpsimError(f"adaptive_clip applies to privacy_mode='central' only, got "
-                              f"privacy_mode={self.privacy_mode!r}")
-        if self.dropout_rate > 0 and self.privacy_mode != "distributed":
-            raise LdpsimError(f"dropout_rate applies to privacy_mode='distributed' only, got "
-                              f"dropout_rate={self.dropout_rate!r} with "
-                              f"privacy_mode={self.privacy_mode!r}")
-        if self.privacy_mode in ("central", "distributed") and math.isinf(self.clip):
+        if self.private and not self.epsilon <= spec.epsilon_max:
+            raise LdpsimError(f"mechanism={self.mechanism!r}: epsilon {spec.epsilon_is}valid "
+                              f"range (0, {spec.epsilon_max:g}]; got {self.epsilon!r}")
+        if mode.user_level and math.isinf(self.clip):
             raise LdpsimError(f"clip must be finite for privacy_mode={self.privacy_mode!r} "
                               f"(the noise is z·clip), got {self.clip!r}")
         self._check_applicable()
@@ -383,12 +382,14 @@ class SimulationConfig:
                               f"{self.stop_at_epsilon!r}")
         object.__setattr__(self, "stop_at_epsilon",
                            check_positive("stop_at_epsilon", self.stop_at_epsilon))
-        if self.privacy_mode not in ("ldp", "mindspore"):
+        mode = registry.mode(self.privacy_mode)
+        if not mode.per_client:
             raise LdpsimError(
-                f"stop_at_epsilon applies to privacy_mode 'ldp' or 'mindspore' (per-client "
-                f"releases), got privacy_mode={self.privacy_mode!r}: a central/distributed "
-                f"run's epsilon is not per client; choose --rounds for its budget")
-        if self.privacy_mode == "ldp" and not self.private:
+                f"stop_at_epsilon applies to privacy_mode "
+                f"{' or '.join(repr(m.name) for m in registry.MODES if m.per_client)} "
+                f"(per-client releases), got privacy_mode={self.privacy_mode!r}: a "
+                f"{mode.label} run's epsilon is not per client; choose --rounds for its budget")
+        if mode.randomizers and not self.private:
             raise LdpsimError(f"stop_at_epsilon={self.stop_at_epsilon!r} needs a private run; "
                               f"epsilon is {self.epsilon!r} (no noise, no epsilon spent)")
 
@@ -396,7 +397,7 @@ class SimulationConfig:
         """An option set away from its default where the chosen mode does not use it is an
         error naming the option (never silently ignored)."""
         defaults = {f.name: f.default for f in dataclasses.fields(self)}
-        for name, (applies, where) in _APPLICABLE.items():
+        for name, (applies, where) in _applicable().items():
             value = getattr(self, name)
             if applies(self) or value == defaults[name] or (
                     isinstance(value, float) and math.isnan(value)):
@@ -404,14 +405,19 @@ class SimulationConfig:
             context = f"privacy_mode={self.privacy_mode!r}"
             if name in _ADAPTIVE_FIELDS:
                 context += f", adaptive_clip={self.adaptive_clip}"
+            if name in registry.own_option_fields():
+                context += f", mechanism={self.mechanism!r}"
             if name.startswith("client_dp_"):
                 context = f"client_dp={self.client_dp}"
             if name == "stop_policy":
                 context = "no stop_at_epsilon"
-            raise LdpsimError(f"{name}={value!r} does not apply: it is used {where}, and this "
+            raise LdpsimError(f"{name}={value!r} does not apply: it is used {where()}, and this "
                               f"run has {context}; remove it or choose the mode that uses it")
 
     @property
     def private(self) -> bool:
         """Whether noise is added (finite ε)."""
         return math.isfinite(self.epsilon)
+
+
+_DEFAULT_MECHANISM = SimulationConfig.__dataclass_fields__["mechanism"].default

@@ -30,6 +30,7 @@ from typing import Any, Union
 
 from ldpsim._src._checks import LdpsimError
 from ldpsim._src.fl.config import SimulationConfig
+from ldpsim._src.privacy import registry
 
 __all__ = ["AdaptiveClip", "CentralDP", "Data", "DistributedDP", "DpSgdClients", "Execution",
            "Experiment", "LocalDP", "MindSpore", "Training"]
@@ -83,10 +84,7 @@ class Execution:
 
 
 @_frozen
-class LocalDP:
-    """Local DP (``privacy_mode="ldp"``): each client clips to ``clip`` and adds noise for
-    (``epsilon``, ``delta``) per round; ``epsilon=inf``: no noise (clipping only)."""
-
+class _LocalDPSettings:
     epsilon: float = _FLAT["epsilon"]
     delta: float = _FLAT["delta"]
     clip: float = _FLAT["clip"]
@@ -96,6 +94,22 @@ class LocalDP:
     noise_mode: str = _FLAT["noise_mode"]
     stop_at_epsilon: float | None = _FLAT["stop_at_epsilon"]
     stop_policy: str = _FLAT["stop_policy"]
+
+
+#: The local randomizers' own options (:mod:`ldpsim._src.privacy.registry`), fields of
+#: :class:`LocalDP` by the same names (an option of another randomizer than ``mechanism``,
+#: set away from its default, is an error naming it).
+_RANDOMIZER_OPTIONS = registry.own_option_fields()
+
+LocalDP = dataclasses.make_dataclass(
+    "LocalDP", [(name, Any, dataclasses.field(default=_FLAT[name]))
+                for name in _RANDOMIZER_OPTIONS],
+    bases=(_LocalDPSettings,), frozen=True, kw_only=True,
+    namespace={"__module__": __name__, "__doc__": """Local DP (``privacy_mode="ldp"``): each
+    client clips to ``clip`` and applies the local randomizer ``mechanism`` for (``epsilon``,
+    ``delta``) per round; ``epsilon=inf``: no noise (clipping only). The randomizers' own
+    options (``norm_epsilon`` of PrivUnit, ``sign_*`` of SignDS, …) are fields too, read
+    from the registry."""})
 
 
 @_frozen
@@ -156,23 +170,29 @@ class DpSgdClients:
 
 Privacy = Union[LocalDP, MindSpore, CentralDP, DistributedDP]
 
-#: privacy class -> (privacy_mode, {nested field: flat field})
-_PRIVACY = {
-    LocalDP: ("ldp", {"epsilon": "epsilon", "delta": "delta", "clip": "clip",
-                      "mechanism": "mechanism", "neighbours": "neighbours",
-                      "calibration": "calibration", "noise_mode": "noise_mode",
-                      "stop_at_epsilon": "stop_at_epsilon", "stop_policy": "stop_policy"}),
-    MindSpore: ("mindspore", {"epsilon": "dp_eps", "delta": "dp_delta",
-                              "norm_clip": "dp_norm_clip", "clip_rule": "mindspore_clip_rule",
-                              "neighbours": "mindspore_neighbours",
-                              "noise_mode": "noise_mode", "stop_at_epsilon": "stop_at_epsilon",
-                              "stop_policy": "stop_policy"}),
-    CentralDP: ("central", {"noise_multiplier": "noise_multiplier", "clip": "clip",
-                            "delta": "delta"}),
-    DistributedDP: ("distributed", {"noise_multiplier": "noise_multiplier", "clip": "clip",
-                                    "delta": "delta", "dropout_rate": "dropout_rate",
-                                    "noise_mode": "noise_mode"}),
+#: privacy class -> {nested field: flat field}
+_FIELDS = {
+    LocalDP: {"epsilon": "epsilon", "delta": "delta", "clip": "clip",
+              "mechanism": "mechanism", "neighbours": "neighbours",
+              "calibration": "calibration", "noise_mode": "noise_mode",
+              "stop_at_epsilon": "stop_at_epsilon", "stop_policy": "stop_policy",
+              **{name: name for name in _RANDOMIZER_OPTIONS}},
+    MindSpore: {"epsilon": "dp_eps", "delta": "dp_delta",
+                "norm_clip": "dp_norm_clip", "clip_rule": "mindspore_clip_rule",
+                "neighbours": "mindspore_neighbours",
+                "noise_mode": "noise_mode", "stop_at_epsilon": "stop_at_epsilon",
+                "stop_policy": "stop_policy"},
+    CentralDP: {"noise_multiplier": "noise_multiplier", "clip": "clip", "delta": "delta"},
+    DistributedDP: {"noise_multiplier": "noise_multiplier", "clip": "clip",
+                    "delta": "delta", "dropout_rate": "dropout_rate",
+                    "noise_mode": "noise_mode"},
 }
+
+#: privacy class -> (privacy_mode, {nested field: flat field}); the mode's name is its
+#: registry spec's (:attr:`ldpsim._src.privacy.registry.ModeSpec.nested` names the class).
+_PRIVACY = {kind: (next(m.name for m in registry.MODES
+                        if m.nested.rpartition(":")[2] == kind.__name__), names)
+            for kind, names in _FIELDS.items()}
 _ADAPTIVE = {"target_quantile": "target_quantile", "learning_rate": "clip_learning_rate",
              "count_stddev": "clipped_count_stddev"}
 _CLIENT_DP = {"micro_batches": "client_dp_micro_batches", "clip": "client_dp_clip",
@@ -232,7 +252,13 @@ class Experiment:
 
     @classmethod
     def from_flat(cls, config: SimulationConfig) -> "Experiment":
-        """The nested form of a flat :class:`SimulationConfig` (its mode's options only)."""
+        """The nested form of a flat :class:`SimulationConfig` (its mode's options only):
+        ``Experiment.from_flat(c).flat() == c``.
+
+        Raises:
+            LdpsimError: ``config`` sets an option its mode does not use (e.g. ``delta`` with
+                ``privacy_mode="mindspore"``, whose δ is ``dp_delta``): it would be dropped.
+        """
         kind = next(k for k, (mode, _) in _PRIVACY.items() if mode == config.privacy_mode)
         names = _PRIVACY[kind][1]
         privacy_kw = {nested: getattr(config, flat) for nested, flat in names.items()}
@@ -249,8 +275,16 @@ class Experiment:
         def pick(kind_):
             return kind_(**{f.name: given[f.name] for f in dataclasses.fields(kind_)})
 
-        return cls(data=pick(Data), training=pick(Training), privacy=kind(**privacy_kw),
-                   client_dp=client_dp, execution=pick(Execution))
+        out = cls(data=pick(Data), training=pick(Training), privacy=kind(**privacy_kw),
+                  client_dp=client_dp, execution=pick(Execution))
+        kept = set(out._flat_fields())
+        for f in dataclasses.fields(config):
+            if f.name not in kept and getattr(config, f.name) != f.default:
+                raise LdpsimError(
+                    f"{f.name}={getattr(config, f.name)!r} has no place in the nested form: "
+                    f"privacy_mode={config.privacy_mode!r} does not use it; remove it (the "
+                    f"conversion never drops a setting)")
+        return out
 
 
 def _nested_names(privacy_kind: type) -> dict[str, str]:

@@ -63,7 +63,7 @@ import jax.numpy as jnp
 
 from ldpsim._src._checks import LdpsimError
 from ldpsim._src.fl import dp_client
-from ldpsim._src.privacy import adaptive, server_dp
+from ldpsim._src.privacy import adaptive, registry, server_dp
 from ldpsim._src.privacy import mechanism as mechanism_lib
 
 PyTree = Any
@@ -73,7 +73,7 @@ __all__ = ["CentralHyper", "DistributedHyper", "LocalHyper", "MindSporeHyper",
            "central", "distributed", "local", "mindspore", "server_key",
            "with_client_training"]
 
-PRIVACY_MODES = ("ldp", "mindspore", "central", "distributed")
+PRIVACY_MODES = registry.mode_names()   # the registry's (ldpsim._src.privacy.registry)
 NOISE_MODES = ("per-client", "aggregate")
 _SERVER_SALT = 0x73727672   # "srvr"
 _DROPOUT_SALT = 0x64726F70  # "drop"
@@ -182,6 +182,9 @@ class RoundMechanism(NamedTuple):
         client_mean: ``(params, update) -> E[decoded release]`` exactly, for a randomizer
             whose decoder is biased (SignDS: its bias enters the theory of the aggregate's
             error), or None (unbiased: the clipped update).
+        release: ``(key, update, params) -> Privatized``: the clients' randomizer, decoded
+            (:func:`ldpsim._src.privacy.randomizer.decoded_release`); the round applies
+            this function and never looks the randomizer up by its name.
     """
 
     name: str
@@ -201,6 +204,7 @@ class RoundMechanism(NamedTuple):
     client_params: Callable[..., PyTree] = _additive_params
     client_noise_var: Callable[[PyTree, PyTree], jax.Array] | None = None
     client_mean: Callable[[PyTree, PyTree], PyTree] | None = None
+    release: Callable[..., Any] = mechanism_lib.GAUSSIAN.privatize
 
 
 def _no_state(num_clients: int, clip: float) -> tuple:
@@ -219,33 +223,60 @@ def _report_params(clip, scale, phyper: ReportHyper) -> PyTree:
     return phyper.params
 
 
-@functools.cache
-def local(randomizer: str = "gaussian") -> RoundMechanism:
-    """``"ldp"``: every client applies the local randomizer ``randomizer`` (a vector
-    randomizer of :data:`ldpsim.mechanism.REGISTRY`): additive noise with the
+def local(randomizer: "str | mechanism_lib.LocalMechanism" = "gaussian") -> RoundMechanism:
+    """``"ldp"``: every client applies the local randomizer ``randomizer``: a registered
+    vector randomizer's name (:data:`ldpsim.mechanism.REGISTRY`): additive noise with the
     run's clip bound and :class:`LocalHyper` scale, or a report randomizer with the
-    calibrated params of :class:`ReportHyper`, whose reports the server decodes.
+    calibrated params of :class:`ReportHyper`, whose reports the server decodes; or any
+    :class:`~ldpsim.mechanism.LocalMechanism` (a user's own, not registered), whose
+    ``params`` go in :class:`ReportHyper` and whose functions the round calls directly.
+
+    Equal randomizers (the same name, or the same functions) give the same object (it keys
+    the engine's compile cache).
 
     Raises:
         LdpsimError: an unknown name, or a randomizer of categories (``"rr"``).
     """
+    if isinstance(randomizer, str):
+        return _registered(randomizer)
+    lm = randomizer
+    return _local(lm.name, lm.privatize, lm.decode, lm.mean, lm.variance, bool(lm.additive),
+                  bool(lm.unbiased), None)
+
+
+@functools.cache
+def _registered(randomizer: str) -> RoundMechanism:
     entry = mechanism_lib.entry(randomizer)   # validates the name
     if entry.input != "vector":
         raise LdpsimError(f"the round privatizes model updates; {randomizer!r} privatizes "
                           f"categories (vector randomizers: {', '.join(mechanism_lib.VECTOR)})")
+    return _local(randomizer, entry.privatize, entry.decode, entry.mean, entry.variance,
+                  entry.additive, entry.unbiased, entry.noise_std_factor)
+
+
+@functools.cache
+def _local(name: str, privatize: Callable, decode: Callable | None, mean: Callable | None,
+           variance: Callable | None, additive: bool, unbiased: bool,
+           noise_std_factor: float | None) -> RoundMechanism:
+    """The local-DP round object of a randomizer given by its functions. ``noise_std_factor``
+    (registered additive randomizers): the clients' params are ``MechanismParams(clip,
+    scale)`` from the run's clip and :class:`LocalHyper`; None: the calibrated params in
+    :class:`ReportHyper` and the exact per-client variance."""
+    by_scale = noise_std_factor is not None
 
     def client_scales(state, ids, clip, phyper):
-        scale = phyper.scale if entry.additive else 0.0
+        scale = phyper.scale if by_scale else 0.0
         return _full(ids, clip), _full(ids, scale)
 
-    extra = {} if entry.additive else dict(
+    extra = {} if by_scale else dict(
         client_params=_report_params,
-        client_noise_var=mechanism_lib.mean_variance_fn(randomizer),
-        client_mean=None if entry.unbiased else entry.mean)
-    return RoundMechanism(name="ldp", randomizer=randomizer,
-                          noise_std_factor=float(entry.noise_std_factor or 0.0),
+        client_noise_var=mechanism_lib.mean_variance(variance),
+        client_mean=None if unbiased else mean)
+    return RoundMechanism(name="ldp", randomizer=name,
+                          noise_std_factor=float(noise_std_factor or 0.0),
                           weighted=True, fixed_denominator=None, per_client_clip=False,
                           init=_no_state, round_clip=_fixed_clip, client_scales=client_scales,
+                          release=mechanism_lib.decoded_release(privatize, decode, additive),
                           **extra)
 
 
@@ -275,7 +306,7 @@ def mindspore(running_min: bool = True) -> RoundMechanism:
     return RoundMechanism(name="mindspore", randomizer="gaussian", noise_std_factor=1.0,
                           weighted=True, fixed_denominator=None, per_client_clip=True,
                           init=init, round_clip=_fixed_clip, client_scales=client_scales,
-                          update=update)
+                          update=update, release=mechanism_lib.GAUSSIAN.privatize)
 
 
 @functools.cache
@@ -297,7 +328,8 @@ def central(clients_per_round: int, adaptive_clip: bool = False) -> RoundMechani
         return RoundMechanism(name="central", randomizer="none", noise_std_factor=0.0,
                               weighted=False, fixed_denominator=m, per_client_clip=False,
                               init=_no_state, round_clip=_fixed_clip,
-                              client_scales=client_scales, server_noise=server_noise)
+                              client_scales=client_scales, server_noise=server_noise,
+                              release=mechanism_lib.CLIP_ONLY.privatize)
 
     def init(num_clients: int, clip: float):
         return adaptive.quantile_clip(clients_per_round=1.0, initial_clip=clip).init()
@@ -313,7 +345,7 @@ def central(clients_per_round: int, adaptive_clip: bool = False) -> RoundMechani
                           weighted=False, fixed_denominator=m, per_client_clip=False,
                           init=init, round_clip=lambda state, clip, phyper: state.clip,
                           client_scales=client_scales, server_noise=server_noise,
-                          update=update)
+                          update=update, release=mechanism_lib.CLIP_ONLY.privatize)
 
 
 @functools.cache
@@ -333,7 +365,7 @@ def distributed(clients_per_round: int) -> RoundMechanism:
     return RoundMechanism(name="distributed", randomizer="gaussian", noise_std_factor=1.0,
                           weighted=False, fixed_denominator=m, per_client_clip=False,
                           init=_no_state, round_clip=_fixed_clip, client_scales=client_scales,
-                          keep=keep,
+                          keep=keep, release=mechanism_lib.GAUSSIAN.privatize,
                           noise_fraction=lambda survivors: survivors.astype(jnp.float32)
                           / jnp.float32(m))
 
@@ -357,11 +389,11 @@ def aggregated(mech: RoundMechanism) -> RoundMechanism:
                          f"report randomizer {mech.randomizer!r}")
     if mech.server_noise is not None or mech.noise_std_factor == 0.0:   # nothing to move
         return mech
-    if mech.randomizer != "gaussian":
+    if mech.release is not mechanism_lib.GAUSSIAN.privatize:
         raise ValueError(f"noise_mode='aggregate' is exact for Gaussian noise only, got "
                          f"{mech.randomizer!r}")
     return mech._replace(name=mech.name + "+aggregate", randomizer="none",
-                         server_noise=_aggregate_noise)
+                         server_noise=_aggregate_noise, release=mechanism_lib.CLIP_ONLY.privatize)
 
 
 @functools.cache

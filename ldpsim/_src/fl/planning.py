@@ -34,7 +34,7 @@ from ldpsim._src._checks import LdpsimError, check_open_unit, check_positive
 from ldpsim._src.fl import dp_client, modes
 from ldpsim._src.fl.config import SimulationConfig
 from ldpsim._src.privacy import realised
-from ldpsim._src.privacy import accounting, adaptive, calibration, sampling
+from ldpsim._src.privacy import accounting, adaptive, calibration, registry, sampling
 from ldpsim._src.privacy import mechanism as mechanism_lib
 
 PyTree = Any
@@ -91,12 +91,12 @@ def noise_scale(config: SimulationConfig, dim: int | None = None) -> tuple[float
             :func:`local_randomizer` calibrates it).
     """
     if not config.private:
-        return 0.0, math.nan, "none"
-    if config.mechanism not in calibration.MECHANISMS:
+        return 0.0, math.nan, _CLIP_ONLY
+    spec = registry.randomizer(config.mechanism)
+    if not spec.additive:
         raise LdpsimError(f"noise_scale: {config.mechanism!r} adds no noise of a scale; "
                           f"calibrate it with local_randomizer(config, dim)")
-    cal = calibration.calibrate(config.mechanism,
-                                **_RANDOMIZER_OPTIONS[config.mechanism](config, dim))
+    cal = calibration.calibrate(config.mechanism, **randomizer_options(spec, config, dim))
     scale = cal.sigma if cal.sigma is not None else cal.scale
     return float(scale), float(cal.sensitivity), config.mechanism
 
@@ -151,6 +151,10 @@ def _sum_sensitivity(config: SimulationConfig) -> float:
     for the engine's fixed-size ("uniform") cohorts (replace one user), 1 for Poisson
     (add or remove one user); see :func:`ldpsim._src.privacy.accounting.sensitivity_factor`."""
     return accounting.sensitivity_factor("poisson" if config.sampling == "poisson" else "fixed")
+
+
+#: The clip-only randomizer of a run without noise (ε = inf).
+_CLIP_ONLY = "none"
 
 
 def _sampler_impl() -> str:
@@ -241,26 +245,28 @@ def _accountant(event: Any, delta: float) -> Callable[[int], float]:
         lambda k: dp_client.event_epsilon(event, k, delta))
 
 
-def _privunit_options(c: SimulationConfig, dim: int | None) -> dict:
-    return dict(epsilon=c.epsilon, dim=dim, clip=c.clip, norm_epsilon=c.norm_epsilon)
+def randomizer_options(spec: registry.RandomizerSpec, config: SimulationConfig,
+                       dim: int | None) -> dict:
+    """The keyword arguments of the randomizer's ``make``, read from ``config`` and the
+    model's dimension ``dim`` by its spec: ε, the clip bound (if it clips), δ and the
+    calibration method (if it reads them), the relation (if it has a choice), the
+    sampler its guarantee is computed for (additive noise), and its own options."""
+    kwargs: dict[str, Any] = {"epsilon": config.epsilon, "dim": dim}
+    if spec.uses_clip:
+        kwargs["clip"] = config.clip
+    if spec.uses("delta"):
+        kwargs["delta"] = config.delta
+    if spec.uses("calibration"):
+        kwargs["method"] = config.calibration
+    if len(spec.neighbours) > 1:
+        kwargs["neighbours"] = config.neighbours
+    if spec.sampler == "normal":
+        kwargs["sampler"] = _sampler_impl()
+    elif spec.sampler == "laplace":
+        kwargs["sampler"] = _laplace_impl()
+    kwargs.update({o.field: getattr(config, o.field) for o in spec.options})
+    return kwargs
 
-
-#: Each local randomizer's factory options, read from the configuration and the model's
-#: dimension d (host table; the report randomizers are calibrated for d).
-_RANDOMIZER_OPTIONS: dict[str, Callable[[SimulationConfig, int | None], dict]] = {
-    "gaussian": lambda c, d: dict(epsilon=c.epsilon, delta=c.delta, clip=c.clip,
-                                  neighbours=c.neighbours, method=c.calibration, dim=d,
-                                  sampler=_sampler_impl()),
-    "laplace": lambda c, d: dict(epsilon=c.epsilon, clip=c.clip, neighbours=c.neighbours,
-                                 dim=d, sampler=_laplace_impl()),
-    "privunit2": _privunit_options,
-    "privunitg": _privunit_options,
-    "duchi": lambda c, d: dict(epsilon=c.epsilon, dim=d, clip=c.clip),
-    # SignDS: --epsilon is MindSpore's sign_eps; it releases an order, so clip is unused
-    "signds": lambda c, d: dict(epsilon=c.epsilon, dim=d, sign_k=c.sign_k,
-                                sign_thr_ratio=c.sign_thr_ratio,
-                                sign_global_lr=c.sign_global_lr, sign_dim_out=c.sign_dim_out),
-}
 
 #: Pure ε-DP claims no δ; a sampler floor above this is still reported (ε ≳ 3.6 for
 #: float32 Laplace): any positive floor breaks pure DP.
@@ -280,13 +286,13 @@ def local_randomizer(config: SimulationConfig,
     """
     if not config.private:
         return mechanism_lib.clip_only(clip=config.clip, neighbours=config.neighbours)
-    if config.mechanism not in calibration.MECHANISMS and dim is None:
+    spec = registry.randomizer(config.mechanism)
+    if not spec.additive and dim is None:
         raise LdpsimError(f"mechanism {config.mechanism!r} is calibrated for the model's "
                           f"dimension: pass dim (plan(..., dim=d))")
     with warnings.catch_warnings():   # noise_scale, called first, has issued them
         warnings.simplefilter("ignore")
-        return mechanism_lib.make(config.mechanism,
-                                  **_RANDOMIZER_OPTIONS[config.mechanism](config, dim))
+        return mechanism_lib.make(config.mechanism, **randomizer_options(spec, config, dim))
 
 
 def _plan_report(config: SimulationConfig, dim: int | None) -> PrivacyPlan:
@@ -309,8 +315,36 @@ def _plan_report(config: SimulationConfig, dim: int | None) -> PrivacyPlan:
                            0.0, lm.tail_mass, lm.tail_scale, k))
 
 
+def _plan_user(config: SimulationConfig, lm: mechanism_lib.LocalMechanism) -> PrivacyPlan:
+    """``"ldp"`` with a user's own :class:`~ldpsim.mechanism.LocalMechanism` (registered or
+    not): its calibrated params are the round's knobs (:class:`~ldpsim.modes.ReportHyper`),
+    its functions the clients' release and exact variance, its guarantee the columns.
+    ε spent after the worst-case client's ``k`` releases: its ``dp_event`` composed ``k``
+    times at δ = ``lm.delta`` (0 for a pure mechanism, ``config.delta`` otherwise); δ spent
+    adds the realisation's tails (``tail_mass``, ``tail_scale``, bound (1) of
+    :mod:`ldpsim._src.privacy.realised`)."""
+    if lm.decode is None or lm.variance is None:
+        raise LdpsimError(f"the local mechanism {lm.name!r} needs decode and variance to run in "
+                          f"the engine (the round aggregates decoded releases and reports "
+                          f"their exact variance)")
+    pure = not lm.delta
+    delta = 0.0 if pure else config.delta
+    acc = _accountant(lm.dp_event(lm.params), delta)
+    clip = float(getattr(lm.params, "clip", config.clip))
+    columns = {"mechanism": lm.name, "neighbours": lm.neighbours, "epsilon": lm.epsilon,
+               "delta": math.nan if pure else lm.delta, "clip": clip, "sensitivity": math.nan,
+               "sigma": float(lm.noise_std(lm.params)),
+               "noise_multiplier": math.nan, "sampler_delta_floor": math.nan}
+    return PrivacyPlan(modes.local(lm), modes.ReportHyper(lm.params), columns,
+                       lambda row: {"clip_bound": clip},
+                       lambda k, t, frac: acc(k),
+                       delta_of=lambda k, t, frac: realised.compose_delta(
+                           delta if k else 0.0, lm.tail_mass, lm.tail_scale, k))
+
+
 def _plan_ldp(config: SimulationConfig, population: int, dim: int | None = None) -> PrivacyPlan:
-    if config.private and config.mechanism not in calibration.MECHANISMS:
+    spec = registry.randomizer(config.mechanism)
+    if config.private and not spec.additive:
         return _plan_report(config, dim)
     sigma, sens, randomizer = noise_scale(config, dim)
     lm = local_randomizer(config, dim)
@@ -319,7 +353,7 @@ def _plan_ldp(config: SimulationConfig, population: int, dim: int | None = None)
     delta_of: Callable[[int, int, float], float] = lambda k, t, frac: math.nan  # noqa: E731
     if not config.private:
         epsilon_of = lambda k, t, frac: math.nan  # noqa: E731  (no privacy: no ε column)
-    elif lm.name == "gaussian":
+    elif spec.guarantee == "approximate":   # Gaussian: (ε, δ) of the realised sampler
         floor = calibration.sampler_delta_floor(sigma, sens, impl=_sampler_impl())
         acc = _realised_gaussian(_sampler_impl(), sens / sigma, dim, config.delta)
         epsilon_of = lambda k, t, frac: acc(k)  # noqa: E731
@@ -334,7 +368,7 @@ def _plan_ldp(config: SimulationConfig, population: int, dim: int | None = None)
             _tail_warning(f"float32 Laplace noise is bounded: at epsilon {config.epsilon:g} "
                           f"the release is (epsilon, {lm.delta:.3g})-DP, not pure "
                           f"(column delta_spent)")
-    pure = lm.name == "laplace"
+    pure = config.private and spec.guarantee == "pure"
     columns = {"mechanism": randomizer, "neighbours": config.neighbours,
                "epsilon": config.epsilon, "delta": math.nan if pure else config.delta,
                "clip": config.clip, "sensitivity": sens, "sigma": sigma,
@@ -439,11 +473,8 @@ def _plan_sum(config: SimulationConfig, population: int, dim: int | None = None,
                        delta_of=lambda k, t, frac: config.delta if t else 0.0)
 
 
-_PLANS: dict[str, Callable[[SimulationConfig, int, int | None], PrivacyPlan]] = {
-    "ldp": _plan_ldp, "mindspore": _plan_mindspore,
-    "central": functools.partial(_plan_sum, distributed_mode=False),
-    "distributed": functools.partial(_plan_sum, distributed_mode=True),
-}
+_plan_central = functools.partial(_plan_sum, distributed_mode=False)
+_plan_distributed = functools.partial(_plan_sum, distributed_mode=True)
 
 #: The simulation shortcut of each noise mode (``"aggregate"``: :func:`~ldpsim.modes.aggregated`).
 _NOISE_MODES: dict[str, Callable[[modes.RoundMechanism], modes.RoundMechanism]] = {
@@ -457,7 +488,8 @@ def _client_training(config: SimulationConfig) -> dp_client.ClientTraining:
 
 
 def plan(config: SimulationConfig, population: int, *,
-         smallest_client: int = 1, dim: int | None = None) -> PrivacyPlan:
+         smallest_client: int = 1, dim: int | None = None,
+         mechanism: Any = None) -> PrivacyPlan:
     """The :class:`PrivacyPlan` of ``config`` for a population of ``population`` clients
     (calibration, the mode's kernel object and knobs, its columns and its accountant),
     composed with the clients' local training (:func:`~ldpsim.modes.with_client_training`).
@@ -465,9 +497,19 @@ def plan(config: SimulationConfig, population: int, *,
     ``smallest_client``: the fewest examples any client holds (> 0): the worst case of
     the clients' sample-level accounting (DP-SGD clients). ``dim``: the model's number of
     parameters d, needed by the report randomizers (PrivUnit2, PrivUnitG, Duchi et al.,
-    SignDS are calibrated for d).
+    SignDS are calibrated for d). ``mechanism``: a
+    :class:`~ldpsim.mechanism.LocalMechanism`, or a function ``dim -> LocalMechanism``, that
+    the clients apply instead of ``config.mechanism`` (it need not be registered; a local-DP
+    ``config`` only: its ε and randomizer settings are the mechanism's own).
     """
-    base = _PLANS[config.privacy_mode](config, population, dim)
+    if mechanism is not None:
+        if not registry.mode(config.privacy_mode).randomizers:
+            raise LdpsimError(f"a local mechanism runs in privacy_mode="
+                              f"{registry.MODES[0].name!r}; got {config.privacy_mode!r}")
+        lm = mechanism if isinstance(mechanism, mechanism_lib.LocalMechanism) else mechanism(dim)
+        base = _plan_user(config, lm)
+    else:
+        base = registry.resolve(registry.mode(config.privacy_mode).plan)(config, population, dim)
     mech = _NOISE_MODES[config.noise_mode](base.mechanism)
     training = _client_training(config)
     knobs = training.knobs(config.client_dp_clip, config.client_dp_noise_multiplier)

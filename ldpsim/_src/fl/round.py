@@ -42,7 +42,6 @@ from ldpsim._src.fl import server as server_lib
 from ldpsim._src.fl import sharding
 from ldpsim._src.fl.dp_client import ClientDpHyper
 from ldpsim._src.privacy import adaptive
-from ldpsim._src.privacy import mechanism as mechanism_lib
 
 PyTree = Any
 
@@ -167,7 +166,8 @@ def make_round_fn(*, apply_fn: Callable,
         apply_fn: the model's ``(params, x) -> logits``.
         mechanism: the privacy mode, a :class:`~ldpsim.modes.RoundMechanism`; a
             randomizer name (``"gaussian"``, ``"laplace"``, ``"none"``, ``"privunit2"``,
-            ``"privunitg"``, ``"duchi"``, ``"signds"``) is short for ``modes.local(name)``,
+            ``"privunitg"``, ``"duchi"``, ``"signds"``) or a
+            :class:`~ldpsim.mechanism.LocalMechanism` is short for ``modes.local(it)``,
             local DP (a report randomizer's ``hyper.privacy`` is a
             :class:`~ldpsim._src.fl.modes.ReportHyper`).
         client_optimizer: ``"sgd"``, ``"momentum"`` or ``"adam"``.
@@ -202,13 +202,14 @@ def make_round_fn(*, apply_fn: Callable,
     Raises:
         LdpsimError: ``devices`` is more than JAX sees (:func:`~ldpsim._src.fl.sharding.resolve_devices`).
     """
-    mech = modes_lib.local(mechanism) if isinstance(mechanism, str) else mechanism
+    mech = (mechanism if isinstance(mechanism, modes_lib.RoundMechanism)
+            else modes_lib.local(mechanism))   # a name or a LocalMechanism: local DP
     train = mech.client.update
     if client_update is not None:
         def train(params, x, y, count, knobs, **kw):  # noqa: F811
             return client_update(params, x, y, count, **kw)
-    # every vector randomizer as (key, update, params) -> decoded release (additive: itself)
-    privatize = mechanism_lib.decoded_release_fn(mech.randomizer)
+    # the clients' randomizer as (key, update, params) -> decoded release (additive: itself)
+    privatize = mech.release
     n_devices = sharding.resolve_devices(devices)
     client_weighting = weighting if mech.weighted else "uniform"
 

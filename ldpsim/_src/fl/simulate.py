@@ -220,7 +220,8 @@ def _static_key(config: SimulationConfig) -> tuple:
 
 def simulate(config: SimulationConfig | Experiment, *, progress: bool = False,
              callback: Callable[[dict], Any] | None = None, data: Any = None,
-             checkpoint_dir: str | None = None, checkpoint_every: int = 10) -> list[HistoryRow]:
+             checkpoint_dir: str | None = None, checkpoint_every: int = 10,
+             mechanism: Any = None) -> list[HistoryRow]:
     """Run the simulation described by ``config`` and return its metrics history.
 
     Args:
@@ -243,6 +244,13 @@ def simulate(config: SimulationConfig | Experiment, *, progress: bool = False,
             (bit-identical on the same machine, ``wall_time`` aside: it adds up the time
             of every session); one of another configuration is refused.
         checkpoint_every: rounds between checkpoints.
+        mechanism: the clients' local randomizer instead of ``config.mechanism``: any
+            :class:`~ldpsim.mechanism.LocalMechanism` (a user's own needs no registration:
+            the round calls its ``privatize``, ``decode`` and ``variance`` with its
+            ``params``), or a function ``dim -> LocalMechanism`` of the model's number of
+            parameters. Local DP (``privacy_mode="ldp"``) only; the history's mechanism,
+            epsilon, delta and epsilon_spent are the mechanism's (its ``dp_event``
+            composed over the worst-case client's participations).
 
     Returns:
         One :class:`~ldpsim.fl.HistoryRow` (a typed dict) per evaluated round
@@ -305,14 +313,15 @@ def simulate(config: SimulationConfig | Experiment, *, progress: bool = False,
             participation; ``stop_at_epsilon`` with several lanes.
     """
     return simulate_lanes([config], progress=progress, callback=callback, data=data,
-                          checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every)[0]
+                          checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every,
+                          mechanism=mechanism)[0]
 
 
 def simulate_lanes(configs: Sequence[SimulationConfig | Experiment], *, progress: bool = False,
                    callback: Callable[[dict], Any] | None = None, data: Any = None,
                    on_round: Callable[[], None] | None = None,
-                   checkpoint_dir: str | None = None, checkpoint_every: int = 10
-                   ) -> list[list[HistoryRow]]:
+                   checkpoint_dir: str | None = None, checkpoint_every: int = 10,
+                   mechanism: Any = None) -> list[list[HistoryRow]]:
     """Run configurations that differ only in traced knobs (ε, δ, C, learning rates, the
     mode's knobs) as ONE program, the round vmapped over them ("lanes").
 
@@ -320,7 +329,8 @@ def simulate_lanes(configs: Sequence[SimulationConfig | Experiment], *, progress
     the cohorts and the keys, so each lane's history equals running its configuration
     alone up to float rounding; the program runs on one device. ``on_round`` is called
     after every round; ``wall_time`` is the shared elapsed time. ``checkpoint_dir``,
-    ``checkpoint_every``: as in :func:`simulate` (one checkpoint holds every lane).
+    ``checkpoint_every``, ``mechanism``: as in :func:`simulate` (one checkpoint holds every
+    lane).
 
     Raises:
         LdpsimError: the configurations differ in something that is not a traced knob
@@ -352,7 +362,8 @@ def simulate_lanes(configs: Sequence[SimulationConfig | Experiment], *, progress
     smallest = _smallest_client(population) if c0.client_dp else 1
     dim = model_dimension(model_name_for(c0.model, population),
                           tuple(population.input_shape), int(population.num_classes))
-    plans = [planning.plan(c, n_clients, smallest_client=smallest, dim=dim) for c in configs]
+    plans = [planning.plan(c, n_clients, smallest_client=smallest, dim=dim, mechanism=mechanism)
+             for c in configs]
     mech = plans[0].mechanism
     if any(p.mechanism is not mech for p in plans):
         raise LdpsimError("simulate_lanes needs configurations with the same privacy "

@@ -181,3 +181,22 @@ def make(*, epsilon: float, dim: int, clip: float = 1.0) -> LocalMechanism:
                           dp_event=dp_event, decode=decode, mean=mean, variance=variance,
                           additive=False, unbiased=True, tail_mass=0.0, tail_scale=1.0,
                           ideal_epsilon=eps, ideal_delta=0.0, realisation=line)
+
+
+def audit_game(*, epsilon: float, dim: int, clip: float = 1.0) -> tuple:
+    """The distinguishing game of Duchi et al.'s randomizer at ``±C·e₁``, scored by the sign of
+    the decoded report's projection on e₁ (the likelihood ratio's only input); as
+    :func:`ldpsim.audit.report_game`."""
+    local = make(epsilon=epsilon, dim=dim, clip=clip)
+    params = local.params
+
+    def mech(key, x):
+        return local.privatize(key, x, params).report
+
+    x1, x0 = rz.axis(dim, clip), rz.axis(dim, -clip)
+
+    def score(report):
+        return jnp.sign(report[0]).astype(jnp.float32)
+
+    what = "the sign of the decoded report's projection on e1 (the likelihood ratio)"
+    return mech, x0, x1, score, local, what

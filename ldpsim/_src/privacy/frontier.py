@@ -67,14 +67,16 @@ import numpy as np
 from ldpsim._src import _xla
 from ldpsim._src._checks import LdpsimError, check_choice, check_positive_int
 from ldpsim._src.privacy import mechanism as _mech
+from ldpsim._src.privacy import registry
 from ldpsim._src.privacy.randomizer import check_epsilon
 
 __all__ = ["DEFAULT_DELTA", "INPUTS", "VECTOR_MECHANISMS", "FrontierRow", "build_mechanism",
            "common_input", "decoded_error_sum", "default_chunk", "frontier", "frontier_cell",
            "lower_bound", "plot_frontier", "theory_mse", "winners"]
 
-#: The vector randomizers the frontier compares (every registered one but "none" and "rr").
-VECTOR_MECHANISMS = ("gaussian", "laplace", "privunit2", "privunitg", "duchi", "signds")
+#: The vector randomizers the frontier compares (the registry's frontier randomizers: every
+#: registered one but clip-only and those of categories; the list at import).
+VECTOR_MECHANISMS = registry.randomizer_names(frontier=True)
 #: δ of the Gaussian mechanism unless given.
 DEFAULT_DELTA = 1e-5
 #: The client inputs: one common direction, or i.i.d. uniform directions per client.
@@ -121,18 +123,20 @@ def build_mechanism(name: str, *, epsilon: float, dim: int, delta: float = DEFAU
         LdpsimError: unknown or non-vector mechanism, ε ≤ 0, a dimension too small for the
             mechanism, or a value outside the mechanism's range (its own message).
     """
-    if name not in VECTOR_MECHANISMS:
-        raise LdpsimError(f"mechanism must be one of {', '.join(VECTOR_MECHANISMS)}; "
-                          f"got {name!r}")
+    names = registry.randomizer_names(frontier=True)
+    if name not in names:
+        raise LdpsimError(f"mechanism must be one of {', '.join(names)}; got {name!r}")
     eps = check_epsilon(epsilon)
     d = check_positive_int("dim", dim)
-    if name == "gaussian":
-        return _mech.make("gaussian", epsilon=eps, delta=delta, clip=clip)
-    if name == "laplace":
-        return _mech.make("laplace", epsilon=eps, clip=clip * math.sqrt(d))
-    if name == "signds":
-        return _mech.make("signds", dim=d, epsilon=eps)
-    return _mech.make(name, epsilon=eps, dim=d, clip=clip)
+    spec = registry.randomizer(name)
+    kwargs: dict[str, Any] = {"epsilon": eps}
+    if spec.uses_clip:   # an L1 bound of the unit L2 ball: clip·√d
+        kwargs["clip"] = clip * math.sqrt(d) if spec.clip_norm == "l1" else clip
+    if spec.uses("delta"):
+        kwargs["delta"] = delta
+    if not spec.additive:   # calibrated for the dimension
+        kwargs["dim"] = d
+    return _mech.make(name, **kwargs)
 
 
 def default_chunk(dim: int, clients: int) -> int:
@@ -342,9 +346,8 @@ def winners(table) -> "Any":
     return pd.DataFrame(out)
 
 
-#: One colour per mechanism (fixed, so every figure reads the same).
-COLORS = {"gaussian": "tab:blue", "laplace": "tab:brown", "privunit2": "tab:green",
-          "privunitg": "tab:olive", "duchi": "tab:red", "signds": "tab:purple"}
+#: One colour per mechanism (fixed, so every figure reads the same; the registry's, at import).
+COLORS = {s.name: s.colour for s in registry.RANDOMIZERS if s.colour is not None}
 
 
 def plot_frontier(table, out=None):

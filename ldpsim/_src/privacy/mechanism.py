@@ -33,13 +33,14 @@ have bounded tails that put a floor under δ:
 al., SignDS and k-RR pure ε-LDP for any two inputs (relation ``"replace"``).
 
 :data:`REGISTRY` holds ONE :class:`RegistryEntry` per randomizer (name, factory, privatize,
-decode, mean, variance, the additive noise factor or None, the kind of guarantee).
-Adding a randomizer is one module and one entry. The engine's round
-(:func:`ldpsim.fl.make_round_fn`) reaches every vector randomizer (:data:`VECTOR`) through
-:func:`decoded_release_fn` (the server's decoded estimate of each client's clipped input,
-``noisy = clipped + noise``, with ``noise`` the decoding error) and
-:func:`mean_variance_fn` (each client's exact per-coordinate variance, for the theory of
-the aggregate's error). :func:`privatize_fn` and :func:`noise_std_factor` serve the
+decode, mean, variance, the additive noise factor or None, the kind of guarantee), built
+from the specs of :mod:`ldpsim._src.privacy.registry`, the one list: adding a randomizer is
+its module and one spec there. The engine's round (:func:`ldpsim.fl.make_round_fn`) applies
+each mechanism's own functions (:attr:`LocalMechanism.decoded_release`: the server's decoded
+estimate of each client's clipped input, ``noisy = clipped + noise``, with ``noise`` the
+decoding error; :attr:`LocalMechanism.mean_variance`: each client's exact per-coordinate
+variance, for the theory of the aggregate's error), so a user's own mechanism runs without
+registration; :func:`decoded_release_fn` and :func:`mean_variance_fn` give them by name. :func:`privatize_fn` and :func:`noise_std_factor` serve the
 additive ones (:data:`ADDITIVE`) only and refuse report randomizers with a clear error.
 """
 
@@ -47,18 +48,20 @@ from __future__ import annotations
 
 import math
 import dataclasses
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from ldpsim._src._checks import LdpsimError, check_choice
-from ldpsim._src.privacy import calibration, clipping, mechanisms
+from ldpsim._src.privacy import calibration, clipping, mechanisms, registry
 from ldpsim._src.privacy.randomizer import (
     LocalMechanism,
     MechanismParams,
     Privatized,
     Report,
+    decoded_release,
+    mean_variance,
     total_variance,
 )
 
@@ -276,66 +279,68 @@ class RegistryEntry:
         return self.factory(**kwargs)
 
 
-def _additive_entry(name, factory, clip_fn, noise_fn, factor, guarantee) -> RegistryEntry:
-    return RegistryEntry(name=name, factory=factory, privatize=_additive(clip_fn, noise_fn),
-                         decode=_decode_release, mean=_clipped_mean(clip_fn),
-                         variance=_iid_variance(factor), noise_std_factor=factor,
-                         guarantee=guarantee)
+class _Implementation(NamedTuple):
+    """The module-level interface of a randomizer, for an additive one defined here."""
+
+    make: Callable[..., LocalMechanism]
+    privatize: Callable[..., Any]
+    decode: Callable[..., PyTree]
+    mean: Callable[..., PyTree]
+    variance: Callable[..., PyTree]
 
 
-def _report_entry(module: Any, *, guarantee: str = "pure", unbiased: bool = True,
-                  input: str = "vector") -> RegistryEntry:
-    return RegistryEntry(name=module.NAME, factory=module.make, privatize=module.privatize,
-                         decode=module.decode, mean=module.mean, variance=module.variance,
-                         noise_std_factor=None, guarantee=guarantee, unbiased=unbiased,
-                         input=input)
+def _additive_implementation(factory, clip_fn, noise_fn, factor) -> _Implementation:
+    return _Implementation(make=factory, privatize=_additive(clip_fn, noise_fn),
+                           decode=_decode_release, mean=_clipped_mean(clip_fn),
+                           variance=_iid_variance(factor))
+
+
+#: The additive randomizers' implementations (their specs in
+#: :mod:`ldpsim._src.privacy.registry` point here).
+GAUSSIAN = _additive_implementation(gaussian, clipping.clip_by_global_norm, _gaussian_noise,
+                                    1.0)
+LAPLACE = _additive_implementation(laplace, clipping.clip_by_l1_norm, _laplace_noise,
+                                   math.sqrt(2.0))
+CLIP_ONLY = _additive_implementation(clip_only, clipping.clip_by_global_norm, None, 0.0)
+
+
+def entry_of(spec: registry.RandomizerSpec) -> RegistryEntry:
+    """The :class:`RegistryEntry` of a randomizer's spec (its implementation imported)."""
+    impl = spec.load()
+    return RegistryEntry(name=spec.name, factory=impl.make, privatize=impl.privatize,
+                         decode=impl.decode, mean=impl.mean, variance=impl.variance,
+                         noise_std_factor=spec.noise_std_factor if spec.additive else None,
+                         guarantee=spec.guarantee, unbiased=spec.unbiased, input=spec.input)
 
 
 def _entry_functions(name: str) -> dict[str, Any]:
     """The registry entry's functions as :class:`LocalMechanism` fields (additive ones)."""
-    e = REGISTRY[name]
+    e = entry(name)
     factor = e.noise_std_factor
     return dict(privatize=e.privatize, decode=e.decode, mean=e.mean, variance=e.variance,
                 noise_std=lambda params: jnp.float32(factor) * params.scale)
 
 
-from ldpsim._src.privacy import duchi as _duchi  # noqa: E402  (randomizer modules)
-from ldpsim._src.privacy import privunit2 as _privunit2  # noqa: E402
-from ldpsim._src.privacy import privunitg as _privunitg  # noqa: E402
-from ldpsim._src.privacy import rr as _rr  # noqa: E402
-from ldpsim._src.privacy import signds as _signds  # noqa: E402
-
-#: name -> :class:`RegistryEntry`, ONE entry per randomizer. The engine reaches a mechanism's
-#: functions through this table only (``privatize_fn``, ``noise_std_factor``).
-REGISTRY: dict[str, RegistryEntry] = {
-    "gaussian": _additive_entry("gaussian", gaussian, clipping.clip_by_global_norm,
-                                _gaussian_noise, 1.0, "approximate"),
-    "laplace": _additive_entry("laplace", laplace, clipping.clip_by_l1_norm, _laplace_noise,
-                               math.sqrt(2.0), "pure"),
-    "none": _additive_entry("none", clip_only, clipping.clip_by_global_norm, None, 0.0, "pure"),
-    "privunit2": _report_entry(_privunit2),
-    "privunitg": _report_entry(_privunitg),
-    "duchi": _report_entry(_duchi),
-    "signds": _report_entry(_signds, unbiased=False),
-    "rr": _report_entry(_rr, input="category"),
-}
+#: name -> :class:`RegistryEntry`, ONE entry per randomizer, built from the specs of
+#: :data:`ldpsim._src.privacy.registry.RANDOMIZERS` (the only list).
+REGISTRY: dict[str, RegistryEntry] = {s.name: entry_of(s) for s in registry.RANDOMIZERS}
 
 #: The registered additive-noise randomizers (``clipped + independent noise``).
 ADDITIVE = tuple(n for n, e in REGISTRY.items() if e.additive)
 
 #: The registered randomizers of model updates that the engine's round runs
-#: (:func:`decoded_release_fn`); ``"rr"`` privatizes categories.
+#: (:func:`decoded_release_fn`); randomizers of categories are left out.
 VECTOR = tuple(n for n, e in REGISTRY.items() if e.input == "vector")
 
 
 def entry(name: str) -> RegistryEntry:
-    """The registry entry ``name``.
+    """The registry entry ``name`` (a spec added to the registry after import is built now).
 
     Raises:
         LdpsimError: unknown name (the message lists the registered ones).
     """
     if name not in REGISTRY:
-        raise LdpsimError(f"mechanism must be one of {', '.join(REGISTRY)}; got {name!r}")
+        return entry_of(registry.randomizer(name))
     return REGISTRY[name]
 
 
@@ -382,27 +387,9 @@ def decoded_release_fn(name: str) -> Callable[[jax.Array, PyTree, Any], Privatiz
         LdpsimError: unknown name, or a categorical randomizer (``"rr"``).
     """
     e = entry(name)
-    if e.additive:
-        return e.privatize
     if e.input != "vector":
         raise LdpsimError(f"{name!r} privatizes categories, not model updates")
-
-    def release(key: jax.Array, update: PyTree, params: Any) -> Privatized:
-        rep = e.privatize(key, update, params)
-        noisy = e.decode(rep.report, params, update)
-        noisy = jax.tree_util.tree_map(lambda a, b: a.astype(jnp.result_type(b)), noisy, update)
-        # The round sums w·clipped and w·noise over the cohort, and 0·NaN is NaN: a randomizer
-        # whose `clipped` is its raw input (SignDS releases an order, it clips nothing) would
-        # turn one diverged client, even an excluded one (w = 0), into a NaN model. Its
-        # input enters the aggregate as the zero substitute, as for every other randomizer.
-        clipped = jax.tree_util.tree_map(
-            lambda c: jnp.where(rep.finite, c, jnp.zeros_like(c)), rep.clipped)
-        rep = rep._replace(clipped=clipped)
-        noise = jax.tree_util.tree_map(jnp.subtract, noisy, rep.clipped)
-        return Privatized(noisy, rep.clipped, noise, rep.norm, rep.release_norm, rep.was_clipped,
-                          rep.finite)
-
-    return release
+    return decoded_release(e.privatize, e.decode, e.additive)
 
 
 def mean_variance_fn(name: str) -> Callable[[Any, PyTree], jax.Array]:
@@ -417,14 +404,7 @@ def mean_variance_fn(name: str) -> Callable[[Any, PyTree], jax.Array]:
     e = entry(name)
     if e.input != "vector":
         raise LdpsimError(f"{name!r} privatizes categories, not model updates")
-
-    def mean_variance(params: Any, update: PyTree) -> jax.Array:
-        var = e.variance(params, update)
-        leaves = jax.tree_util.tree_leaves(var)
-        d = sum(int(jnp.size(v)) for v in leaves)
-        return sum(jnp.sum(v, dtype=jnp.float32) for v in leaves) / jnp.float32(max(d, 1))
-
-    return mean_variance
+    return mean_variance(e.variance)
 
 
 def noise_std_factor(name: str) -> float:
@@ -457,7 +437,7 @@ def gaussian_randomizer(key: jax.Array, tree: PyTree, *, clip: jax.typing.ArrayL
     """
     mechanisms._check_clip(clip)
     mechanisms._check_scale("stddev", stddev)
-    return REGISTRY["gaussian"].privatize(key, tree, MechanismParams(clip, stddev))
+    return GAUSSIAN.privatize(key, tree, MechanismParams(clip, stddev))
 
 
 def laplace_randomizer(key: jax.Array, tree: PyTree, *, clip: jax.typing.ArrayLike,
@@ -473,4 +453,4 @@ def laplace_randomizer(key: jax.Array, tree: PyTree, *, clip: jax.typing.ArrayLi
     """
     mechanisms._check_clip(clip)
     mechanisms._check_scale("scale", scale)
-    return REGISTRY["laplace"].privatize(key, tree, MechanismParams(clip, scale))
+    return LAPLACE.privatize(key, tree, MechanismParams(clip, scale))

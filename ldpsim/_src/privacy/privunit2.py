@@ -620,3 +620,45 @@ def _mechanism(name, params, k, privatize, decode, mean, variance, realisation) 
                           decode=decode, mean=mean, variance=variance, additive=False,
                           unbiased=True, tail_mass=delta, tail_scale=1.0,
                           ideal_epsilon=k["epsilon"], ideal_delta=0.0, realisation=realisation)
+
+
+def privunit_audit_game(local: LocalMechanism, q: float, dim: int, clip: float) -> tuple:
+    """The distinguishing game of a PrivUnit randomizer (``q``: its cap probability
+    ``P(⟨V, e⟩ ≥ γ)`` for a uniform direction): ``x1 = C·e₁`` against ``x0 = −10⁻⁶C·e₁``
+    (norm C against ≈ 0 and opposite directions: both parts of the ε split are exercised),
+    scored by the exact log-likelihood ratio (cap side of ``±V₁`` against γ, and the norm's
+    two values). Returns ``(mechanism, x0, x1, score, local, what)`` as
+    :func:`ldpsim.audit.report_game`."""
+    params = local.params
+
+    def mech(key, x):
+        return local.privatize(key, x, params).report
+
+    x1, x0 = rz.axis(dim, clip), rz.axis(dim, -rz.AUDIT_TINY * clip)
+    p = 1.0 - float(np.float32(params.p_out))
+    gamma = float(params.gamma)
+    lw_in, lw_out = math.log(p / q), math.log((1 - p) / (1 - q))
+    c, b, ex = float(params.clip), float(params.norm_bound), float(params.norm_excess)
+    high = 0.5 * (b + c)
+
+    def p_high(r):
+        return 1.0 - (ex + 2.0 * (c - r)) / (2.0 * b)
+
+    ln_high = math.log(p_high(c)) - math.log(p_high(rz.AUDIT_TINY * c))
+    ln_low = math.log(1 - p_high(c)) - math.log(1 - p_high(rz.AUDIT_TINY * c))
+
+    def score(report):
+        t = report["direction"][0]      # ⟨V, ±e₁⟩ = ±V₁ (α's axis for PrivUnitG)
+        d1 = jnp.where(t >= gamma, lw_in, lw_out)
+        d0 = jnp.where(-t >= gamma, lw_in, lw_out)
+        n = jnp.where(report["norm"] >= 0.5 * high, ln_high, ln_low)
+        return (d1 - d0 + n).astype(jnp.float32)
+
+    what = "the exact log-likelihood ratio (cap side of ±V1 against gamma, and the norm's value)"
+    return mech, x0, x1, score, local, what
+
+
+def audit_game(*, epsilon: float, dim: int, clip: float = 1.0) -> tuple:
+    """PrivUnit2's distinguishing game at its worst-case pair (:func:`privunit_audit_game`)."""
+    local = make(epsilon=epsilon, dim=dim, clip=clip)
+    return privunit_audit_game(local, cap_probability(float(local.params.gamma), dim), dim, clip)

@@ -246,3 +246,14 @@ def make(*, epsilon: float, dim: int, clip: float = 1.0, norm_epsilon=None) -> L
             f"min((1 + e^eps')*TV, (p/q)*kappa), TV = {k['tv']:.3g}, kappa = {k['excess']:.3g}; "
             f"float32 arithmetic and output grid idealised (Mironov 2012)")
     return _mechanism(NAME, params, k, privatize, decode, mean, variance, line)
+
+
+def audit_game(*, epsilon: float, dim: int, clip: float = 1.0) -> tuple:
+    """PrivUnitG's distinguishing game at its worst-case pair
+    (:func:`ldpsim._src.privacy.privunit2.privunit_audit_game`; the cap probability of a
+    Gaussian direction's coordinate, ``P(Z ≥ γ)``)."""
+    from scipy import stats
+
+    local = make(epsilon=epsilon, dim=dim, clip=clip)
+    q = float(stats.norm.sf(float(local.params.gamma)))
+    return p2.privunit_audit_game(local, q, dim, clip)

@@ -31,6 +31,7 @@ so no two draws of one client share a key).
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Callable, NamedTuple
 
@@ -180,6 +181,63 @@ class LocalMechanism(NamedTuple):
     ideal_delta: float | None = None
     realisation: str = ""
 
+    @property
+    def decoded_release(self) -> Callable[[jax.Array, PyTree, PyTree], "Privatized"]:
+        """``(key, update, params) -> Privatized``: the server's decoded estimate of one
+        client's clipped input in the engine's release type (:func:`decoded_release`); what
+        the round aggregates. The same function object for the same randomizer functions."""
+        return decoded_release(self.privatize, self.decode, self.additive)
+
+    @property
+    def mean_variance(self) -> Callable[[PyTree, PyTree], jax.Array]:
+        """``(params, update) -> float32``: the mean over coordinates of ``variance``
+        (:func:`mean_variance`)."""
+        return mean_variance(self.variance)
+
+
+@functools.cache
+def decoded_release(privatize: Callable, decode: Callable | None,
+                    additive: bool) -> Callable[[jax.Array, PyTree, PyTree], Privatized]:
+    """``(key, update, params) -> Privatized`` of a vector randomizer given by its functions:
+    ``noisy = decode(privatize(key, update).report, like=update)`` (the server's per-client
+    estimate), ``clipped`` the clipped input, ``noise = noisy − clipped`` (zero-mean for an
+    unbiased randomizer; for SignDS it includes the decoder's bias). An additive
+    randomizer's ``privatize`` is its own release. Cached: the same functions give the same
+    function object (it keys compiled kernels)."""
+    if additive:
+        return privatize
+
+    def release(key: jax.Array, update: PyTree, params: Any) -> Privatized:
+        rep = privatize(key, update, params)
+        noisy = decode(rep.report, params, update)
+        noisy = jax.tree_util.tree_map(lambda a, b: a.astype(jnp.result_type(b)), noisy, update)
+        # The round sums w·clipped and w·noise over the cohort, and 0·NaN is NaN: a randomizer
+        # whose `clipped` is its raw input (SignDS releases an order, it clips nothing) would
+        # turn one diverged client, even an excluded one (w = 0), into a NaN model. Its
+        # input enters the aggregate as the zero substitute, as for every other randomizer.
+        clipped = jax.tree_util.tree_map(
+            lambda c: jnp.where(rep.finite, c, jnp.zeros_like(c)), rep.clipped)
+        noise = jax.tree_util.tree_map(jnp.subtract, noisy, clipped)
+        return Privatized(noisy, clipped, noise, rep.norm, rep.release_norm, rep.was_clipped,
+                          rep.finite)
+
+    return release
+
+
+@functools.cache
+def mean_variance(variance: Callable) -> Callable[[PyTree, PyTree], jax.Array]:
+    """``(params, update) -> float32 scalar``: the mean over coordinates of the exact
+    per-coordinate variance ``variance(params, update)`` of a decoded estimate, i.e.
+    ``E‖decode(privatize(·, update)) − E[·]‖² / d``. Cached like :func:`decoded_release`."""
+
+    def fn(params: Any, update: PyTree) -> jax.Array:
+        var = variance(params, update)
+        leaves = jax.tree_util.tree_leaves(var)
+        d = sum(int(jnp.size(v)) for v in leaves)
+        return sum(jnp.sum(v, dtype=jnp.float32) for v in leaves) / jnp.float32(max(d, 1))
+
+    return fn
+
 
 def total_variance(mech: LocalMechanism, update: PyTree) -> jax.Array:
     """``E‖decode(privatize(key, update)) − E[·]‖²`` exactly: the sum of ``mech.variance``."""
@@ -259,6 +317,17 @@ def clip_flat(update: PyTree, clip: jax.typing.ArrayLike):
     flat = flat.astype(jnp.float32)
     was_clipped = release_norm > jnp.asarray(clip, norm.dtype)
     return flat, clipped, norm, release_norm, was_clipped, finite, unravel
+
+
+def axis(dim: int, value: float) -> jax.Array:
+    """``value·e₁`` in ``d`` float32 coordinates (the audits' worst-case pairs)."""
+    return jnp.zeros((dim,), jnp.float32).at[0].set(np.float32(value))
+
+
+#: The audits' "zero" norm for PrivUnit: ``x0 = −TINY·C·e₁`` (r ≈ 0 with the direction −e₁;
+#: x0 = 0 would take the implementation's fixed direction e₁, the same as x1's, and hide the
+#: direction's ε).
+AUDIT_TINY = 1e-6
 
 
 def unravel_like(flat: jax.Array, like: PyTree | None) -> PyTree:

@@ -446,3 +446,65 @@ def make(*, dim: int, sign_k: float = 0.01, sign_eps: float = 100.0, sign_thr_ra
                           dp_event=dp_event, decode=decode, mean=mean, variance=variance,
                           additive=False, unbiased=False, tail_mass=0.0, tail_scale=1.0,
                           ideal_epsilon=c["epsilon"], ideal_delta=0.0, realisation=line)
+
+
+def audit_game(*, epsilon: float, dim: int, clip: float = 1.0) -> tuple:
+    """SignDS's distinguishing game: ``x1 = (0, 1, …, d−1)`` and ``x0`` its reverse (top-k
+    sets disjoint for both signs), scored by the exact log-likelihood ratio
+    ``ε·(1[|S∩T_b(x1)| ≥ ν_th] − 1[|S∩T_b(x0)| ≥ ν_th])``; as
+    :func:`ldpsim.audit.report_game` (``clip`` is unused: SignDS releases an order)."""
+    local = make(dim=dim, sign_eps=epsilon)
+    params = local.params
+
+    def mech(key, x):
+        return local.privatize(key, x, params).report
+
+    x1 = jnp.arange(dim, dtype=jnp.float32)
+    x0 = x1[::-1]
+    k, thr, eps = params.k, params.threshold, float(local.epsilon)
+    top = {}
+    for label, x in (("x1", x1), ("x0", x0)):
+        for b in (1.0, -1.0):
+            _, idx = jax.lax.top_k(b * x, k)
+            top[label, b] = jnp.zeros((dim,), bool).at[idx].set(True)
+
+    def score(report):
+        idx, b = report["indices"], report["sign"]
+        n1 = jnp.sum(jnp.where(b > 0, top["x1", 1.0][idx], top["x1", -1.0][idx]))
+        n0 = jnp.sum(jnp.where(b > 0, top["x0", 1.0][idx], top["x0", -1.0][idx]))
+        return (eps * ((n1 >= thr).astype(jnp.float32) - (n0 >= thr).astype(jnp.float32)))
+
+    what = "the exact log-likelihood ratio (top-k counts of the reported set against nu_th)"
+    return mech, x0, x1, score, local, what
+
+
+@functools.lru_cache(maxsize=64)
+def _top_k_counts(dim: int, k: int, tops: tuple[tuple[str, bytes, bytes], ...]) -> tuple:
+    out = []
+    for label, plus, minus in tops:
+        p = jnp.asarray(np.frombuffer(plus, np.bool_).reshape(dim))
+        m = jnp.asarray(np.frombuffer(minus, np.bool_).reshape(dim))
+
+        def fn(report, p=p, m=m):
+            idx, b = report["indices"], report["sign"]
+            return jnp.sum(jnp.where(b > 0, p[idx], m[idx])).astype(jnp.float32)
+
+        out.append((f"reported indices in the top-k set of {label}", fn))
+    return tuple(out)
+
+
+def audit_statistics(params: SignDSParams, inputs: dict) -> tuple:
+    """``(name, fn)`` statistics of SignDS reports for a support-mismatch audit: for each
+    named input ``x``, the count ``|S ∩ T_b(x)|`` of reported indices inside its top-k set
+    for the reported sign ``b`` (memoised on the masks, so kernels are shared)."""
+    tops = []
+    for label, x in inputs.items():
+        flat = np.asarray(x, np.float32).ravel()
+        masks = []
+        for b in (1.0, -1.0):
+            _, idx = jax.lax.top_k(jnp.asarray(b * flat), params.k)
+            mask = np.zeros(params.dim, np.bool_)
+            mask[np.asarray(idx)] = True
+            masks.append(mask.tobytes())
+        tops.append((label, *masks))
+    return _top_k_counts(int(params.dim), int(params.k), tuple(tops))
