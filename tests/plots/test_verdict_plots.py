@@ -31,7 +31,8 @@ def test_accuracy_ci_has_one_panel_per_setting_and_the_verdict_intervals(verdict
     fig = plot_accuracy_ci(verdict, out)
     assert out.stat().st_size > 5_000
     assert [ax.get_title() for ax in fig.axes] == ["MindSpore (add/remove, Δ = C)", "honest (replace-one, Δ = 2C)"]
-    assert _labels(fig) == ["ε = 10 per round", "ε = ∞ (no privacy)", "within 1 point of no privacy"]
+    assert _labels(fig) == ["ε = 10 per round", "ε = ∞ (no privacy)", "within 1 point of no privacy",
+                            "no ε guarantee (epsilon_spent = ∞: sampler floor)"]
     ax = fig.axes[0]
     # The error bar of ε = 10 at m = 10 spans the verdict's t-interval.
     row = verdict.cells.query("setting == 'add-remove' and clients_per_round == 10").iloc[0]
@@ -61,7 +62,8 @@ def test_gap_table_annotates_mean_interval_and_n(verdict, tmp_path):
     texts = [t.get_text() for t in fig.axes[0].texts]
     assert "-10.0\n[-12.5, -7.5]\nn = 3" in texts
     honest = [t.get_text() for t in fig.axes[1].texts]
-    assert "-0.3\nn = 1" in honest and any(t.startswith("-6.0\n[") for t in honest)
+    # The honest cells spent inf (no guarantee at their delta): flagged in the cell's text.
+    assert "-0.3\nn = 1\nno ε guarantee" in honest and any(t.startswith("-6.0\n[") for t in honest)
 
 
 def test_no_private_runs_is_an_error():
