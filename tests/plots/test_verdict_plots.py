@@ -122,3 +122,15 @@ def test_seed000_table_script_prints_the_verdict(tmp_path, capsys):
     assert text.startswith("From seed000_converged_all.csv.")
     assert "| MindSpore (add/remove, Δ = C) | 10 | 10, 100, 1,000 | 100 | 1,000 |" in text
     assert mod.main(["--results", str(tmp_path / "none")]) == 2
+
+
+def test_seed000_table_default_is_the_exact_composition_and_agrees_with_pld(tmp_path, capsys):
+    """The default (analytic: exact for Gaussians, seconds) prints the tables dp_accounting's
+    PLD prints (minutes at the committed results' small multipliers), up to the method label."""
+    mod = _script("seed000_table")
+    verdict_table().to_csv(tmp_path / "seed000_converged_all.csv", index=False)
+    assert mod.main(["--results", str(tmp_path)]) == 0
+    exact = capsys.readouterr().out
+    assert mod.main(["--results", str(tmp_path), "--method", "pld"]) == 0
+    pld = capsys.readouterr().out
+    assert "(analytic)" in exact and exact.replace("(analytic)", "(pld)") == pld
