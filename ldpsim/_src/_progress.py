@@ -5,8 +5,8 @@ tqdm redraws its bar with carriage returns and cursor moves; written to a file
 stream is not a terminal, :func:`progress_bar` returns :class:`PlainProgress` instead: the
 same small interface (``update``, ``set_description``, ``set_postfix``,
 ``set_postfix_str``, ``close``, ``n``, ``total``), writing one ordinary line now and then
-(at every tenth of the work, at most one a second, and at least once a minute) and one at
-the end. ``LDPSIM_PROGRESS=bars`` or ``plain`` forces either.
+at the start, at every tenth of the work (at most one a second, at least one a minute) and
+at the end. ``LDPSIM_PROGRESS=bars`` or ``plain`` forces either.
 """
 
 from __future__ import annotations
@@ -65,11 +65,13 @@ class PlainProgress:
         self._file = file
         self._postfix = ""
         self._start = time.monotonic()
-        self._last = -math.inf   # the first tenth prints at once (often after a compile)
+        self._last = -math.inf
         self._initial = int(initial)
         self._printed_n = None
         self._tenth = self._tenth_of(self.n)
         self._closed = False
+        if total is None or self.n < total:   # where it starts ("rounds (compiling): 0/20 ...")
+            self._write()
 
     def _tenth_of(self, n: int) -> int:
         return (10 * n) // self.total if self.total else 0

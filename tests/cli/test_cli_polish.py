@@ -60,10 +60,10 @@ def test_plain_progress_lines_in_a_log():
     text = log.getvalue()
     assert "\r" not in text and "\x1b" not in text
     lines = text.splitlines()
-    # The first step prints at once (it follows the compile); the next lines wait for a new
-    # tenth and >= 1 s (none in this fast loop); the end always prints.
+    # The start prints at once; the next lines wait for a new tenth and >= 1 s (none in this
+    # fast loop); the end always prints.
     assert len(lines) == 2
-    assert lines[0].startswith("rounds: 1/20 round (5%)") and "accuracy=0.1" in lines[0]
+    assert lines[0].startswith("rounds (compiling): 0/20 round (0%), 0:00 elapsed")
     assert lines[-1].startswith("rounds: 20/20 round (100%)") and "accuracy=0.29" in lines[-1]
     assert "ETA" not in lines[-1]
 
