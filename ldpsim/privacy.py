@@ -39,6 +39,7 @@ from ldpsim._src.privacy.accounting import (
     ldp_epsilon,
     ldp_round_epsilon,
     mechanism_epsilon,
+    total_epsilon,
 )
 from ldpsim._src.privacy.adaptive import AdaptiveClip, mindspore_clip, quantile_clip
 from ldpsim._src.privacy.averaging import effective_num_clients, expected_noise_norm, noise_study
@@ -178,6 +179,7 @@ __all__ = [
     "laplace_randomizer",
     "laplace_scale",
     "ldp_epsilon",
+    "total_epsilon",
     "ldp_round_epsilon",
     "microbatch_grads",
     "mindspore_clip",

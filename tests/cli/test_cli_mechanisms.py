@@ -12,7 +12,7 @@ from ldpsim.cli import main
 
 RUN = ["run", "--dataset", "synthetic", "--model", "logreg", "--population", "30",
        "--clients-per-round", "6", "--rounds", "2", "--local-steps", "1", "--no-progress"]
-SWEEP = ["sweep", "--dataset", "synthetic", "--model", "logreg", "--population", "30",
+SWEEP = ["sweep", "--preset", "none", "--dataset", "synthetic", "--model", "logreg", "--population", "30",
          "--rounds", "1", "--local-steps", "1", "--clients", "5", "--seeds", "0",
          "--no-progress"]
 

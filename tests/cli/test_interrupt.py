@@ -151,7 +151,7 @@ def test_interrupt_waits_for_a_jax_compilation_to_return():
 
 # --------------------------------------------------------------------------- end to end
 
-SWEEP = ["sweep", "--dataset", "synthetic", "--model", "mlp", "--population", "40",
+SWEEP = ["sweep", "--preset", "none", "--dataset", "synthetic", "--model", "mlp", "--population", "40",
          "--rounds", "3", "--epsilon", "1", "--clients", "4,6,8", "--seeds", "0",
          "--no-progress"]
 RUN = ["run", "--dataset", "synthetic", "--model", "mlp", "--population", "40",

@@ -31,7 +31,8 @@ def test_accuracy_ci_has_one_panel_per_setting_and_the_verdict_intervals(verdict
     fig = plot_accuracy_ci(verdict, out)
     assert out.stat().st_size > 5_000
     assert [ax.get_title() for ax in fig.axes] == ["MindSpore (add/remove, Δ = C)", "honest (replace-one, Δ = 2C)"]
-    assert _labels(fig) == ["ε = 10 per round", "ε = ∞ (no privacy)", "within 1 point of no privacy"]
+    assert _labels(fig) == ["ε = 10 per round", "ε = ∞ (no privacy)", "within 1 point of no privacy",
+                            "no ε guarantee (epsilon_spent = ∞: sampler floor)"]
     ax = fig.axes[0]
     # The error bar of ε = 10 at m = 10 spans the verdict's t-interval.
     row = verdict.cells.query("setting == 'add-remove' and clients_per_round == 10").iloc[0]
@@ -61,7 +62,8 @@ def test_gap_table_annotates_mean_interval_and_n(verdict, tmp_path):
     texts = [t.get_text() for t in fig.axes[0].texts]
     assert "-10.0\n[-12.5, -7.5]\nn = 3" in texts
     honest = [t.get_text() for t in fig.axes[1].texts]
-    assert "-0.3\nn = 1" in honest and any(t.startswith("-6.0\n[") for t in honest)
+    # The honest cells spent inf (no guarantee at their delta): flagged in the cell's text.
+    assert "-0.3\nn = 1\nno ε guarantee" in honest and any(t.startswith("-6.0\n[") for t in honest)
 
 
 def test_no_private_runs_is_an_error():
@@ -120,3 +122,15 @@ def test_seed000_table_script_prints_the_verdict(tmp_path, capsys):
     assert text.startswith("From seed000_converged_all.csv.")
     assert "| MindSpore (add/remove, Δ = C) | 10 | 10, 100, 1,000 | 100 | 1,000 |" in text
     assert mod.main(["--results", str(tmp_path / "none")]) == 2
+
+
+def test_seed000_table_default_is_the_exact_composition_and_agrees_with_pld(tmp_path, capsys):
+    """The default (analytic: exact for Gaussians, seconds) prints the tables dp_accounting's
+    PLD prints (minutes at the committed results' small multipliers), up to the method label."""
+    mod = _script("seed000_table")
+    verdict_table().to_csv(tmp_path / "seed000_converged_all.csv", index=False)
+    assert mod.main(["--results", str(tmp_path)]) == 0
+    exact = capsys.readouterr().out
+    assert mod.main(["--results", str(tmp_path), "--method", "pld"]) == 0
+    pld = capsys.readouterr().out
+    assert "(analytic)" in exact and exact.replace("(analytic)", "(pld)") == pld

@@ -245,7 +245,7 @@ def test_cli_sweep_with_engine_schema_resume_and_vmap(tmp_path, capsys):
     out = tmp_path / "r.csv"
     args = ["sweep", "--epsilon", "5,inf,1", "--clients", "4", "--seeds", "0", "--dataset", "synthetic",
             "--model", "logreg", "--population", "12", "--rounds", "2", "--delta", "1/population",
-            "--out", str(out), "--no-progress"]
+            "--preset", "none", "--out", str(out), "--no-progress"]
     assert main(args) == 0
     df = pd.read_csv(out)
     assert set(DESIGN_COLUMNS) <= set(df.columns) and df.columns[-1] == "cell"

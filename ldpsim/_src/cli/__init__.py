@@ -37,10 +37,61 @@ from ldpsim._src._checks import LdpsimError
 
 
 class _Parser(argparse.ArgumentParser):
-    """ArgumentParser whose errors are one line (no usage dump), exit status 2."""
+    """ArgumentParser whose errors are one line (no usage dump), exit status 2, with a "did
+    you mean" for a misspelt command, choice or option (:func:`suggest`)."""
+
+    #: The command line being parsed (set by :func:`main`), to find the subcommand whose
+    #: options an unrecognised one is compared with.
+    argv: Sequence[str] = ()
 
     def error(self, message: str):  # noqa: D102
-        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+        hint = suggest(self, message, self.argv)
+        prog = _deepest(self, self.argv).prog if message.startswith("unrecognized") else self.prog
+        self.exit(2, f"{prog}: error: {message}{hint} (see '{prog} --help')\n")
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def _deepest(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.ArgumentParser:
+    """The (sub)parser the command line reached: ``ldpsim account ldp ...`` -> ``ldp``'s."""
+    for token in argv:
+        sub = _subparsers(parser).get(token)
+        if sub is not None:
+            parser = sub
+    return parser
+
+
+def suggest(parser: argparse.ArgumentParser, message: str, argv: Sequence[str]) -> str:
+    """``"; did you mean X?"`` for an argparse error about an unknown command, choice or
+    option (closest names by :func:`difflib.get_close_matches`), else ``""``."""
+    import difflib
+    import re
+
+    choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+    if choice:
+        options = re.findall(r"'([^']*)'", choice.group(2)) or \
+            [c.strip() for c in choice.group(2).split(",")]
+        close = difflib.get_close_matches(choice.group(1), options, n=2, cutoff=0.6)
+        return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    unknown = re.match(r"unrecognized arguments: (.*)", message)
+    if unknown:
+        target = _deepest(parser, argv)
+        flags = [o for a in target._actions for o in a.option_strings if o.startswith("--")]
+        hints = []
+        for token in unknown.group(1).split():
+            name = token.split("=", 1)[0]
+            if not name.startswith("-"):
+                continue
+            close = difflib.get_close_matches(name, flags, n=1, cutoff=0.6)
+            if close:
+                hints.append(f"{close[0]} for {name}")
+        return f"; did you mean {', '.join(hints)}?" if hints else ""
+    return ""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -143,6 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
+    _Parser.argv = argv
     args = parser.parse_args(argv)
     if not getattr(args, "handler", None):
         parser.print_help()

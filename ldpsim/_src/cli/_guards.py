@@ -549,6 +549,16 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
             return text
         return text + " (default: %(default)s)"
 
+    def _get_default_metavar_for_optional(self, action: argparse.Action) -> str:
+        # The flag's own name (``--rounds ROUNDS``), not its internal dest (``SET_ROUNDS``);
+        # a comma-separated list reads ``EPS[,EPS...]``.
+        longs = [o for o in action.option_strings if o.startswith("--")]
+        name = longs[0][2:].replace("-", "_").upper() if longs else action.dest.upper()
+        if "comma-separated" in (action.help or "").lower():
+            one = {"EPSILON": "EPS", "EPSILONS": "EPS", "CLIENTS": "N"}.get(name, name.removesuffix("S"))
+            return f"{one}[,{one}...]"
+        return name
+
 
 def pairs(items, flag: str) -> list[tuple[str, str]]:
     """``FIELD=VALUE`` items of ``flag`` (``--axis``, ``--set``) as (field, value) pairs."""

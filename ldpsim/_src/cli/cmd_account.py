@@ -10,7 +10,9 @@ ORDER = 20
 
 _EPILOG = """\
 examples:
-  ldpsim account ldp --sigma 4 --sensitivity 2 --delta 1e-5 --rounds 10 --method pld
+  ldpsim account ldp --epsilon 10 --delta 1e-5 --rounds 20      # per-round eps -> total
+  ldpsim account ldp --sigma 4 --clip 1 --delta 1e-5 --rounds 10 --method pld
+  ldpsim account ldp --sigma 4 --clip 1 --neighbours add-remove --delta 1e-5 --rounds 10
   ldpsim account ldp --mechanism laplace --scale 1 --sensitivity 2 --rounds 10 --method basic
   ldpsim account dpfedavg --noise-multiplier 1 --clients-per-round 100 --population 10000 \\
       --rounds 1000 --delta 1e-6 --method pld --json
@@ -26,8 +28,9 @@ examples:
   ldpsim account secagg --target-epsilon 2 --clients 100 --delta 1e-5 --rounds 100 --method analytic
 
 neighbouring relations (named in every output):
-  ldp       local: any two inputs of one client at distance <= --sensitivity
-            (2C for replace-one, C for add/remove; see `ldpsim calibrate`)
+  ldp       local: any two inputs of one client at distance <= the sensitivity:
+            --clip C with --neighbours replace (2C, default) or add-remove (C), as
+            `ldpsim calibrate` and `ldpsim run` take them; or --sensitivity itself
   dpfedavg  add-or-remove one user (poisson), replace one user (fixed)
   dpsgd     add-or-remove one example (poisson), replace one example (fixed)
   shuffle   central: replace one client's data among n shuffled eps0-LDP reports
@@ -55,10 +58,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ldp = kinds.add_parser("ldp", help="one client's local DP over the rounds it takes part in", formatter_class=HelpFormatter)
     ldp.add_argument("--mechanism", choices=("gaussian", "laplace"), default="gaussian",
                      help="local randomizer")
-    ldp.add_argument("--sigma", type=float, help="Gaussian noise std per coordinate")
-    ldp.add_argument("--scale", type=float, help="Laplace scale b per coordinate")
-    ldp.add_argument("--sensitivity", type=float, required=True,
-                     help="sensitivity of one client update (2C replace-one, C add/remove)")
+    noise = ldp.add_mutually_exclusive_group(required=True)
+    noise.add_argument("--epsilon", type=float, metavar="EPS",
+                       help="per-round epsilon the randomizer is calibrated to, as `ldpsim run "
+                            "--epsilon` does (at --delta); prints the total over --rounds, the "
+                            "runs' epsilon_spent")
+    noise.add_argument("--sigma", type=float, help="Gaussian noise std per coordinate")
+    noise.add_argument("--scale", type=float, help="Laplace scale b per coordinate")
+    ldp.add_argument("--clip", type=float, default=None,
+                     help="clip bound C of one client update (with --neighbours; default 1 with "
+                          "--epsilon, where it cancels)")
+    ldp.add_argument("--neighbours", choices=("replace", "add-remove"), default=None,
+                     help="replace one input (sensitivity 2C, the default) or add/remove one (C)")
+    ldp.add_argument("--sensitivity", type=float, default=None,
+                     help="the sensitivity itself, instead of --clip and --neighbours")
+    ldp.add_argument("--calibration", choices=("analytic", "classic", "mindspore"),
+                     default="analytic", help="Gaussian calibration of --epsilon")
     ldp.add_argument("--rounds", type=int, default=1, help="rounds the client took part in")
     ldp.add_argument("--delta", type=float, default=None,
                      help="delta (total; per round for --method basic)")
@@ -159,15 +174,41 @@ def _sampled_common(parser: argparse.ArgumentParser, extra_methods: tuple[str, .
 def _ldp(args) -> dict:
     import sys
 
-    from ldpsim._src.privacy.accounting import ldp_epsilon
-    from ldpsim._src.privacy.calibration import sampler_delta_floor
+    from ldpsim._src._checks import LdpsimError
+    from ldpsim._src.privacy.accounting import ldp_epsilon, resolve_sensitivity
+    from ldpsim._src.privacy.calibration import calibrate, sampler_delta_floor
 
-    out = ldp_epsilon(args.mechanism, sensitivity=args.sensitivity, rounds=args.rounds,
+    if args.epsilon is not None and args.clip is None and args.sensitivity is None:
+        args.clip = 1.0   # sigma / sensitivity is what counts; C cancels
+    if args.clip is not None and args.sensitivity is not None:
+        raise LdpsimError("--clip and --sensitivity both give the sensitivity; keep one "
+                          "(--sensitivity is 2*clip with --neighbours replace, clip with add-remove)")
+    if args.clip is None and args.sensitivity is None:
+        raise LdpsimError("give --clip C (and --neighbours, default replace: sensitivity 2C) "
+                          "or --sensitivity")
+    if args.neighbours is not None and args.sensitivity is not None:
+        raise LdpsimError("--neighbours goes with --clip (it turns C into the sensitivity); "
+                          "remove it or give --clip instead of --sensitivity")
+    sens, _ = resolve_sensitivity(args.sensitivity, args.clip, args.neighbours)
+    if args.epsilon is not None:   # the engine's calibration of a per-round epsilon
+        if args.sampler == "ideal":
+            raise LdpsimError("--epsilon calibrates for ldpsim's float32 sampler; give --sigma "
+                              "or --scale for --sampler ideal")
+        cal = calibrate(args.mechanism, epsilon=args.epsilon,
+                        delta=args.delta if args.mechanism == "gaussian" else None,
+                        sensitivity=sens, neighbours=args.neighbours or "replace",
+                        method=args.calibration if args.mechanism == "gaussian" else None,
+                        dim=args.dim, sampler=args.sampler)
+        args.sigma, args.scale = cal.sigma, cal.scale
+    out = ldp_epsilon(args.mechanism, clip=args.clip, neighbours=args.neighbours,
+                      sensitivity=args.sensitivity, rounds=args.rounds,
                       delta=args.delta, sigma=args.sigma, scale=args.scale,
                       method=args.method, sampler=args.sampler, dim=args.dim).as_dict()
+    if args.epsilon is not None:
+        out["epsilon_per_round"] = args.epsilon
     # What ldpsim's own float32 sampler can deliver at this noise level (bounded tails).
     floor = sampler_delta_floor(args.sigma if args.mechanism == "gaussian" else args.scale,
-                                args.sensitivity, mechanism=args.mechanism,
+                                sens, mechanism=args.mechanism,
                                 impl=None if args.sampler in (None, "ideal") else args.sampler)
     out["sampler_delta_floor"] = floor
     if args.rounds > 0 and out["epsilon"] == float("inf") and args.sampler != "ideal":
@@ -342,7 +383,13 @@ def run(args: argparse.Namespace) -> int:
     if args.kind in ("shuffle", "secagg"):
         _print_central(out)
         return 0
-    print(f"epsilon       {out['epsilon']:.6g}")
+    if "epsilon_per_round" in out:
+        noise = (f"sigma {out['sigma']:.6g}" if "sigma" in out else f"scale {out['scale']:.6g}")
+        print(f"per round     {out['epsilon_per_round']:.6g}   (calibrated: {noise} at "
+              f"sensitivity {out['sensitivity']:g})")
+        print(f"epsilon       {out['epsilon']:.6g}   total over {out['count']} round(s)")
+    else:
+        print(f"epsilon       {out['epsilon']:.6g}")
     print(f"delta         {out['delta']:.6g}")
     if "target_epsilon" in out:
         print(f"noise_mult.   {out['noise_multiplier']:.6g}   (smallest z reaching "

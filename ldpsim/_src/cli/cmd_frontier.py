@@ -158,9 +158,9 @@ def run(args: argparse.Namespace) -> int:
               f"running {todo}", file=sys.stderr)
     bar = None
     if not args.no_progress and todo:
-        from tqdm.auto import tqdm
+        from ldpsim._src._progress import progress_bar
 
-        bar = tqdm(total=todo, desc="cells", unit="cell")
+        bar = progress_bar(total=todo, desc="cells", unit="cell")
     out_file = writer = None
     if args.out is not None:
         fresh = not args.out.exists() or args.out.stat().st_size == 0

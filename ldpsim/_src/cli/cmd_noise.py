@@ -135,9 +135,9 @@ def run(args: argparse.Namespace) -> int:
                     "the command again (fewer --trials or --clients for a shorter one)")
     bar = None
     if not args.no_progress:
-        from tqdm.auto import tqdm
+        from ldpsim._src._progress import progress_bar
 
-        bar = tqdm(total=len(clients) * trials, desc="trials", unit="trial")
+        bar = progress_bar(total=len(clients) * trials, desc="trials", unit="trial")
     try:
         rows = noise_study(jax.random.key(args.seed), clients=clients, dim=dim, noise_scale=scale,
                            clip=cal.clip, mechanism=cal.mechanism, trials=trials, method=args.draw,

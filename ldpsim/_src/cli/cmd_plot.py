@@ -15,14 +15,18 @@ examples:
   ldpsim plot results/sweep.csv --kind accuracy-vs-epsilon --out fig/acc_eps.png
   ldpsim plot results/sweep.csv --kind convergence --metric loss --where mechanism=gaussian --out conv.pdf
   ldpsim plot noise.csv --kind noise-vs-clients --out noise.svg
+  ldpsim plot results/sweep.csv --kind accuracy-vs-epsilon --epsilon-axis total --out acc_total.png
 
 kinds:
-  accuracy-vs-epsilon  final accuracy vs epsilon (log), one line per clients per round, inf at the right
+  accuracy-vs-epsilon  final accuracy vs per-round epsilon (log; --epsilon-axis total: the total
+                       epsilon_spent), one line per clients per round, inf at the right
   accuracy-vs-clients  final accuracy vs clients per round (log), one line per epsilon
   noise-vs-clients     norm of the aggregated noise vs clients (log-log) with the theory line;
                        from `ldpsim noise` output also the SNR panel
   convergence          accuracy per round, one panel per clients per round, one line per epsilon
 bands are mean +- std over seeds; the format follows the --out suffix (.png, .svg, .pdf).
+epsilon is the per-round local epsilon; cells whose epsilon_spent is inf (no guarantee: the
+float32 sampler's floor) are ringed in red; accuracy panels draw the chance level 1/classes.
 """
 
 
@@ -44,6 +48,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--where", action="append", default=[], metavar="COLUMN=VALUE",
                    help="keep only rows where COLUMN equals VALUE (repeatable)")
     p.add_argument("--title", default=None, help="figure title")
+    p.add_argument("--epsilon-axis", choices=("per-round", "total"), default="per-round",
+                   help="x axis of accuracy-vs-epsilon: the per-round epsilon, or the total "
+                        "epsilon_spent over the run (it differs across m at one per-round epsilon)")
     p.set_defaults(handler=run)
 
 
@@ -67,7 +74,8 @@ def run(args: argparse.Namespace) -> int:
     df, warning = incomplete_cells(args.results, text, df)
     if warning:
         print(f"ldpsim plot: warning: {warning}", file=sys.stderr)
-    plot(df, args.kind, args.out, metric=args.metric, where=where, title=args.title)
+    plot(df, args.kind, args.out, metric=args.metric, where=where, title=args.title,
+         epsilon_axis=args.epsilon_axis)
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
 

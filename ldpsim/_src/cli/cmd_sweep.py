@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import sys
 from pathlib import Path
+from typing import Any
 
 from ldpsim._src.privacy import registry
 
@@ -26,9 +27,13 @@ DEFAULT_RUN = {"dataset": "synthetic", "model": "logreg", "population": 2000, "r
                "delta": "1/population", "clip": 1.0, "local_steps": 10, "client_lr": 0.1}
 DEFAULT_OUT = Path("results/sweep.csv")
 
-#: Named presets: ``--preset NAME`` starts from this grid and these fixed settings (flags
-#: override them). ``ldpsim sweep`` with no config, grid flag or setting runs "quick".
-PRESETS = {"quick": (DEFAULT_GRID, DEFAULT_RUN)}
+#: Named presets: ``--preset NAME`` starts from this grid and these fixed settings; every
+#: grid flag or setting changes the preset (the rest of it stays). Without ``--config`` the
+#: base is "quick"; ``--preset none`` starts from the bare run defaults (SimulationConfig,
+#: with the grid axes above) instead.
+PRESETS = {"quick": (DEFAULT_GRID, DEFAULT_RUN), "none": (DEFAULT_GRID, {})}
+#: The preset a sweep without ``--config`` starts from.
+DEFAULT_PRESET = "quick"
 
 _EPILOG = """\
 examples:
@@ -65,17 +70,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=HelpFormatter,
     )
     p.add_argument("--config", type=Path, default=None, help="TOML sweep file ([sweep], [grid], [run] tables)")
-    p.add_argument("--preset", choices=sorted(PRESETS), default=None,
-                   help="start from a named preset (quick: synthetic data, logistic regression, "
-                        "population 2000, 20 rounds, epsilon 1,10,100,inf x clients 10,100,1000 x seed 0, "
-                        "plots); flags override it; "
-                        "the default when no config, grid flag or setting is given")
+    p.add_argument("--preset", choices=sorted(PRESETS), default=None, metavar="{quick,none}",
+                   help="the base that flags change (default: quick, what a bare `ldpsim sweep` runs: "
+                        "synthetic data, logistic regression, population 2000, delta 1/population, "
+                        "20 rounds, 10 local steps at 0.1, epsilon 1,10,100,inf x clients "
+                        "10,100,1000 x seed 0, plots; none: the run defaults of `ldpsim run`, "
+                        "no plots). Every flag changes one field of it; the rest stays, and the "
+                        "command prints the base and each change before it runs")
     grid = p.add_argument_group("grid axes (comma-separated lists)")
     grid.add_argument("--epsilon", "--epsilons", dest="grid_epsilon", default=None,
+                      metavar="EPS[,EPS...]",
                       help=f"per-round local epsilons, inf = no privacy (default {DEFAULT_GRID['epsilon']})")
     grid.add_argument("--clients", "--clients-per-round", dest="grid_clients_per_round", default=None,
+                      metavar="M[,M...]",
                       help=f"clients per round (default {DEFAULT_GRID['clients_per_round']})")
-    grid.add_argument("--seeds", "--seed", dest="grid_seed", default=None,
+    grid.add_argument("--seeds", "--seed", dest="grid_seed", default=None, metavar="SEED[,SEED...]",
                       help=f"root seeds (default {DEFAULT_GRID['seed']})")
     grid.add_argument("--mechanism", "--mechanisms", dest="grid_mechanism", default=None,
                       metavar="M1,M2",
@@ -84,27 +93,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                            + " (default: gaussian, as a fixed setting)")
     grid.add_argument("--axis", action="append", default=[], metavar="FIELD=V1,V2",
                       help="another run setting as an axis (repeatable)")
-    fixed = p.add_argument_group("fixed run settings (default: the config file, else the quick sweep / "
-                                 "SimulationConfig defaults)")
+    fixed = p.add_argument_group("fixed run settings (each changes the base: the config file, else the "
+                                 "preset; quick: the quick sweep's value, else the run default)")
     skip = {"epsilon", "clients_per_round", "seed", "delta", "mechanism"}
     run_default = run_defaults()
     for flag, field, typ, choices, help_ in options():
         if field not in skip:
-            quick = f"; quick sweep: {DEFAULT_RUN[field]}" if field in DEFAULT_RUN else ""
+            default = (f"quick: {DEFAULT_RUN[field]}; run default: {run_default[field]}"
+                       if field in DEFAULT_RUN else f"default: {run_default[field]}")
             help_ = help_.replace("see 'training defaults' below", "listed by ldpsim run --help")
-            help_ = f"{help_} (default: {run_default[field]}{quick})".replace("%", "%%")
+            help_ = f"{help_} ({default})".replace("%", "%%")
             fixed.add_argument(flag, dest=f"set_{field}", type=typ, choices=choices, default=None, help=help_)
     fixed.add_argument("--delta", dest="set_delta", default=None,
                        help="delta: a number in (0, 1), 1/population or 1/clients_per_round "
-                            f"(default: {run_default['delta']}; quick sweep: {DEFAULT_RUN['delta']})")
+                            f"(quick: {DEFAULT_RUN['delta']}; run default: {run_default['delta']})")
     fixed.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                        help="any other fixed run setting (repeatable)")
     out = p.add_argument_group("output")
     out.add_argument("--out", type=Path, default=None, help=f"results CSV (default: the config's out, else {DEFAULT_OUT})")
     out.add_argument("--overwrite", action="store_true", help="replace an existing results file instead of resuming")
-    out.add_argument("--plots", action="store_true",
-                     help="after the sweep, write the four figures next to the CSV (<stem>_<kind>.png); "
-                          "on by default for the quick default sweep")
+    out.add_argument("--plots", action=argparse.BooleanOptionalAction, default=None,
+                     help="after the sweep, write the four figures next to the CSV (<stem>_<kind>.png) "
+                          "(default: on for the quick preset, else the config's plots, else off)")
     out.add_argument("--vmap-epsilon", action="store_true",
                      help="run the finite epsilon values of a group as one vmapped program (same results; "
                           "measured slower than one by one on CPU, may pay off on a GPU)")
@@ -114,17 +124,54 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run)
 
 
-def _describe(config) -> str:
-    """The resolved grid and the fixed settings that differ from the run defaults."""
-    from ldpsim._src.fl.config import SimulationConfig
-    from ldpsim._src.sweep.config import format_value
+@dataclasses.dataclass(frozen=True)
+class Resolved:
+    """What ``ldpsim sweep`` runs and where it came from.
 
+    Attributes:
+        config: the resolved :class:`~ldpsim._src.sweep.config.SweepConfig`.
+        out: the results CSV.
+        plots: whether the four figures are drawn after the sweep.
+        base: the starting point in words (a preset, the run defaults or a config file).
+        changes: ``(field, before, after)`` for every grid axis or setting the command line
+            changed from that base (text as printed; ``before`` is the run default where the
+            base does not set the field).
+    """
+
+    config: Any
+    out: Path
+    plots: bool
+    base: str
+    changes: tuple[tuple[str, str, str], ...]
+
+
+def _text(grid: dict, run: dict, defaults: dict, field: str) -> str:
+    from ldpsim._src.sweep.config import display_value as format_value
+
+    if field in grid:
+        values = grid[field]
+        return ",".join(format_value(v) for v in values) + ("" if field in DEFAULT_GRID else " (axis)")
+    if field in run:
+        return format_value(run[field])
+    return format_value(defaults[field]) if field in defaults else "(unset)"
+
+
+def _describe(resolved: Resolved) -> str:
+    """Which base the sweep started from, what the command line changed, the resolved grid
+    and the fixed settings that differ from the run defaults."""
+    from ldpsim._src.fl.config import SimulationConfig
+    from ldpsim._src.sweep.config import display_value as format_value
+
+    config = resolved.config
     defaults = {f.name: f.default for f in dataclasses.fields(SimulationConfig)}
     axes = "  ".join(f"{k}={','.join(format_value(v) for v in vals)}"
                      for k, vals in config.grid.items())
     fixed = "  ".join(f"{k}={format_value(v)}" for k, v in sorted(config.base.items())
                       if k in defaults and v != defaults[k])
-    return f"  grid:  {axes}\n  fixed: {fixed or '(all run defaults)'}"
+    changed = "  ".join(f"{f}: {a} -> {b}" for f, a, b in resolved.changes)
+    return (f"  base:    {resolved.base}\n"
+            f"  changed: {changed or '(nothing; the base as it is)'}\n"
+            f"  grid:  {axes}\n  fixed: {fixed or '(all run defaults)'}")
 
 
 def _parse_scalar(text: str):
@@ -143,28 +190,52 @@ def _parse_scalar(text: str):
 
 
 def build_config(args: argparse.Namespace):
-    """(SweepConfig, out path, plots?) from the command line and an optional TOML file."""
+    """(SweepConfig, out path, plots?) from the command line and an optional TOML file
+    (:func:`resolve` with the base and the changes)."""
+    resolved = resolve(args)
+    return resolved.config, resolved.out, resolved.plots
+
+
+def resolve(args: argparse.Namespace) -> Resolved:
+    """The sweep the command line asks for.
+
+    The base is the ``--config`` file, else the ``--preset`` (default ``quick``, the sweep a
+    bare ``ldpsim sweep`` runs; ``none``: the run defaults). Grid flags, run options,
+    ``--axis`` and ``--set`` then change that base, field by field; the rest of it stays.
+    """
+    from ldpsim._src._checks import LdpsimError
     from ldpsim._src.cli._guards import pairs
     from ldpsim._src.fl.config import SimulationConfig
     from ldpsim._src.sweep.config import SweepConfig, load_sweep_config, parse_list
 
+    defaults = {f.name: f.default for f in dataclasses.fields(SimulationConfig)}
     if args.config is not None:
+        if getattr(args, "preset", None) is not None:
+            raise LdpsimError("--preset and --config both give the base of the sweep; keep one "
+                              "(flags change either)")
         file_config, meta = load_sweep_config(args.config)
-        grid = dict(file_config.grid)
+        grid = {k: list(v) for k, v in file_config.grid.items()}
         run = dict(file_config.base)
         out = Path(meta["out"]) if meta.get("out") and args.out is None else args.out
-        plots = args.plots or bool(meta.get("plots", False))
+        plots = bool(meta.get("plots", False))
         name = meta.get("name")
+        base = f"the config file {str(args.config)!r} (flags change it)"
     else:
-        given = (any(getattr(args, f"grid_{a}") is not None for a in DEFAULT_GRID) or args.axis
-                 or args.grid_mechanism is not None)
-        bare = not given and not any(v is not None for k, v in vars(args).items() if k.startswith("set_")) \
-            and not args.set
-        preset = args.preset or ("quick" if bare else None)
-        preset_grid, preset_run = PRESETS[preset] if preset else (DEFAULT_GRID, {})
+        preset = args.preset or DEFAULT_PRESET
+        preset_grid, preset_run = PRESETS[preset]
         grid = {k: parse_list(v) for k, v in preset_grid.items()}
         run = dict(preset_run)
-        out, plots, name = args.out, args.plots or preset is not None, preset
+        out, plots = args.out, preset != "none"
+        name = preset if preset != "none" else None
+        if preset == "none":
+            base = "the run defaults (--preset none; the grid axes default to the quick sweep's)"
+        else:
+            how = "--preset " + preset if args.preset else "the default; --preset none for the run defaults"
+            base = f"the '{preset}' preset ({how}); flags change it, the rest of it stays"
+    if getattr(args, "plots", None) is not None:
+        plots = bool(args.plots)
+    start = SweepConfig(base=run, grid=grid) if args.config is None else file_config
+    before_grid, before_run = dict(start.grid), dict(start.base)
     for axis in DEFAULT_GRID:
         value = getattr(args, f"grid_{axis}")
         if value is not None:
@@ -190,10 +261,16 @@ def build_config(args: argparse.Namespace):
         grid["epsilon"] = [float("inf")]
     # Record every setting (SimulationConfig defaults included) so that the fingerprint
     # pins the whole run, not only what was typed.
-    defaults = {f.name: f.default for f in dataclasses.fields(SimulationConfig)}
-    base = {k: v for k, v in {**defaults, **run}.items() if k not in grid and k not in ("seeds", "clients")}
-    config = SweepConfig(base=base, grid=grid, name=name)
-    return config, (out if out is not None else DEFAULT_OUT), plots
+    full = {k: v for k, v in {**defaults, **run}.items() if k not in grid and k not in ("seeds", "clients")}
+    config = SweepConfig(base=full, grid=grid, name=name)
+    changes = []
+    for field in sorted(set(before_grid) | set(before_run) | set(config.grid) | set(run)):
+        was = _text(before_grid, before_run, defaults, field)
+        now = _text(config.grid, config.base, defaults, field)
+        if was != now:
+            changes.append((field, was, now))
+    return Resolved(config=config, out=out if out is not None else DEFAULT_OUT, plots=plots,
+                    base=base, changes=tuple(changes))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -202,14 +279,12 @@ def run(args: argparse.Namespace) -> int:
 
     if args.config is not None:
         check_text_file(args.config, "--config", "TOML")
-    config, out, plots = build_config(args)
+    resolved = resolve(args)
+    config, out, plots = resolved.config, resolved.out, resolved.plots
     check_sweep_args(args, config, out)  # before any work or output
     cells = config.cells()
     print(f"ldpsim sweep: {len(cells)} cells -> {out} (fingerprint {config.fingerprint()})", file=sys.stderr)
-    if args.config is None and args.preset is None and config.name in PRESETS:
-        print(f"  (no --config, grid flag or setting given: the '{config.name}' preset, "
-              f"--preset {config.name})", file=sys.stderr)
-    print(_describe(config), file=sys.stderr)
+    print(_describe(resolved), file=sys.stderr)
     from ldpsim._src import _interrupt
 
     manifest = _SweepManifest(args, config, out, cells)

@@ -65,10 +65,10 @@ def run_loop(steps: int, step: Callable[[Any, int], Any], carry: Any, *,
             return rows
     bar = None
     if progress:
-        from tqdm.auto import tqdm  # deferred: only a run with a progress bar needs it
+        from ldpsim._src._progress import progress_bar  # tqdm on a terminal, else plain lines
 
         # The first step compiles: say so until it is done.
-        bar = tqdm(total=steps, initial=start, unit=unit,
+        bar = progress_bar(total=steps, initial=start, unit=unit,
                    desc=f"{desc} (compiling)" if start < steps else desc)
     try:
         for i in range(start, steps):

@@ -7,6 +7,14 @@ suffix of ``out``: ``.png`` (150 dpi), ``.svg`` or ``.pdf``.
 Statistics: a *run* is one cell of the sweep (one seed); its accuracy is that of its last
 evaluated round. Points are the mean over seeds and bands are ± one standard deviation
 over seeds (no band with a single seed).
+
+Honesty marks: ``epsilon`` is the **per-round** local ε a client's randomizer is calibrated
+to; what a client has spent over the run is ``epsilon_spent`` (the total, at the run's δ).
+A private cell whose ``epsilon_spent`` is ``inf`` carries no ε guarantee at all (the
+float32 sampler's bounded tails alone exceed δ; docs/privacy_sharp_edges.md): its points are
+ringed in red, with a legend entry (:func:`no_guarantee`). ``accuracy-vs-epsilon`` can put
+the total ε spent on the x axis instead (``epsilon_axis="total"``). Accuracy panels draw the
+chance level ``1/num_classes`` of the dataset (:data:`NUM_CLASSES`).
 """
 
 from __future__ import annotations
@@ -23,7 +31,8 @@ from matplotlib.ticker import MaxNLocator
 
 from ldpsim._src._checks import LdpsimError, check_choice
 
-__all__ = ["KINDS", "load_results", "plot"]
+__all__ = ["KINDS", "EPSILON_AXES", "NUM_CLASSES", "chance_level", "load_results", "no_guarantee",
+           "plot"]
 
 KINDS = ("accuracy-vs-epsilon", "accuracy-vs-clients", "noise-vs-clients", "convergence")
 FORMATS = (".png", ".svg", ".pdf")
@@ -34,7 +43,17 @@ METRIC_LABELS = {
     "accuracy": "test accuracy (fraction correct)",
     "loss": "test loss (cross-entropy, nats)",
 }
-_X_LABEL_EPS = "local ε per client per round (log scale)"
+_X_LABEL_EPS = "per-round local ε (each round a client takes part in; log scale)"
+_X_LABEL_TOTAL = "total ε spent over the run (epsilon_spent of the busiest client; log scale)"
+#: x axis of ``accuracy-vs-epsilon``: the per-round ``epsilon`` or the total ``epsilon_spent``.
+EPSILON_AXES = ("per-round", "total")
+#: Label classes of each dataset ldpsim loads (the chance accuracy is ``1/num_classes``);
+#: checked against the loaders' own constants in the tests.
+NUM_CLASSES = {"mnist": 10, "fashion_mnist": 10, "femnist": 62, "synthetic": 10,
+               "synthetic_iid": 10, "shakespeare": 90}
+NO_GUARANTEE_LABEL = "no ε guarantee (epsilon_spent = ∞: sampler floor)"
+_NO_GUARANTEE_STYLE = dict(marker="o", s=110, facecolors="none", edgecolors="red", linewidths=1.5,
+                           zorder=6)
 _X_LABEL_CLIENTS = "clients per round m (log scale)"
 #: Columns that only describe the privacy mechanism: meaningless (``none``, ``nan``) for the
 #: ε = ∞ runs, so they are compared across the private runs only and never label ε = ∞.
@@ -122,6 +141,56 @@ def _final_rows(df: pd.DataFrame) -> pd.DataFrame:
     return df.loc[idx.dropna()].drop(columns="_round")
 
 
+def no_guarantee(df: pd.DataFrame) -> pd.Series:
+    """Rows of a private run (finite ``epsilon``) whose ``epsilon_spent`` is ``inf``: the run
+    carries no ε guarantee at its δ (the sampler's floor). All False without the columns."""
+    if "epsilon" not in df.columns or "epsilon_spent" not in df.columns:
+        return pd.Series(False, index=df.index)
+    eps = pd.to_numeric(df["epsilon"].replace({"inf": np.inf, "∞": np.inf}), errors="coerce")
+    spent = pd.to_numeric(df["epsilon_spent"].replace({"inf": np.inf, "∞": np.inf}), errors="coerce")
+    return pd.Series(np.isfinite(eps) & np.isposinf(spent), index=df.index)
+
+
+def chance_level(df: pd.DataFrame) -> float | None:
+    """``1/num_classes`` of the table's dataset (None when unknown or several differ)."""
+    if "dataset" not in df.columns:
+        return None
+    classes = {NUM_CLASSES.get(str(d)) for d in df["dataset"].unique()}
+    if len(classes) != 1 or None in classes:
+        return None
+    return 1.0 / classes.pop()
+
+
+def _chance_line(ax, df: pd.DataFrame, metric: str, label: bool = True) -> None:
+    level = chance_level(df) if metric == "accuracy" else None
+    if level is not None:
+        ax.axhline(level, color="grey", linestyle="-.", linewidth=1.0, zorder=1,
+                   label=f"chance (1/{round(1 / level)} classes)" if label else None)
+
+
+def _mark_no_guarantee(ax, x, y, flags) -> None:
+    """Ring the points of cells without an ε guarantee (one legend entry per axes)."""
+    flags = np.asarray(flags, dtype=bool)
+    if not flags.any():
+        return
+    labelled = NO_GUARANTEE_LABEL in ax.get_legend_handles_labels()[1]
+    ax.scatter(np.asarray(x, dtype=float)[flags], np.asarray(y, dtype=float)[flags],
+               label=None if labelled else NO_GUARANTEE_LABEL, **_NO_GUARANTEE_STYLE)
+
+
+def _reference_last(handles: list, labels: list) -> tuple[list, list]:
+    """Legend entries with the series first and the marks and reference lines (no
+    guarantee, chance, theory) after them."""
+    refs = (NO_GUARANTEE_LABEL, "chance (", "theory")
+    order = sorted(range(len(labels)), key=lambda i: labels[i].startswith(refs))
+    return [handles[i] for i in order], [labels[i] for i in order]
+
+
+def _legend(ax, **kwargs):
+    handles, labels = _reference_last(*ax.get_legend_handles_labels())
+    return ax.legend(handles, labels, **kwargs)
+
+
 def _private_rows(df: pd.DataFrame) -> pd.DataFrame:
     if "epsilon" not in df.columns:
         return df
@@ -149,9 +218,14 @@ def _varying(df: pd.DataFrame, exclude: Sequence[str], x: str | None = None) -> 
 
 
 def _mean_std(df: pd.DataFrame, keys: list[str], value: str) -> pd.DataFrame:
+    """Mean, std and count of ``value`` per ``keys``, with ``no_guarantee``: whether any of
+    the group's rows is a private run without an ε guarantee."""
     df = _numeric(df, value)
-    g = df.groupby(keys, dropna=False)[value]
-    out = g.agg(["mean", "std", "count"]).reset_index()
+    df = df.assign(_no_guarantee=no_guarantee(df))
+    g = df.groupby(keys, dropna=False)
+    out = g[value].agg(["mean", "std", "count"])
+    out["no_guarantee"] = g["_no_guarantee"].any()
+    out = out.reset_index()
     out["std"] = out["std"].fillna(0.0)
     return out
 
@@ -274,43 +348,61 @@ def _seeds_note(df: pd.DataFrame) -> str:
 # --------------------------------------------------------------------------- kinds
 
 
-def _accuracy_vs_epsilon(df: pd.DataFrame, metric: str, title: str | None) -> Figure:
+def _accuracy_vs_epsilon(df: pd.DataFrame, metric: str, title: str | None,
+                         epsilon_axis: str = "per-round") -> Figure:
     kind = "accuracy-vs-epsilon"
-    _require(df, ["epsilon", metric], kind)
+    check_choice("epsilon_axis", epsilon_axis, EPSILON_AXES)
+    total = epsilon_axis == "total"
+    _require(df, ["epsilon", metric] + (["epsilon_spent"] if total else []), kind)
     df = _numeric(_final_rows(df), "epsilon")
     series = (["clients_per_round"] if "clients_per_round" in df.columns else []) + _varying(df, ["epsilon"], "epsilon")
     stats = _mean_std(df, series + ["epsilon"], metric)
-    finite = stats.loc[np.isfinite(stats["epsilon"]), "epsilon"]
+    if total:   # x: the largest total spent over the cell's seeds (inf: none holds)
+        spent = _numeric(df, "epsilon_spent").groupby(series + ["epsilon"], dropna=False)["epsilon_spent"].max()
+        stats["_eps"] = spent.reindex(pd.MultiIndex.from_frame(stats[series + ["epsilon"]])
+                                      if series else stats["epsilon"]).to_numpy(float)
+        stats.loc[~np.isfinite(stats["epsilon"]), "_eps"] = np.inf
+    else:
+        stats["_eps"] = stats["epsilon"]
+    finite = stats.loc[np.isfinite(stats["_eps"]) & (stats["_eps"] > 0), "_eps"]
     top = float(finite.max()) if len(finite) else 1.0
     inf_x = 10 ** (math.floor(math.log10(top)) + 1) if len(finite) else 1.0
-    stats["_x"] = np.where(np.isfinite(stats["epsilon"]), stats["epsilon"], inf_x)
+    stats["_x"] = np.where(np.isfinite(stats["_eps"]), stats["_eps"], inf_x)
     fig = Figure(figsize=(6.4, 4.4))
     ax = fig.add_subplot()
     groups = list(stats.groupby(series, dropna=False)) if series else [((), stats)]
     for color, (key, g) in zip(_colors(len(groups)), groups):
         key = key if isinstance(key, tuple) else (key,)
         g = g.sort_values("_x")
-        fin = g[np.isfinite(g["epsilon"])]
+        fin = g[np.isfinite(g["_eps"])]
         _line_with_band(ax, fin["_x"], fin["mean"], fin["std"], fin["count"], color=color,
                         label=_series_label(dict(zip(series, key))))
-        inf = g[~np.isfinite(g["epsilon"])]
+        inf = g[~np.isfinite(g["_eps"])]
         if len(inf):
             ax.errorbar(inf["_x"], inf["mean"], yerr=inf["std"] if inf["count"].max() > 1 else None,
                         marker="s", color=color, capsize=3, linestyle="none")
             if len(fin):
                 ax.plot([fin["_x"].iloc[-1], inf_x], [fin["mean"].iloc[-1], inf["mean"].iloc[0]],
                         linestyle=":", color=color)
+        _mark_no_guarantee(ax, g["_x"], g["mean"], g["no_guarantee"])
+    _chance_line(ax, df, metric)
     ax.set_xscale("log")
-    ticks = sorted(set(stats["_x"]))
+    if total:
+        lo = math.floor(math.log10(float(finite.min()))) if len(finite) else 0
+        ticks = [10.0 ** e for e in range(lo, int(round(math.log10(inf_x))))] + [inf_x]
+    else:
+        ticks = sorted(set(stats["_x"]))
+    has_inf = (~np.isfinite(stats["_eps"])).any()
+    inf_text = "∞\n(no privacy)" if not stats["no_guarantee"].any() else "∞\n(no privacy /\nno guarantee)"
     ax.set_xticks(ticks)
-    ax.set_xticklabels(["∞\n(no privacy)" if t == inf_x and not np.isfinite(stats.loc[stats["_x"] == t, "epsilon"]).all()
-                        else f"{t:g}" for t in ticks])
+    ax.set_xticklabels([inf_text if t == inf_x and has_inf else f"{t:g}" for t in ticks])
     ax.minorticks_off()
-    ax.set_xlabel(_X_LABEL_EPS)
+    ax.set_xlabel(_X_LABEL_TOTAL if total else _X_LABEL_EPS)
     ax.set_ylabel(f"final {METRIC_LABELS.get(metric, metric)}")
-    ax.set_title(title or f"{metric.capitalize()} vs privacy budget ({_seeds_note(df)})")
+    what = "total ε spent" if total else "per-round ε"
+    ax.set_title(title or f"{metric.capitalize()} vs {what} ({_seeds_note(df)})")
     ax.grid(True, alpha=0.3)
-    ax.legend(title="clients per round" if series == ["clients_per_round"] else None, **_LEGEND_OUTSIDE)
+    _legend(ax, title="clients per round" if series == ["clients_per_round"] else None, **_LEGEND_OUTSIDE)
     return fig
 
 
@@ -333,13 +425,16 @@ def _accuracy_vs_clients(df: pd.DataFrame, metric: str, title: str | None) -> Fi
         g = g.sort_values("clients_per_round")
         _line_with_band(ax, g["clients_per_round"], g["mean"], g["std"], g["count"],
                         label=_series_label(labels), **_series_style(labels, color, palette))
+        _mark_no_guarantee(ax, g["clients_per_round"], g["mean"], g["no_guarantee"])
+    _chance_line(ax, df, metric)
     ax.set_xscale("log")
     _plain_log_ticks(ax, stats["clients_per_round"])
     ax.set_xlabel(_X_LABEL_CLIENTS)
     ax.set_ylabel(f"final {METRIC_LABELS.get(metric, metric)}")
     ax.set_title(title or f"{metric.capitalize()} vs clients per round ({_seeds_note(df)})")
     ax.grid(True, alpha=0.3)
-    ax.legend(**_LEGEND_OUTSIDE)
+    _legend(ax, title="local ε per round" if series and series[0] == "epsilon" else None,
+            **_LEGEND_OUTSIDE)
     return fig
 
 
@@ -372,6 +467,9 @@ def _convergence(df: pd.DataFrame, metric: str, title: str | None) -> Figure:
             style["marker"] = ""
             _line_with_band(ax, g["round"], g["mean"], g["std"], g["count"],
                             label=_series_label(labels), **style)
+            last = g.tail(1)   # a cell without a guarantee: its last point ringed
+            _mark_no_guarantee(ax, last["round"], last["mean"], last["no_guarantee"])
+        _chance_line(ax, df, metric)
         ax.set_title(f"m = {int(m):,} clients per round" if m is not None else "all runs", fontsize="medium")
         ax.set_xlabel("round")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -380,8 +478,15 @@ def _convergence(df: pd.DataFrame, metric: str, title: str | None) -> Figure:
         ax.set_visible(False)
     for ax in axes[::ncols]:
         ax.set_ylabel(METRIC_LABELS.get(metric, metric))
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.suptitle(title or f"Convergence ({_seeds_note(df)})")
+    handles, labels = [], []
+    for ax in axes:   # every panel's entries once (a ringed cell may be in one panel only)
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
+    handles, labels = _reference_last(handles, labels)
+    per_round = " (ε: local ε per round)" if "epsilon" in series else ""
+    fig.suptitle(title or f"Convergence ({_seeds_note(df)}){per_round}")
     fig.tight_layout()
     # Below the panels, never over the data (saved with bbox_inches="tight").
     fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0),
@@ -453,8 +558,10 @@ def _noise_from_results(df: pd.DataFrame, title: str | None) -> Figure:
     values = ["noise_norm"] + [c for c in ("signal_norm", "theory_noise_norm") if c in df.columns]
     for v in values:
         df = _numeric(df, v)
+    df = df.assign(epsilon_spent=np.where(no_guarantee(df), np.inf, 0.0))
     per_run = df.groupby(runs, dropna=False).agg({**{k: "first" for k in keep if k not in runs},
-                                                  **{v: "mean" for v in values}}).reset_index()
+                                                  **{v: "mean" for v in values},
+                                                  "epsilon_spent": "max"}).reset_index()
     series = (["epsilon"] if "epsilon" in per_run.columns else []) + _varying(per_run, ["clients_per_round", "epsilon"], "clients_per_round")
     fig = Figure(figsize=(6.4, 4.6))
     ax = fig.add_subplot()
@@ -476,7 +583,8 @@ def _noise_from_results(df: pd.DataFrame, title: str | None) -> Figure:
         if "signal_norm" in g.columns:
             sg = _mean_std(g, ["clients_per_round"], "signal_norm").sort_values("clients_per_round")
             ax.plot(sg["clients_per_round"], sg["mean"], color=color, linestyle=":", marker="^", markersize=4,
-                    label="‖ū‖ (clean mean update)" if i == 0 else None)
+                    label=f"‖ū‖ (clean mean update), {label}")
+        _mark_no_guarantee(ax, st["clients_per_round"], st["mean"], st["no_guarantee"])
     ax.set_xscale("log")
     ax.set_yscale("log")
     _plain_log_ticks(ax, per_run["clients_per_round"])
@@ -484,7 +592,8 @@ def _noise_from_results(df: pd.DataFrame, title: str | None) -> Figure:
     ax.set_ylabel("norm per round, mean over rounds (L2, update units)")
     ax.set_title(title or f"Aggregated noise vs clients per round ({_seeds_note(df)})")
     ax.grid(True, which="major", alpha=0.3)
-    ax.legend(**_LEGEND_OUTSIDE)
+    _legend(ax, title="local ε per round" if series and series[0] == "epsilon" else None,
+            **_LEGEND_OUTSIDE)
     return fig
 
 
@@ -496,6 +605,7 @@ def plot(
     metric: str = "accuracy",
     where: Mapping[str, Any] | None = None,
     title: str | None = None,
+    epsilon_axis: str = "per-round",
 ) -> Figure:
     """Draw one figure of ``kind`` from a results table and save it to ``out`` (if given).
 
@@ -507,11 +617,19 @@ def plot(
         metric: column on the y axis of the accuracy and convergence kinds (e.g. ``loss``).
         where: keep only rows whose column equals the value (e.g. ``{"mechanism": "gaussian"}``).
         title: replaces the default title.
+        epsilon_axis: x axis of ``accuracy-vs-epsilon``: ``"per-round"`` (the ``epsilon``
+            each release is calibrated to, default) or ``"total"`` (``epsilon_spent``, the
+            total the busiest client spent over the run; it differs across m at one
+            per-round ε). Cells without an ε guarantee (``epsilon_spent = inf``) are ringed
+            in red in every kind.
 
     Returns:
         The :class:`matplotlib.figure.Figure`.
     """
     check_choice("kind", kind, KINDS)
+    check_choice("epsilon_axis", epsilon_axis, EPSILON_AXES)
+    if epsilon_axis != "per-round" and kind != "accuracy-vs-epsilon":
+        raise LdpsimError(f"--epsilon-axis {epsilon_axis} applies to --kind accuracy-vs-epsilon only")
     if out is not None and Path(out).suffix.lower() not in FORMATS:
         raise LdpsimError(f"--out must end in {', '.join(FORMATS)} (the format is taken from the suffix); got {str(out)!r}")
     df = _filter(load_results(data), where)
@@ -519,7 +637,7 @@ def plot(
         raise LdpsimError(f"--metric {metric}: no column {metric!r} in the table (it has: "
                           f"{', '.join(map(str, df.columns))})")
     if kind == "accuracy-vs-epsilon":
-        fig = _accuracy_vs_epsilon(df, metric, title)
+        fig = _accuracy_vs_epsilon(df, metric, title, epsilon_axis)
     elif kind == "accuracy-vs-clients":
         fig = _accuracy_vs_clients(df, metric, title)
     elif kind == "convergence":

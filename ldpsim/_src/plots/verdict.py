@@ -5,6 +5,9 @@ Drawn from :func:`ldpsim.sweep.accuracy_verdict` and :func:`ldpsim.sweep.accurac
 (MindSpore's add/remove, the honest replace-one), ε coloured as in every ldpsim figure
 (:func:`ldpsim._src.plots.figures.eps_colors`), the non-private runs black and dashed in
 every panel. Error bars and bands are the t-intervals of the verdict (none with one seed).
+ε is the per-round local ε throughout. Cells whose runs spent ``epsilon_spent = inf`` (no ε
+guarantee at their δ: the sampler's floor) are ringed in red (and flagged in the gap table);
+``chance=`` draws the chance accuracy (``1/num_classes``; e.g. 0.1 for MNIST).
 """
 
 from __future__ import annotations
@@ -20,7 +23,14 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from ldpsim._src._checks import LdpsimError
-from ldpsim._src.plots.figures import NO_PRIVACY_LABEL, _finish, _plain_log_ticks, eps_colors
+from ldpsim._src.plots.figures import (
+    _NO_GUARANTEE_STYLE,
+    NO_GUARANTEE_LABEL,
+    NO_PRIVACY_LABEL,
+    _finish,
+    _plain_log_ticks,
+    eps_colors,
+)
 from ldpsim._src.sweep.verdict import NON_PRIVATE, Verdict, setting_label, setting_order
 
 __all__ = ["plot_accuracy_ci", "plot_curves_ci", "plot_gap_table"]
@@ -47,16 +57,33 @@ def _eps_label(eps: float) -> str:
     return NO_PRIVACY_LABEL if math.isinf(eps) else f"ε = {eps:g} per round"
 
 
+def cell_without_guarantee(cells: pd.DataFrame) -> pd.Series:
+    """Private verdict cells whose ``epsilon_spent`` (largest over seeds) is ``inf``."""
+    if "epsilon_spent" not in cells.columns:
+        return pd.Series(False, index=cells.index)
+    eps = pd.to_numeric(cells["epsilon"], errors="coerce")
+    spent = pd.to_numeric(cells["epsilon_spent"], errors="coerce")
+    return pd.Series(np.isfinite(eps) & np.isposinf(spent), index=cells.index)
+
+
+def _chance(ax, chance: float | None) -> None:
+    if chance is not None:
+        ax.axhline(chance, color="grey", linestyle="-.", linewidth=1.0, zorder=1,
+                   label=f"chance ({chance:g})")
+
+
 def _n_note(cells: pd.DataFrame) -> str:
     ns = sorted(cells["n"].unique())
     return f"{ns[0]} seed{'s' if ns[0] > 1 else ''}" if len(ns) == 1 else f"{ns[0]}–{ns[-1]} seeds per point"
 
 
-def plot_accuracy_ci(verdict: Verdict, out: str | Path | None = None, *, title: str | None = None) -> Figure:
-    """Final accuracy vs clients per round, one panel per private setting, ε as series.
+def plot_accuracy_ci(verdict: Verdict, out: str | Path | None = None, *, title: str | None = None,
+                     chance: float | None = None) -> Figure:
+    """Final accuracy vs clients per round, one panel per private setting, per-round ε as series.
 
     Points are means over seeds, bars the verdict's t-intervals; the grey band under the
-    non-private line is the tolerance (accuracy within ``verdict.tolerance`` of it).
+    non-private line is the tolerance (accuracy within ``verdict.tolerance`` of it). Cells
+    without an ε guarantee are ringed in red; ``chance`` draws the chance accuracy.
     """
     cells = verdict.cells
     settings = _private_settings(cells["setting"])
@@ -72,6 +99,10 @@ def plot_accuracy_ci(verdict: Verdict, out: str | Path | None = None, *, title: 
             ax.errorbar(g["clients_per_round"] * _dodge(k, n_series), g["accuracy_mean"],
                         yerr=_yerr(g, "accuracy_mean", "accuracy_ci_low", "accuracy_ci_high"),
                         color=palette[float(eps)], marker="o", markersize=4, capsize=3, label=_eps_label(eps))
+            bad = cell_without_guarantee(g).to_numpy()
+            if bad.any():
+                ax.scatter((g["clients_per_round"] * _dodge(k, n_series))[bad], g["accuracy_mean"][bad],
+                           label=NO_GUARANTEE_LABEL, **_NO_GUARANTEE_STYLE)
         if len(base):
             ax.errorbar(base["clients_per_round"] * _dodge(n_series - 1, n_series), base["accuracy_mean"],
                         yerr=_yerr(base, "accuracy_mean", "accuracy_ci_low", "accuracy_ci_high"),
@@ -79,6 +110,7 @@ def plot_accuracy_ci(verdict: Verdict, out: str | Path | None = None, *, title: 
             ax.fill_between(base["clients_per_round"], base["accuracy_mean"] - verdict.tolerance,
                             base["accuracy_mean"], color="grey", alpha=0.25, linewidth=0,
                             label=f"within {verdict.tolerance * 100:g} point of no privacy")
+        _chance(ax, chance)
         ax.set_xscale("log")
         _plain_log_ticks(ax, cells["clients_per_round"])
         ax.set_xlabel("clients per round m (log scale)")
@@ -111,15 +143,17 @@ def _merged_legend(axes) -> tuple[list, list]:
             return (1, 0.0)
         if label.startswith("ε = "):
             return (0, float(label.split()[2]))
-        return (2, 0.0)
+        return (3, 0.0) if label == NO_GUARANTEE_LABEL else (2, 0.0)
 
     labels = sorted(seen, key=key)
     return [seen[lab] for lab in labels], labels
 
 
 def plot_curves_ci(curves: pd.DataFrame, out: str | Path | None = None, *,
-                   clients: Sequence[int] = (1000, 10000), title: str | None = None) -> Figure:
-    """Accuracy vs round: rows = private settings, columns = the given clients per round.
+                   clients: Sequence[int] = (1000, 10000), title: str | None = None,
+                   chance: float | None = None) -> Figure:
+    """Accuracy vs round: rows = private settings, columns = the given clients per round,
+    per-round ε as series (``chance``: the chance accuracy, drawn when given).
 
     Args:
         curves: :func:`ldpsim.sweep.accuracy_by_round`'s table.
@@ -149,6 +183,7 @@ def plot_curves_ci(curves: pd.DataFrame, out: str | Path | None = None, *,
             ns = sorted(sub["n"].unique())
             n_text = "no runs" if not ns else f"{ns[0]} seed{'s' if ns[-1] > 1 else ''}" if len(ns) == 1 \
                 else f"{ns[0]}–{ns[-1]} seeds"
+            _chance(ax, chance)
             ax.set_title(f"{setting_label(setting)}, m = {m:,} ({n_text})", fontsize="small")
             ax.grid(True, alpha=0.3)
             ax.set_ylim(0.0, 1.0)
@@ -199,6 +234,9 @@ def plot_gap_table(verdict: Verdict, out: str | Path | None = None, *, title: st
                 if not math.isnan(r.gap_ci_low):
                     text += f"\n[{100 * r.gap_ci_low:+.1f}, {100 * r.gap_ci_high:+.1f}]"
                 text += f"\nn = {int(r.gap_n)}"
+                if cell_without_guarantee(pd.DataFrame([{"epsilon": eps,
+                                                         "epsilon_spent": r.get("epsilon_spent", math.nan)}])).iloc[0]:
+                    text += "\nno ε guarantee"
                 dark = abs(100 * r.gap_mean) > 12
                 ax.text(b, a, text, ha="center", va="center", fontsize="small",
                         color="white" if dark else "black")
@@ -208,8 +246,10 @@ def plot_gap_table(verdict: Verdict, out: str | Path | None = None, *, title: st
         ax.set_xlabel("clients per round m")
         ax.set_ylabel("ε per round")
         ax.set_title(setting_label(setting), fontsize="medium")
-    fig.suptitle(title or "Gap to non-private at the same m, points of accuracy\n"
-                 f"(mean, [{verdict.confidence:.0%} interval], paired by seed where possible, n = pairs or seeds)",
+    flagged = bool(cell_without_guarantee(cells).any())
+    fig.suptitle(title or "Gap to non-private at the same m, points of accuracy (ε per round)\n"
+                 f"(mean, [{verdict.confidence:.0%} interval], paired by seed where possible, n = pairs or seeds"
+                 + ("; 'no ε guarantee': epsilon_spent = ∞" if flagged else "") + ")",
                  fontsize="medium")
     fig.tight_layout()
     if image is not None:

@@ -301,14 +301,102 @@ def mechanism_epsilon(mechanism: Any, count: int, delta: float) -> float:
                        "replace" if mechanism.neighbours == "replace" else "add-remove")
 
 
-def _ldp_neighbouring(sensitivity: float) -> str:
-    return f"local: any two inputs of one client at distance <= sensitivity={sensitivity:g}"
+def total_epsilon(per_round_epsilon: float, rounds: int, delta: float, *,
+                  mechanism: str = "gaussian", neighbours: str = "replace",
+                  calibration: str = "analytic", dim: int | None = None,
+                  sampler: str | None = None, **options: Any) -> float:
+    """The total ε a client has spent after taking part in ``rounds`` rounds of a local
+    randomizer calibrated to ``per_round_epsilon`` per round, at the total ``delta`` (the
+    ``epsilon_spent`` column of ``ldpsim run``/``sweep``).
+
+    The randomizer is calibrated as the engine does (per-round (ε, δ) with the run's δ;
+    :func:`ldpsim.privacy.calibrate` for the Gaussian, sensitivity from
+    ``neighbours``) and its releases composed by :func:`mechanism_epsilon`: exactly for the
+    Gaussian (``k`` releases of multiplier ``z`` are one of ``z/√k``; Balle & Wang 2018,
+    Thm. 8), ``k·ε₀`` for pure-ε randomizers (Laplace; randomized response and the report
+    randomizers by their PLD, capped by ``k·ε₀``), for what their float32 realisation
+    delivers (bound (1) of :mod:`ldpsim._src.privacy.realised`: ``inf`` where the sampler's
+    bounded tails leave nothing of δ, docs/privacy_sharp_edges.md). The clip bound cancels
+    (only σ/Δ matters), so it is not asked for.
+
+    Args:
+        per_round_epsilon: ε₀ > 0 of one release (``inf``: no privacy, returns inf for
+            ``rounds > 0``).
+        rounds: ``k ≥ 0`` participations.
+        delta: δ in (0, 1): the per-round calibration's δ and the total δ (as the engine
+            uses the run's δ for both).
+        mechanism: a registered local randomizer (``gaussian``, ``laplace``, ``privunit2``,
+            ``privunitg``, ``duchi``, ``signds``, ``rr``).
+        neighbours: ``"replace"`` (default) or ``"add-remove"`` (additive mechanisms).
+        calibration: the Gaussian calibration, ``"analytic"`` (default), ``"classic"`` or
+            ``"mindspore"``.
+        dim: the update's number of coordinates (needed by the vector report randomizers).
+        sampler: the noise sampler (default ldpsim's).
+        **options: further arguments of the randomizer's factory (``norm_epsilon``, ``k``).
+
+    Example:
+        >>> total_epsilon(10.0, rounds=20, delta=1e-5)   # doctest: +SKIP
+        47.6...
+    """
+    import inspect
+
+    from ldpsim._src.privacy import mechanism as _mechanism
+
+    k = _check_count("rounds", rounds)
+    delta = check_open_unit("delta", delta)
+    eps0 = check_positive("per_round_epsilon", per_round_epsilon, allow_inf=True)
+    if k == 0:
+        return 0.0
+    if math.isinf(eps0):
+        return math.inf
+    entry = _mechanism.entry(mechanism)
+    given = {"epsilon": eps0, "delta": delta, "clip": 1.0, "neighbours": neighbours,
+             "method": calibration, "dim": dim, "sampler": sampler, **options}
+    accepted = inspect.signature(entry.factory).parameters
+    kwargs = {k_: v for k_, v in given.items() if k_ in accepted and (v is not None or k_ in options)}
+    if "dim" in accepted and accepted["dim"].default is inspect.Parameter.empty and dim is None:
+        raise LdpsimError(f"total_epsilon of mechanism={mechanism!r} needs dim= (the update's "
+                          "number of coordinates)")
+    return mechanism_epsilon(entry(**kwargs), k, delta)
+
+
+def _ldp_neighbouring(sensitivity: float, neighbours: str | None = None) -> str:
+    relation = {"replace": "replace-one, 2C", "add-remove": "add/remove, C"}.get(neighbours)
+    return (f"local: any two inputs of one client at distance <= sensitivity={sensitivity:g}"
+            + (f" ({relation})" if relation else ""))
+
+
+def resolve_sensitivity(sensitivity: float | None = None, clip: float | None = None,
+                        neighbours: str | None = None) -> tuple[float, str | None]:
+    """``(Δ, neighbours)`` from the one vocabulary every ldpsim privacy function takes: the
+    clip bound and the neighbouring relation (``clip=C, neighbours="replace"`` gives Δ = 2C,
+    ``"add-remove"`` Δ = C; :func:`ldpsim.privacy.sensitivity`), or the sensitivity itself.
+
+    Raises:
+        LdpsimError: both or neither given, or ``neighbours`` with ``sensitivity``.
+    """
+    from ldpsim._src.privacy.calibration import sensitivity as _sensitivity
+
+    if clip is not None and sensitivity is not None:
+        raise LdpsimError("give clip= (with neighbours=) or sensitivity=, not both "
+                          "(sensitivity is 2*clip for neighbours='replace', clip for 'add-remove')")
+    if clip is not None:
+        neighbours = "replace" if neighbours is None else neighbours
+        return _sensitivity(clip, neighbours), neighbours
+    if sensitivity is None:
+        raise LdpsimError("give clip= (and neighbours=, default 'replace') or sensitivity=")
+    if neighbours is not None:
+        raise LdpsimError("neighbours= goes with clip= (it turns the clip into the sensitivity); "
+                          "with sensitivity= leave it out")
+    return check_positive("sensitivity", sensitivity), None
 
 
 def ldp_round_epsilon(
     mechanism: str = "gaussian",
     *,
-    sensitivity: float,
+    clip: float | None = None,
+    neighbours: str | None = None,
+    sensitivity: float | None = None,
     delta: float | None = None,
     sigma: float | None = None,
     scale: float | None = None,
@@ -325,7 +413,10 @@ def ldp_round_epsilon(
 
     Args:
         mechanism: ``"gaussian"`` or ``"laplace"``.
-        sensitivity: Δ > 0 of the client update (``2C`` replace-one, ``C`` add/remove).
+        clip: the clip bound C > 0 of the client update (as :func:`ldpsim.privacy.calibrate`
+            and ``SimulationConfig`` take it); with ``neighbours``.
+        neighbours: ``"replace"`` (Δ = 2C, default) or ``"add-remove"`` (Δ = C).
+        sensitivity: Δ > 0 itself, instead of ``clip`` and ``neighbours``.
         delta: δ₀ in (0, 1) (Gaussian only; Laplace reports δ = 0).
         sigma: Gaussian noise std per coordinate.
         scale: Laplace scale b per coordinate.
@@ -337,6 +428,7 @@ def ldp_round_epsilon(
     Returns:
         A :class:`PrivacyReport` with ``count = 1``.
     """
+    sensitivity, neighbours = resolve_sensitivity(sensitivity, clip, neighbours)
     event, details, delta = _ldp_event_and_eps0(mechanism, sigma, scale, sensitivity, delta)
     sampler, d, extra = _realisation(mechanism, sampler, dim, event.noise_multiplier)
     if mechanism == "gaussian":
@@ -349,7 +441,7 @@ def ldp_round_epsilon(
         eps, method = 1.0 / event.noise_multiplier, "laplace"
         if sampler != "ideal":
             delta = max(delta, realised.realised_delta("laplace", sampler, eps, d, eps))
-    return PrivacyReport(eps, delta, method, _ldp_neighbouring(sensitivity), 1,
+    return PrivacyReport(eps, delta, method, _ldp_neighbouring(sensitivity, neighbours), 1,
                          {"mechanism": mechanism, "sensitivity": float(sensitivity), **details,
                           **extra})
 
@@ -369,7 +461,9 @@ def _realisation(mechanism: str, sampler: str | None, dim, multiplier: float):
 def ldp_epsilon(
     mechanism: str = "gaussian",
     *,
-    sensitivity: float,
+    clip: float | None = None,
+    neighbours: str | None = None,
+    sensitivity: float | None = None,
     rounds: int,
     delta: float | None = None,
     sigma: float | None = None,
@@ -398,7 +492,10 @@ def ldp_epsilon(
 
     Args:
         mechanism: ``"gaussian"`` or ``"laplace"``.
-        sensitivity: Δ > 0 of one client update (L2 for Gaussian, L1 for Laplace).
+        clip: the clip bound C > 0 of one client update (L2 for Gaussian, L1 for Laplace);
+            with ``neighbours``.
+        neighbours: ``"replace"`` (Δ = 2C, default) or ``"add-remove"`` (Δ = C).
+        sensitivity: Δ > 0 itself, instead of ``clip`` and ``neighbours``.
         rounds: ``k ≥ 0``, the number of rounds this client took part in.
         delta: δ in (0, 1): per round for ``"basic"``, total otherwise.
         sigma: Gaussian noise std per coordinate.
@@ -412,10 +509,11 @@ def ldp_epsilon(
     """
     method = _check_method(method, LDP_METHODS)
     k = _check_count("rounds", rounds)
+    sensitivity, neighbours = resolve_sensitivity(sensitivity, clip, neighbours)
     event, details, delta = _ldp_event_and_eps0(mechanism, sigma, scale, sensitivity, delta)
     sampler, d, extra = _realisation(mechanism, sampler, dim, event.noise_multiplier)
     info = {"mechanism": mechanism, "sensitivity": float(sensitivity), **details, **extra}
-    neighbouring = _ldp_neighbouring(sensitivity)
+    neighbouring = _ldp_neighbouring(sensitivity, neighbours)
     if method == "basic":
         per_round = ldp_round_epsilon(mechanism, sensitivity=sensitivity, delta=delta,
                                       sigma=sigma, scale=scale, sampler=sampler, dim=d)
@@ -450,25 +548,33 @@ class LdpAccountant:
     count, so reporting every round is cheap: the engine can track the maximum
     participation count over clients and report that client's ε.
 
+    The words are :func:`ldp_epsilon`'s: ``clip`` with ``neighbours`` (or ``sensitivity``),
+    ``sigma`` for the Gaussian, ``scale`` for the Laplace (``sigma=`` for a Laplace scale
+    still works, with a :class:`DeprecationWarning`).
+
     Example:
-        >>> acc = LdpAccountant(sigma=4.0, sensitivity=2.0, delta=1e-5)
+        >>> acc = LdpAccountant(sigma=4.0, clip=1.0, neighbours="replace", delta=1e-5)
         >>> acc.step(); acc.step(2)
         >>> acc.rounds
         3
         >>> round(acc.epsilon(), 2)  # doctest: +SKIP
     """
 
-    def __init__(self, sigma: float, sensitivity: float, delta: float, *,
+    def __init__(self, sigma: float | None = None, sensitivity: float | None = None,
+                 delta: float | None = None, *, clip: float | None = None,
+                 neighbours: str | None = None, scale: float | None = None,
                  mechanism: str = "gaussian", method: str = "pld", sampler: str | None = None,
                  dim: int | None = None) -> None:
-        kwargs = {"sigma": sigma} if mechanism == "gaussian" else {"scale": sigma}
-        kwargs.update(sampler=sampler, dim=dim)
+        if mechanism == "laplace" and sigma is not None and scale is None:
+            warnings.warn("LdpAccountant(sigma=..., mechanism='laplace') is deprecated: pass the "
+                          "Laplace scale as scale=", DeprecationWarning, stacklevel=2)
+            sigma, scale = None, sigma
+        kwargs = {"sigma": sigma, "scale": scale, "clip": clip, "neighbours": neighbours,
+                  "sensitivity": sensitivity, "sampler": sampler, "dim": dim}
         # Validate everything once, eagerly.
-        ldp_epsilon(mechanism, sensitivity=sensitivity, rounds=0, delta=delta,
-                    method=method, **kwargs)
+        ldp_epsilon(mechanism, rounds=0, delta=delta, method=method, **kwargs)
         self._report = functools.lru_cache(maxsize=256)(
-            lambda k: ldp_epsilon(mechanism, sensitivity=sensitivity, rounds=k, delta=delta,
-                                  method=method, **kwargs))
+            lambda k: ldp_epsilon(mechanism, rounds=k, delta=delta, method=method, **kwargs))
         self.rounds = 0
 
     def step(self, rounds: int = 1) -> None:

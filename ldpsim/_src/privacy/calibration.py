@@ -138,6 +138,9 @@ def sensitivity(clip: float, neighbours: str = "replace") -> float:
     return sens
 
 
+_sensitivity_of = sensitivity   # for calibrate, whose keyword ``sensitivity`` shadows it
+
+
 # --------------------------------------------------------------------------- exact
 
 
@@ -543,11 +546,12 @@ def calibrate(
     *,
     epsilon: float,
     delta: float | None = None,
-    clip: float,
+    clip: float | None = None,
     method: str | None = None,
     neighbours: str = "replace",
     dim: int | None = None,
     sampler: str | None = None,
+    sensitivity: float | None = None,
 ) -> Calibration:
     """Calibrate a local randomizer for one release of a client update clipped to ``clip``.
 
@@ -565,6 +569,9 @@ def calibrate(
             (the guarantee then holds for every d up to it).
         sampler: the noise sampler that will run (Gaussian ``"tail"``, ``"fast"``,
             ``"icdf"``, ``"jax"``; Laplace ``"bits"``, ``"jax"``); default: ldpsim's default.
+        sensitivity: Δ > 0 itself, instead of ``clip`` (the words of the accountants,
+            :func:`ldpsim.privacy.ldp_epsilon`): the clip is then Δ/2 under ``"replace"``
+            and Δ under ``"add-remove"``.
 
     The analytic σ is the smallest whose **realised** δ at ε is ≤ δ: it equals Balle &
     Wang's exact σ whenever the sampler's bounded tails add nothing measurable (the default
@@ -585,8 +592,18 @@ def calibrate(
     """
     check_choice("mechanism", mechanism, MECHANISMS)
     epsilon = check_positive("epsilon", epsilon)
+    if sensitivity is not None:   # the accountants' word: Δ, with the relation that gives C
+        if clip is not None:
+            raise LdpsimError("give clip= (with neighbours=) or sensitivity=, not both "
+                              "(sensitivity is 2*clip for neighbours='replace', clip for "
+                              "'add-remove')")
+        check_choice("neighbours", neighbours, NEIGHBOURS)
+        clip = check_positive("sensitivity", sensitivity) / (2.0 if neighbours == "replace" else 1.0)
+    if clip is None:
+        raise LdpsimError("calibrate needs clip= (the clip bound C, with neighbours=) or "
+                          "sensitivity=")
     clip = check_positive("clip", clip)
-    sens = sensitivity(clip, neighbours)
+    sens = _sensitivity_of(clip, neighbours)
     if mechanism == "laplace":
         if method not in (None, "laplace"):
             raise LdpsimError(

@@ -44,7 +44,7 @@ from typing import Any
 from ldpsim._src._checks import LdpsimError, check_choice, check_positive, check_positive_int
 from ldpsim._src.fl.config import MECHANISMS
 
-__all__ = ["EXECUTION_FIELDS", "Cell", "SweepConfig", "fingerprint_of", "format_value", "load_run_config",
+__all__ = ["EXECUTION_FIELDS", "Cell", "SweepConfig", "display_value", "fingerprint_of", "format_value", "load_run_config",
            "load_sweep_config", "parse_epsilon", "parse_list", "read_toml"]
 
 REQUIRED_AXES = ("epsilon", "clients_per_round", "seed")
@@ -107,6 +107,15 @@ def format_value(value: Any) -> str:
             return "inf" if value > 0 else "-inf"
         return f"{value:.17g}" if value != int(value) or abs(value) >= 1e16 else str(int(value))
     return str(value)
+
+
+def display_value(value: Any) -> str:
+    """A value as the screen shows it: :func:`format_value`, but a float in its shortest
+    round-trip form (``0.1``, not ``0.10000000000000001``; cell keys keep
+    :func:`format_value`, which finished results files already hold)."""
+    if isinstance(value, float) and math.isfinite(value) and value != int(value):
+        return repr(value)
+    return format_value(value)
 
 
 def _canonical(value: Any) -> Any:

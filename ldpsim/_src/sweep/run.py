@@ -148,10 +148,12 @@ class _Bars:
         self.cells = self.rounds = None
         if not enabled:
             return
-        from tqdm.auto import tqdm
+        from ldpsim._src._progress import progress_bar   # tqdm on a terminal, else plain lines
 
-        self.cells = tqdm(total=total, initial=done, desc="cells", unit="cell", position=0, dynamic_ncols=True)
-        self.rounds = tqdm(total=rounds, desc="rounds", unit="round", position=1, leave=False, dynamic_ncols=True)
+        self.cells = progress_bar(total=total, initial=done, desc="cells", unit="cell", position=0,
+                                  dynamic_ncols=True)
+        self.rounds = progress_bar(total=rounds, desc="rounds", unit="round", position=1,
+                                   leave=False, dynamic_ncols=True)
 
     def round(self) -> None:
         if self.rounds is not None:
