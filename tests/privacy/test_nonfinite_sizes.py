@@ -248,13 +248,13 @@ def test_rr_non_finite_category():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", REPORT_VECTOR)
-def test_report_randomizers_at_lenet5_size(name):
+def test_report_randomizers_at_lenet5_size_in_its_leaves(name):
     """Every report randomizer on LeNet-5's update in its 10 real leaves."""
     _check(name, _run((name,), "lenet5")[name], "lenet5")
 
 
 @pytest.mark.slow
-def test_additive_randomizers_at_lenet5_size():
+def test_additive_randomizers_at_lenet5_size_in_its_leaves():
     out = _run(ADDITIVE, "lenet5")
     for n in ADDITIVE:
         _check(n, out[n], "lenet5")
