@@ -1,10 +1,15 @@
 """Every privacy mode of the engine at LeNet-5's size (d = 61,706), with a diverged client.
 
-One private LeNet-5 round per mode (4 clients of 4 examples, full participation, 1 round):
-local DP with the Gaussian and SignDS randomizers, central (DP-FedAvg),
-distributed, MindSpore, and DP-SGD clients (per-example clipping, micro-batches = batch)
-under local DP. Client 2's data is all NaN, so its local training diverges (NaN loss,
-NaN gradients, NaN update). Each test checks:
+One private LeNet-5 round (4 clients of 4 examples, full participation, 1 round) for each
+distinct release path of the engine's clients: local DP with the Gaussian randomizer (also the
+client path of the distributed and MindSpore modes, which differ only in their clip bounds,
+noise scales and server side), local DP with SignDS (a report randomizer, decoded), central
+(DP-FedAvg: the clip-only randomizer, server noise) and DP-SGD clients (per-example clipping,
+micro-batches = batch) under local DP. The distributed and MindSpore modes run the same checks
+on a small model (logistic regression): their server-side logic does not depend on the size,
+and their clients' size-dependent step (the finiteness test of a vmapped cohort of LeNet-5
+updates) is the Gaussian randomizer's, checked here at LeNet-5's size. Client 2's data is all
+NaN, so its local training diverges (NaN loss, NaN gradients, NaN update). Each test checks:
 
 * through :func:`ldpsim.fl.simulate` (the rows users read): the model stays finite, the
   diverged client is counted (``nonfinite_clients``), the privacy columns are present and
@@ -20,8 +25,8 @@ DP-SGD clients clip every example's gradient (ldpsim._src.privacy.dpsgd), so a N
 gradient becomes the zero substitute there, inside the client: the client's update stays
 finite (it is not counted as non-finite) and, with the DP-SGD noise at 0, is exactly zero.
 
-Each mode compiles one LeNet-5 round (~20-40 s of CPU), so those tests are marked slow; the
-fast tier checks the engine's decoded path (SignDS) on a small model.
+Each LeNet-5 round compiles for ~40 CPU s, so those tests are marked slow; the fast tier
+checks the engine's decoded path (SignDS) on a small model.
 """
 
 from __future__ import annotations
@@ -109,6 +114,20 @@ MODES = {
                               client_dp_clip=1.0, client_dp_noise_multiplier=1.0),
 }
 
+#: The modes whose clients release through the same randomizer as another LeNet-5 case
+#: ("gaussian", as ldp-gaussian): checked on the small model only.
+SMALL_ONLY = ("distributed", "mindspore")
+
+
+def test_small_only_modes_release_through_the_gaussian_randomizer():
+    """The premise of SMALL_ONLY: those modes' clients apply the same randomizer (the same
+    finiteness test) as the ldp-gaussian LeNet-5 case."""
+    from ldpsim._src.fl import modes
+
+    assert modes.local("gaussian").randomizer == "gaussian"
+    assert modes.distributed(K).randomizer == "gaussian"
+    assert modes.mindspore().randomizer == "gaussian"
+
 
 def _assert_zero_substitute(config: SimulationConfig, data_nan, data_empty, dpsgd=False):
     """The round with client BAD diverged equals, bit for bit, the round in which its update
@@ -135,17 +154,14 @@ def _assert_zero_substitute(config: SimulationConfig, data_nan, data_empty, dpsg
     assert float(rm_nan.noise_norm) > 0
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("mode", list(MODES))
-def test_lenet5_round_with_a_diverged_client(mode):
+def _check_mode(mode: str, model: str = "lenet5", shape=(28, 28, 1)):
     kw = MODES[mode]
-    config = _config(**kw)
-    data_nan = _data("nan")
+    config = _config(model=model, **kw)
+    data_nan = _data("nan", shape)
     dpsgd = bool(kw.get("client_dp"))
 
     # The rows users read.
     [row] = sim.simulate(config, data=data_nan)
-    assert sim.model_dimension("lenet5", (28, 28, 1), 10) == D_LENET
     assert PRIVACY_COLUMNS <= set(row), PRIVACY_COLUMNS - set(row)
     assert row["privacy_mode"] == kw.get("privacy_mode", "ldp")
     assert row["clients"] == K and row["survivors"] == K
@@ -161,8 +177,21 @@ def test_lenet5_round_with_a_diverged_client(mode):
 
     # The same compiled round (simulate()'s own, from its cache), called directly.
     hits = sim._compiled.cache_info().hits
-    _assert_zero_substitute(config, data_nan, _data("empty"), dpsgd)
+    _assert_zero_substitute(config, data_nan, _data("empty", shape), dpsgd)
     assert sim._compiled.cache_info().hits == hits + 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", [m for m in MODES if m not in SMALL_ONLY])
+def test_lenet5_round_with_a_diverged_client(mode):
+    assert sim.model_dimension("lenet5", (28, 28, 1), 10) == D_LENET
+    _check_mode(mode)
+
+
+@pytest.mark.slow   # ~5 CPU s each: a logistic-regression round and its evaluation
+@pytest.mark.parametrize("mode", SMALL_ONLY)
+def test_small_model_round_with_a_diverged_client(mode):
+    _check_mode(mode, "logreg", (100,))
 
 
 @pytest.mark.parametrize("mechanism", ["signds", pytest.param("privunitg", marks=pytest.mark.slow)])

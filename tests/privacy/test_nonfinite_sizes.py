@@ -12,13 +12,17 @@ finiteness test read off a float max passed an all-NaN update of LeNet-5's size 
 reached the release; one update of ≤ 4,095 entries behaved, but under ``vmap`` the count is
 over the cohort, so 8 clients of 4,095 did not (see ``ldpsim._src.privacy.clipping._safe_norm``).
 
-Sizes: LeNet-5 (61,706 parameters in 10 leaves), the project's LSTMs ``char_lstm`` (82,474)
-and ``lstm_fedavg`` (820,522) with their real leaf shapes, and 10⁶. Each cohort is one
-``jit(vmap(...))`` over 8 clients that share ONE key, so "same law as the zero update" is
-checked as "bit-identical to the zero client's release". The fast tier runs the issue's
-reproduction eagerly, the clip on both sides of the threshold and the additive randomizers at
-LeNet-5's size in two leaves; every randomizer at every size in the models' own leaf structure
-(one compilation each, 2-7 s) is marked slow.
+Sizes: LeNet-5 (61,706 parameters in 10 leaves), the project's LSTM ``lstm_fedavg`` (820,522
+in its 9 real leaves) and 10⁶. Each cohort is one ``jit(vmap(...))`` over 8 clients that share
+ONE key, so "same law as the zero update" is checked as "bit-identical to the zero client's
+release". The fast tier runs the issue's reproduction eagerly, the clip on both sides of the
+threshold and the additive randomizers at LeNet-5's size in two leaves. The slow tier (one
+compilation each, 3-20 CPU s) runs every randomizer at LeNet-5's size in its 10 real leaves,
+and at 820,522 and 10⁶ every distinct finiteness test once: the L2 clip (``gaussian``,
+``none``), the L1 clip (``laplace``), the report randomizers' shared clip-and-flatten
+(``randomizer.clip_flat``, run through ``privunit2``; ``duchi`` and ``privunitg`` use the same
+one) and SignDS's own flattening (it clips nothing). Compilation, not the 8·10⁶ draws, is most
+of a case's cost, so the large sizes run their randomizers in one program.
 """
 
 from __future__ import annotations
@@ -44,14 +48,13 @@ EPS = 4.0
 LEAF_SHAPES = {
     "lenet5": [(6,), (5, 5, 1, 6), (16,), (5, 5, 6, 16), (120,), (400, 120), (84,), (120, 84),
                (10,), (84, 10)],
-    "char_lstm": [(90, 8), (512,), (128, 512), (8, 512), (90,), (128, 90)],
     "lstm_fedavg": [(90, 8), (1024,), (256, 1024), (8, 1024), (1024,), (256, 1024),
                     (256, 1024), (90,), (256, 90)],
     "million": [(1000, 999), (1000,)],
     # LeNet-5's size in two leaves: the fast tier's (a 10-leaf program compiles ~4x slower)
     "lenet5_2leaves": [(61_696,), (10,)],
 }
-SIZES = {"lenet5": 61_706, "char_lstm": 82_474, "lstm_fedavg": 820_522, "million": 10**6,
+SIZES = {"lenet5": 61_706, "lstm_fedavg": 820_522, "million": 10**6,
          "lenet5_2leaves": 61_706}
 
 #: The cohort: client 0 is the zero update (the reference), 1 an ordinary finite update.
@@ -244,17 +247,41 @@ def test_rr_non_finite_category():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("size", ["lenet5", "char_lstm", "lstm_fedavg", "million"])
 @pytest.mark.parametrize("name", REPORT_VECTOR)
-def test_report_randomizers_at_real_sizes(name, size):
-    _check(name, _run((name,), size)[name], size)
+def test_report_randomizers_at_lenet5_size_in_its_leaves(name):
+    """Every report randomizer on LeNet-5's update in its 10 real leaves."""
+    _check(name, _run((name,), "lenet5")[name], "lenet5")
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("size", ["lenet5", "char_lstm", "lstm_fedavg", "million"])
-def test_additive_randomizers_at_real_sizes(size):
-    out = _run(ADDITIVE, size)
+def test_additive_randomizers_at_lenet5_size_in_its_leaves():
+    out = _run(ADDITIVE, "lenet5")
     for n in ADDITIVE:
+        _check(n, out[n], "lenet5")
+
+
+#: One randomizer per distinct finiteness test: the L2 and L1 clips (additive), the report
+#: randomizers' shared ``randomizer.clip_flat`` (privunit2; duchi and privunitg call the same
+#: function, and each runs at LeNet-5's size above) and SignDS's own flattening.
+PATHS = ADDITIVE + ("privunit2", "signds")
+
+
+def test_paths_cover_every_finiteness_test():
+    import inspect
+
+    from ldpsim._src.privacy import duchi, privunit2, privunitg, signds
+
+    for mod in (duchi, privunit2, privunitg):
+        assert "rz.clip_flat(update" in inspect.getsource(mod.privatize), mod.__name__
+    assert "rz.clip_flat" not in inspect.getsource(signds.privatize)
+    assert set(REPORT_VECTOR) == {"duchi", "privunit2", "privunitg", "signds"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("size", ["lstm_fedavg", "million"])
+def test_every_finiteness_test_at_large_sizes(size):
+    out = _run(PATHS, size)   # ONE compilation for the five randomizers
+    for n in PATHS:
         _check(n, out[n], size)
 
 
@@ -263,7 +290,6 @@ def test_leaf_shapes_are_the_models():
     from ldpsim._src.models import get_model
 
     for name, shape, classes, dtype in [("lenet5", (28, 28, 1), 10, None),
-                                        ("char_lstm", (80,), 90, jnp.int32),
                                         ("lstm_fedavg", (80,), 90, jnp.int32)]:
         model = get_model(name, input_shape=shape, num_classes=classes, input_dtype=dtype)
         tree = jax.eval_shape(model.init, jax.random.key(0), jnp.zeros((1,) + shape))
