@@ -8,7 +8,9 @@ Two things static analysis cannot see on its own:
   every name in a public module's ``__all__`` is documented on that module's page.
 * The docstrings cite other objects with Sphinx roles (``:func:`calibrate```). Markdown has
   no roles: a role naming a public object by its full name (``ldpsim.privacy.calibrate``)
-  becomes a link to its entry; any other role becomes inline code.
+  becomes a link to its entry; any other role becomes inline code. A reStructuredText
+  literal-block marker (a paragraph ending in ``::``) loses one colon: the indented block
+  after it is already a code block in Markdown.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ PUBLIC = ["ldpsim", "ldpsim.privacy", "ldpsim.fl", "ldpsim.data", "ldpsim.models
           "ldpsim.sweep", "ldpsim.audit", "ldpsim.plots", "ldpsim.cli", "ldpsim.attacks",
           "ldpsim.mechanism", "ldpsim.modes"]
 
+_LITERAL = re.compile(r"(?<=\S)::(?=\n)")
 _ROLE = re.compile(r":(?:py:)?(?:func|class|mod|meth|data|attr|exc|obj|const)"
                    r":`~?([^`<]+?)(?:\s*<([^>]+)>)?`")
 
@@ -77,7 +80,7 @@ class LdpsimApi(griffe.Extension):
             return
         seen.add(obj.path)
         if obj.docstring is not None:
-            obj.docstring.value = _ROLE.sub(self._link, obj.docstring.value)
+            obj.docstring.value = _LITERAL.sub(":", _ROLE.sub(self._link, obj.docstring.value))
         for member in obj.members.values():
             if not member.is_alias:
                 self._rewrite(member, seen)

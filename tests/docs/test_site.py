@@ -77,3 +77,21 @@ def test_the_tutorials_are_rendered_with_their_outputs(site):
     for name in ("accuracy_vs_privacy", "noise_cancellation", "mechanisms", "attacks_and_audits"):
         html = (site / "tutorials" / name / "index.html").read_text()
         assert "data:image/png;base64," in html, f"{name}: no figure in the rendered notebook"
+
+
+def test_ci_runs_the_readme_test_command_verbatim():
+    """.ci/run's last command is the README's test command, which installs the docs extra."""
+    readme = (REPO / "README.md").read_text()
+    ci = [line for line in (REPO / ".ci" / "run").read_text().splitlines() if line and not line.startswith("#")]
+    command = ci[-1]
+    assert command.endswith("pytest -n auto") and '".[test,tfds,docs]"' in command, command
+    assert f"```bash\n{command}\n```" in readme, "the README's test command differs from .ci/run's"
+
+
+def test_the_readme_links_resolve():
+    import re
+
+    for doc in (REPO / "README.md", REPO / "experiments" / "README.md"):
+        for link in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", doc.read_text()):
+            if not link.startswith(("http://", "https://")):
+                assert (doc.parent / link).exists(), f"{doc.name}: broken link {link}"
