@@ -11,6 +11,7 @@ loads every public module): marked slow.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import subprocess
 import sys
