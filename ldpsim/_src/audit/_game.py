@@ -315,8 +315,7 @@ def count_above(
     ``thresholds`` leaves the kernel: memory is O(chunk) for any number of trials.
 
     Args:
-        thresholds: increasing float32 thresholds ``t_j``.
-        (the rest as in :func:`play`)
+        thresholds: increasing float32 thresholds ``t_j``; the other arguments as in :func:`play`.
 
     Returns:
         ``(above0, above1)``: int64 arrays, ``above_w[j] = #{i: score_i > t_j}`` under ``x_w``.

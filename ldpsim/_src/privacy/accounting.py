@@ -479,7 +479,7 @@ def ldp_epsilon(
     the ideal composition is evaluated at ``δ' = (δ − (1 − (1 − η)^k))/s^k`` (ε = inf when
     nothing is left).
 
-    Methods:
+    Composition methods:
         * ``"basic"``: basic composition of the per-round :func:`ldp_round_epsilon`:
           ``(k·ε₀, k·δ₀)`` (Dwork & Roth 2014, Thm. 3.16). **The reported δ is k·δ₀.**
         * ``"rdp"`` / ``"pld"``: dp_accounting composes ``k`` Gaussian (or Laplace)

@@ -213,8 +213,8 @@ def quantile_clip(*, clients_per_round: float, initial_clip: float = 0.1,
     ``e^{ηγ}`` — so C tracks the γ-quantile of the update norms.
 
     Args:
-        clients_per_round: m > 0, the denominator.
-        (Every argument may be a traced array inside ``jit``; concrete values are checked.)
+        clients_per_round: m > 0, the denominator. Every argument may be a traced array
+            inside ``jit``; concrete values are checked.
         initial_clip: C₀ > 0 (TFF: 0.1).
         target_quantile: γ in [0, 1] (TFF: 0.5).
         learning_rate: η ≥ 0 (TFF: 0.2).

@@ -186,7 +186,9 @@ class RDPMonitor(_Monitor):
         noise_decay_rate: r in [0, 1] (default 6e-4).
         per_print_times: the window P of :meth:`step_end` (default 50).
 
-    Example (the §2.4 vector, z = 1.1, one epoch of 234 steps):
+    Examples:
+        The §2.4 vector, z = 1.1, one epoch of 234 steps:
+
         >>> m = RDPMonitor(60000, 256, 1.1, target_delta=1e-5, noise_decay_mode=None,
         ...                per_print_times=234)
         >>> round(m.run_epochs(1)[0][0], 3)

@@ -315,7 +315,7 @@ def k_randomized_response(
 
     Raises:
         LdpsimError: ``k`` < 2 or not an integer; a concrete ε ≤ 0, non-finite or above
-        :data:`MAX_EPSILON`.
+            :data:`MAX_EPSILON`.
     """
     k = _check_k(k)
     value = jnp.asarray(value, jnp.int32)
