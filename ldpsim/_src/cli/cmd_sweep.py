@@ -32,6 +32,10 @@ DEFAULT_OUT = Path("results/sweep.csv")
 PRESETS = {"quick": (DEFAULT_GRID, DEFAULT_RUN), "none": (DEFAULT_GRID, {})}
 #: The preset a sweep without ``--config`` starts from.
 DEFAULT_PRESET = "quick"
+#: Settings of a preset chosen for its dataset (the quick sweep's model and local training
+#: were measured on synthetic data): when the sweep runs another dataset they are dropped,
+#: so that dataset's own measured defaults apply (ldpsim._src.fl.defaults), unless typed.
+DATASET_BOUND = ("model", "local_steps", "client_lr")
 
 _EPILOG = """\
 examples:
@@ -148,9 +152,8 @@ def _text(grid: dict, run: dict, defaults: dict, field: str) -> str:
     if field in grid:
         values = grid[field]
         return ",".join(format_value(v) for v in values) + ("" if field in DEFAULT_GRID else " (axis)")
-    if field in run:
-        return format_value(run[field])
-    return format_value(defaults[field]) if field in defaults else "(unset)"
+    value = run[field] if field in run else defaults.get(field, "(unset)")
+    return "(the dataset's default)" if value is None else format_value(value)
 
 
 def _describe(resolved: Resolved) -> str:
@@ -251,6 +254,14 @@ def resolve(args: argparse.Namespace) -> Resolved:
     for field, value in pairs(args.set, "--set"):
         grid.pop(field, None)
         run[field] = _parse_scalar(value)
+    if args.config is None and preset_run.get("dataset") is not None:
+        datasets = grid.get("dataset", [run.get("dataset", defaults.get("dataset"))])
+        if any(str(d) != preset_run["dataset"] for d in datasets):
+            typed = {k[4:] for k, v in vars(args).items() if k.startswith("set_") and v is not None}
+            typed |= {f for f, _ in pairs(args.set, "--set")} | {f for f, _ in pairs(args.axis, "--axis")}
+            for field in DATASET_BOUND:
+                if field not in typed and run.get(field) == preset_run.get(field):
+                    run.pop(field, None)
     if (args.config is None and args.grid_epsilon is None
             and run.get("privacy_mode", "ldp") != "ldp"):
         # epsilon is the local-DP budget; the other modes have their own (noise_multiplier,
