@@ -40,10 +40,17 @@ DATASET_BOUND = ("model", "local_steps", "client_lr")
 _EPILOG = """\
 examples:
   ldpsim sweep                                   # quick default sweep on synthetic data (+ plots)
+  ldpsim sweep --clients 10,100,1000,2000        # the quick sweep with one more m (the rest stays)
+  ldpsim sweep --preset none --epsilon 1,10 --clients 10,100   # from the run defaults instead
   ldpsim sweep --epsilon 1,10,100,inf --clients 10,100,1000 --seeds 0,1,2 \\
       --dataset mnist --model lenet5 --population 3000 --rounds 30 --out results/mnist.csv
   ldpsim sweep --config experiments/mindspore_lenet5.toml
   ldpsim sweep --config experiments/mindspore_lenet5.toml --seeds 0    # flags override the file
+
+base: flags change the quick preset (or the --config file, or --preset none: the run
+defaults) field by field; the command prints the base and every change before it runs. On a
+dataset other than synthetic the quick preset's model and local training are dropped, so the
+dataset's own measured defaults apply (unless typed).
 
 resuming: results are written cell by cell. Interrupt (Ctrl-C) and re-run the same command:
 finished cells are skipped. A results file written by a different sweep is refused; choose
