@@ -82,6 +82,7 @@ def test_progress_env_override(monkeypatch):
     assert wants_bars(Tty())
 
 
+@pytest.mark.slow
 def test_a_command_writes_plain_progress_to_a_redirected_stderr(capsys):
     assert main(["noise", "--model", "logreg", "--epsilon", "1", "--delta", "1e-5",
                  "--clients", "1,10", "--trials", "2"]) == 0

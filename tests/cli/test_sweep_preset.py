@@ -109,3 +109,15 @@ def test_preset_and_resolved_grid_are_printed_before_the_run(tmp_path, capsys):
     rows = pd.read_csv(out)
     assert set(rows["population"]) == {2000} and set(rows["round"]) == {1}
     assert set(rows["model"]) == {"logreg"}
+
+
+def test_another_dataset_drops_the_presets_synthetic_training_settings():
+    """The quick sweep's model and local training were measured on synthetic data; on MNIST
+    the dataset's own defaults apply (5 local epochs at 0.1), unless typed."""
+    r = _resolve("--dataset mnist --model lenet5 --population 6000 --rounds 30")
+    assert "local_steps" not in r.config.base or r.config.base["local_steps"] is None
+    assert r.config.base["client_lr"] is None and r.config.base["model"] == "lenet5"
+    assert ("local_steps", "10", "(the dataset's default)") in r.changes
+    typed = _resolve("--dataset mnist --local-steps 10")
+    assert typed.config.base["local_steps"] == 10 and typed.config.base["model"] == "auto"
+    assert _resolve("--rounds 3").config.base["local_steps"] == 10   # synthetic: kept

@@ -67,6 +67,8 @@ def test_total_epsilon_of_the_gaussian_is_the_exact_composition(eps0, rounds, de
     mu = gaussian_mu(eps0, delta)
     want = gaussian_epsilon(mu * math.sqrt(rounds), delta)
     assert total_epsilon(eps0, rounds, delta) == pytest.approx(want, rel=1e-6)
+    if eps0 > 1:   # PLD of a multiplier below ~1 takes tens of seconds: checked where cheap
+        return
     # dp_accounting's PLD composition of the same calibrated noise agrees (discretisation 1e-3).
     pld = dp_accounting.pld.PLDAccountant()
     pld.compose(dp_accounting.GaussianDpEvent(1.0 / mu), rounds)

@@ -34,14 +34,25 @@ DEFAULT_OUT = Path("results/sweep.csv")
 PRESETS = {"quick": (DEFAULT_GRID, DEFAULT_RUN), "none": (DEFAULT_GRID, {})}
 #: The preset a sweep without ``--config`` starts from.
 DEFAULT_PRESET = "quick"
+#: Settings of a preset chosen for its dataset (the quick sweep's model and local training
+#: were measured on synthetic data): when the sweep runs another dataset they are dropped,
+#: so that dataset's own measured defaults apply (ldpsim._src.fl.defaults), unless typed.
+DATASET_BOUND = ("model", "local_steps", "client_lr")
 
 _EPILOG = """\
 examples:
   ldpsim sweep                                   # quick default sweep on synthetic data (+ plots)
+  ldpsim sweep --clients 10,100,1000,2000        # the quick sweep with one more m (the rest stays)
+  ldpsim sweep --preset none --epsilon 1,10 --clients 10,100   # from the run defaults instead
   ldpsim sweep --epsilon 1,10,100,inf --clients 10,100,1000 --seeds 0,1,2 \\
       --dataset mnist --model lenet5 --population 3000 --rounds 30 --out results/mnist.csv
   ldpsim sweep --config experiments/mindspore_lenet5.toml
   ldpsim sweep --config experiments/mindspore_lenet5.toml --seeds 0    # flags override the file
+
+base: flags change the quick preset (or the --config file, or --preset none: the run
+defaults) field by field; the command prints the base and every change before it runs. On a
+dataset other than synthetic the quick preset's model and local training are dropped, so the
+dataset's own measured defaults apply (unless typed).
 
 resuming: results are written cell by cell. Interrupt (Ctrl-C) and re-run the same command:
 finished cells are skipped. A results file written by a different sweep is refused; choose
@@ -151,9 +162,8 @@ def _text(grid: dict, run: dict, defaults: dict, field: str) -> str:
     if field in grid:
         values = grid[field]
         return ",".join(format_value(v) for v in values) + ("" if field in DEFAULT_GRID else " (axis)")
-    if field in run:
-        return format_value(run[field])
-    return format_value(defaults[field]) if field in defaults else "(unset)"
+    value = run[field] if field in run else defaults.get(field, "(unset)")
+    return "(the dataset's default)" if value is None else format_value(value)
 
 
 def _describe(resolved: Resolved) -> str:
@@ -254,6 +264,14 @@ def resolve(args: argparse.Namespace) -> Resolved:
     for field, value in pairs(args.set, "--set"):
         grid.pop(field, None)
         run[field] = _parse_scalar(value)
+    if args.config is None and preset_run.get("dataset") is not None:
+        datasets = grid.get("dataset", [run.get("dataset", defaults.get("dataset"))])
+        if any(str(d) != preset_run["dataset"] for d in datasets):
+            typed = {k[4:] for k, v in vars(args).items() if k.startswith("set_") and v is not None}
+            typed |= {f for f, _ in pairs(args.set, "--set")} | {f for f, _ in pairs(args.axis, "--axis")}
+            for field in DATASET_BOUND:
+                if field not in typed and run.get(field) == preset_run.get(field):
+                    run.pop(field, None)
     if (args.config is None and args.grid_epsilon is None
             and run.get("privacy_mode", "ldp") != "ldp"):
         # epsilon is the local-DP budget; the other modes have their own (noise_multiplier,
