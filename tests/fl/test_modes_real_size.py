@@ -1,14 +1,15 @@
 """Every privacy mode of the engine at LeNet-5's size (d = 61,706), with a diverged client.
 
 One private LeNet-5 round (4 clients of 4 examples, full participation, 1 round) for each
-distinct release path of the engine's clients: local DP with the Gaussian randomizer (also the
-client path of the distributed and MindSpore modes, which differ only in their clip bounds,
-noise scales and server side), local DP with SignDS (a report randomizer, decoded), central
-(DP-FedAvg: the clip-only randomizer, server noise) and DP-SGD clients (per-example clipping,
-micro-batches = batch) under local DP. The distributed and MindSpore modes run the same checks
-on a small model (logistic regression): their server-side logic does not depend on the size,
-and their clients' size-dependent step (the finiteness test of a vmapped cohort of LeNet-5
-updates) is the Gaussian randomizer's, checked here at LeNet-5's size. Client 2's data is all
+distinct release path of the engine's clients: local DP with the Gaussian randomizer (the L2
+clip's finiteness test, which is also the client path of the central mode's clip-only
+randomizer and of the distributed and MindSpore modes' Gaussian one), local DP with SignDS (a
+report randomizer, decoded) and DP-SGD clients (per-example clipping, micro-batches = batch)
+under local DP. The central, distributed and MindSpore modes run the same checks on a small
+model (logistic regression): what they add (clip bounds, noise scales, the server side) does
+not depend on the size, and their clients' size-dependent step (the finiteness test of a
+vmapped cohort of LeNet-5 updates) is the L2 clip's, checked here at LeNet-5's size (and for
+the clip-only randomizer in tests/privacy/test_nonfinite_sizes.py). Client 2's data is all
 NaN, so its local training diverges (NaN loss, NaN gradients, NaN update). Each test checks:
 
 * through :func:`ldpsim.fl.simulate` (the rows users read): the model stays finite, the
@@ -114,19 +115,31 @@ MODES = {
                               client_dp_clip=1.0, client_dp_noise_multiplier=1.0),
 }
 
-#: The modes whose clients release through the same randomizer as another LeNet-5 case
-#: ("gaussian", as ldp-gaussian): checked on the small model only.
-SMALL_ONLY = ("distributed", "mindspore")
+#: The modes whose clients' finiteness test is the L2 clip of the ldp-gaussian LeNet-5 case
+#: (the Gaussian randomizer, or the clip-only one, built on the same clip): checked on the
+#: small model only.
+SMALL_ONLY = ("central", "distributed", "mindspore")
 
 
-def test_small_only_modes_release_through_the_gaussian_randomizer():
-    """The premise of SMALL_ONLY: those modes' clients apply the same randomizer (the same
-    finiteness test) as the ldp-gaussian LeNet-5 case."""
+def test_small_only_modes_release_through_the_l2_clip():
+    """The premise of SMALL_ONLY: those modes' clients apply the Gaussian randomizer, as the
+    ldp-gaussian LeNet-5 case, or the clip-only one, whose finiteness test is the same L2 clip
+    (``mechanism.clip_only``, checked on its own at LeNet-5's size in 10 leaves in
+    tests/privacy/test_nonfinite_sizes.py)."""
+    import inspect
+
     from ldpsim._src.fl import modes
+    from ldpsim._src.privacy import mechanism
 
     assert modes.local("gaussian").randomizer == "gaussian"
     assert modes.distributed(K).randomizer == "gaussian"
     assert modes.mindspore().randomizer == "gaussian"
+    assert modes.central(K).randomizer == "none"
+    src = inspect.getsource(mechanism)
+    for name in ("gaussian", "none"):
+        assert f'"{name}": _additive_entry("{name}", ' in src
+        line = src[src.index(f'"{name}": _additive_entry("{name}", '):]
+        assert line.split("\n")[0].split(",")[2].strip() == "clipping.clip_by_global_norm", name
 
 
 def _assert_zero_substitute(config: SimulationConfig, data_nan, data_empty, dpsgd=False):

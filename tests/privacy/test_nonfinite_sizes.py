@@ -17,7 +17,7 @@ in its 9 real leaves) and 10⁶. Each cohort is one ``jit(vmap(...))`` over 8 cl
 ONE key, so "same law as the zero update" is checked as "bit-identical to the zero client's
 release". The fast tier runs the issue's reproduction eagerly, the clip on both sides of the
 threshold and the additive randomizers at LeNet-5's size in two leaves. The slow tier (one
-compilation each, 3-20 CPU s) runs every randomizer at LeNet-5's size in its 10 real leaves,
+compilation each, 4-35 CPU s) runs every randomizer at LeNet-5's size in its 10 real leaves,
 and at 820,522 and 10⁶ every distinct finiteness test once: the L2 clip (``gaussian``,
 ``none``), the L1 clip (``laplace``), the report randomizers' shared clip-and-flatten
 (``randomizer.clip_flat``, run through ``privunit2``; ``duchi`` and ``privunitg`` use the same
