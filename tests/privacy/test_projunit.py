@@ -404,16 +404,19 @@ def test_jit_vmap_at_a_million_coordinates(fast, k):
 
 @pytest.mark.slow
 def test_projunit_at_lenet5_size_with_the_papers_k():
-    """ProjUnit at d = 61,706 and k = 1,000 (6·10⁷ normal draws per client per pass) under
-    jit(vmap), 2 clients: finite, deterministic, decoded from the seed."""
+    """ProjUnit at d = 61,706 and k = 1,000 (6·10⁷ normal draws per client per pass, W in 63
+    scan steps of 16 rows) under jit(vmap), 2 clients: finite, decoded from the seed alone."""
     d, k = 61_706, 1000
     m = _m(4.0, d, k, False)
     x = jnp.asarray(0.5 * _unit(d, 0), jnp.float32)
     keys = jax.random.split(jax.random.key(1), 2)
     rep, dec = _cohort(m, x, keys)
     assert rep.report["direction"].shape == (2, k) and bool(jnp.all(jnp.isfinite(dec)))
-    _, dec2 = _cohort(m, x, keys)
-    np.testing.assert_array_equal(np.asarray(dec), np.asarray(dec2))
+    assert pj._block_rows(d, k) == 16
+    seed = jax.random.wrap_key_data(pj.projection_seed(keys[1]))
+    back = _backproject(seed, rep.report["direction"][1], m.params)
+    ref = back * rep.report["norm"][1] / (m.params.m * m.params.c)
+    np.testing.assert_allclose(np.asarray(dec[1]), np.asarray(ref), rtol=1e-5, atol=1e-6)
 
 
 # ---------------------------------------------------------------------------- the factory
@@ -449,3 +452,23 @@ def test_projunit_costs_little_over_privunitg():
             assert by[name]["floats_sent"] == 1001
         assert by["privunitg"]["floats_sent"] == 2**15 + 1
 
+
+
+@pytest.mark.parametrize("fast", [False, True])
+def test_log_likelihood_ratio_of_the_worst_pair(fast):
+    """The audit's statistic at x1 = C·u, x0 = −10⁻⁶·C·u (d = 64, k = 16): on reports of x1
+    it lies in [−ε', ε'] (float32 parameters), takes only the values of the cap sides and the
+    norm coin, and its mean is the KL divergence's sign: positive; its exponential's mean
+    under x0's reports is 1 up to sampling error (E_{x0}[f1/f0] = 1, 5 s.e.)."""
+    d, k, n = 64, 16, 10_000
+    m = _m(4.0, d, k, fast)
+    u = jnp.asarray(_unit(d, 12), jnp.float32)
+    x1, x0 = u, -1e-6 * u
+    keys = jax.random.split(jax.random.key(13), n)
+    f = jax.jit(jax.vmap(lambda kk, x: pj.log_likelihood_ratio(
+        m.privatize(kk, x, m.params).report, m.params, x1, x0), in_axes=(0, None)))
+    l1, l0 = np.asarray(f(keys, x1), np.float64), np.asarray(f(keys, x0), np.float64)
+    assert np.abs(l1).max() <= m.epsilon * (1 + 1e-6) and l1.mean() > 0
+    assert len(np.unique(np.round(l1, 4))) <= 6
+    r = np.exp(l0)
+    assert abs(r.mean() - 1) <= Z5 * r.std(ddof=1) / math.sqrt(n)

@@ -392,6 +392,33 @@ def total_variance_formula(params: ProjUnitParams, norm: float) -> float:
     return er2 / (float(params.m) * float(params.c)) ** 2 * fac - r * r
 
 
+def log_likelihood_ratio(report, params: ProjUnitParams, x1, x0) -> jax.Array:
+    """``log f(report | x1) − log f(report | x0)`` of the realised ideal law at the float32
+    parameters, for one report (jittable; W from the report's seed): the direction's density
+    is ``φ_k(v)·c(⟨v, w⟩)`` with ``c = p/q`` on ``⟨v, w⟩ ≥ γ`` and ``(1 − p)/(1 − q)`` off it
+    (so only the cap sides of ``⟨V, w₁⟩`` and ``⟨V, w₀⟩`` enter), and the norm coin's two
+    values. The audit's sufficient statistic for any pair (the worst pair: ``x1 = C·u``,
+    ``x0 = −10⁻⁶·C·u``, whose projections are opposite: w₀ = −w₁)."""
+    seed = _seed_key(report["seed"])
+    p = params.p
+    lw_in = jnp.log(p) - params.log_q
+    lw_out = jnp.log1p(-p) - params.log_1mq
+
+    def side(x):
+        flat = rz.clip_flat(x, params.clip)[0]
+        u, r = _direction(flat)
+        w, _ = _direction(project(seed, u, params))
+        t = jnp.vdot(report["direction"], w)
+        c, b, ex = params.clip, params.norm_bound, params.norm_excess
+        r = jnp.clip(r, 0.0, c)
+        p_high = 1.0 - (ex + 2.0 * (c - r)) / (2.0 * b)
+        high = report["norm"] >= 0.5 * c
+        return jnp.where(t >= params.gamma, lw_in, lw_out) + jnp.log(
+            jnp.where(high, p_high, 1.0 - p_high))
+
+    return side(x1) - side(x0)
+
+
 def make(*, epsilon: float, dim: int, k: int = DEFAULT_K, clip: float = 1.0,
          norm_epsilon=None, fast: bool = False) -> LocalMechanism:
     """ProjUnit (``fast=False``, Gaussian W) or FastProjUnit (``fast=True``, randomized
