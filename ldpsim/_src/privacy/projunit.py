@@ -317,7 +317,7 @@ def backproject(seed: jax.Array, v: jax.Array, params: ProjUnitParams) -> jax.Ar
 
 def projection_seed(key: jax.Array) -> jax.Array:
     """The projection's seed of a client key (what the report carries: a threefry key's
-    two uint32 words)."""
+    two uint32 words; typed ``jax.random.key`` and legacy ``PRNGKey`` keys give the same)."""
     return jax.random.key_data(rz.subkey(key, TAG_PROJECTION))
 
 
