@@ -436,6 +436,10 @@ def test_bad_arguments_are_refused(bad):
 def test_fastprojunit_k_up_to_the_padded_dimension():
     """k may exceed d for FastProjUnit up to d' (rows of the padded transform)."""
     assert pj.fastprojunit(epsilon=4.0, dim=48, k=64).params.k == 64
+    # default k: the paper's 1,000, or the whole (padded) dimension below it
+    assert pj.projunit(epsilon=4.0, dim=100).params.k == 100
+    assert pj.fastprojunit(epsilon=4.0, dim=100).params.k == 128
+    assert pj.projunit(epsilon=4.0, dim=61_706).params.k == 1000
     with pytest.raises(LdpsimError):
         pj.fastprojunit(epsilon=4.0, dim=48, k=65)
 

@@ -103,7 +103,8 @@ from ldpsim._src.privacy.randomizer import LocalMechanism, Report
 
 NAMES = ("projunit", "fastprojunit")
 MIN_K = 2
-#: Default projection dimension (the paper's experiments use k = 1,000).
+#: Default projection dimension (the paper's experiments use k = 1,000); ``k=None`` takes
+#: ``min(1000, d)`` (``min(1000, d')`` for FastProjUnit).
 DEFAULT_K = 1000
 #: ``fold_in`` tag of the projection's seed (distinct from the randomizer's tags 11-16).
 TAG_PROJECTION = 21
@@ -183,15 +184,17 @@ def norm_constant(dim: int, k: int, fast: bool) -> float:
     return 1.0 - fpc(dim, k) / 4.0 if fast else chi_mean(k)
 
 
-def constants(*, epsilon: float, dim: int, k: int = DEFAULT_K, clip: float = 1.0,
+def constants(*, epsilon: float, dim: int, k: int | None = None, clip: float = 1.0,
               norm_epsilon=None, fast: bool = False) -> dict:
     """Host calibration (float64): the ε split minimising the decoded total variance at
     ``‖x‖ = C``, PrivUnitG's realised constants in k dimensions and the guarantee they
     deliver (:func:`privunitg.realise`), the projection constant ``c``."""
     name = NAMES[int(bool(fast))]
     eps = rz.check_epsilon(epsilon)
-    k = rz.check_dim(k, MIN_K, name)
     d = rz.check_dim(dim, MIN_K, name)
+    if k is None:       # the paper's k = 1,000, or the whole (padded) dimension below it
+        k = min(DEFAULT_K, _pow2(d) if fast else d)
+    k = rz.check_dim(k, MIN_K, name)
     c = rz.check_clip(clip)
     if k > (_pow2(d) if fast else d):
         raise rz.LdpsimError(f"k must be <= {'the padded dimension ' if fast else 'dim '}"
@@ -419,7 +422,7 @@ def log_likelihood_ratio(report, params: ProjUnitParams, x1, x0) -> jax.Array:
     return side(x1) - side(x0)
 
 
-def make(*, epsilon: float, dim: int, k: int = DEFAULT_K, clip: float = 1.0,
+def make(*, epsilon: float, dim: int, k: int | None = None, clip: float = 1.0,
          norm_epsilon=None, fast: bool = False) -> LocalMechanism:
     """ProjUnit (``fast=False``, Gaussian W) or FastProjUnit (``fast=True``, randomized
     Hadamard) with PrivUnitG and a private norm in k dimensions, calibrated to ideal pure
@@ -451,13 +454,13 @@ def make(*, epsilon: float, dim: int, k: int = DEFAULT_K, clip: float = 1.0,
     return mech._replace(unbiased=not fast)
 
 
-def projunit(*, epsilon: float, dim: int, k: int = DEFAULT_K, clip: float = 1.0,
+def projunit(*, epsilon: float, dim: int, k: int | None = None, clip: float = 1.0,
              norm_epsilon=None) -> LocalMechanism:
     """ProjUnit (Gaussian projection): :func:`make` with ``fast=False``."""
     return make(epsilon=epsilon, dim=dim, k=k, clip=clip, norm_epsilon=norm_epsilon, fast=False)
 
 
-def fastprojunit(*, epsilon: float, dim: int, k: int = DEFAULT_K, clip: float = 1.0,
+def fastprojunit(*, epsilon: float, dim: int, k: int | None = None, clip: float = 1.0,
                  norm_epsilon=None) -> LocalMechanism:
     """FastProjUnit (randomized Hadamard projection): :func:`make` with ``fast=True``."""
     return make(epsilon=epsilon, dim=dim, k=k, clip=clip, norm_epsilon=norm_epsilon, fast=True)
