@@ -474,23 +474,34 @@ PAPER_DIM, PAPER_K, PAPER_EPSILONS = 2**15, 1000, tuple(range(1, 16))
 
 @functools.lru_cache(maxsize=8)
 def _mc_kernel(privatize_fn, decode_fn):
-    """``(keys, x, params) -> ‖decode(privatize(key, x)) − x‖²`` per key, jitted once per
-    mechanism (x and the params are arguments: a new ε reuses the program)."""
-    def err2(key, x, params):
+    """``(keys, x, params) -> (‖x̂₁‖², ⟨x̂₁, x⟩)`` per key, ``x̂₁`` the decoded report with its
+    norm set to 1; jitted once per mechanism (x and the params are arguments)."""
+    def one(key, x, params):
         rep = privatize_fn(key, x, params).report
-        return jnp.sum(jnp.square(decode_fn(rep, params) - x), dtype=jnp.float32)
+        rep = dict(rep, norm=jnp.ones_like(rep["norm"]))
+        x1 = decode_fn(rep, params)
+        return jnp.sum(jnp.square(x1), dtype=jnp.float32), jnp.vdot(x1, x)
 
-    return jax.jit(jax.vmap(err2, in_axes=(0, None, None)))
+    return jax.jit(jax.vmap(one, in_axes=(0, None, None)))
 
 
 def _mc_mse(mech: LocalMechanism, x: jax.Array, trials: int, seed: int, chunk: int):
-    """Monte Carlo ``E‖decode(privatize(key_t, x)) − x‖²`` over ``trials`` keys (mean, se)."""
+    """Monte Carlo ``E‖x̂ − x‖²`` over ``trials`` keys (mean, s.e.), with the norm coin
+    integrated exactly (Rao–Blackwell: ``r̂`` is independent of the direction, so
+    ``E‖x̂ − x‖² = E[r̂²]·E‖x̂₁‖² − 2·E[r̂]·E⟨x̂₁, x⟩ + ρ²``; sampling the two-valued ``r̂`` would
+    dominate the spread). The direction and the projection are sampled."""
     f = _mc_kernel(mech.privatize, mech.decode)
-
     keys = jax.random.split(jax.random.fold_in(jax.random.key(seed), zlib_tag(mech.name)),
                             trials)
-    vals = np.concatenate([np.asarray(f(keys[i:i + chunk], x, mech.params), np.float64)
-                           for i in range(0, trials, chunk)])
+    parts = [f(keys[i:i + chunk], x, mech.params) for i in range(0, trials, chunk)]
+    sq = np.concatenate([np.asarray(a, np.float64) for a, _ in parts])
+    dot = np.concatenate([np.asarray(b, np.float64) for _, b in parts])
+    p = mech.params
+    rho = float(np.linalg.norm(np.asarray(x, np.float64)))
+    c, b = float(p.clip), float(p.norm_bound)
+    r = min(rho, c)
+    er2 = (b * b - (2 * r - c) ** 2) / 4 + r * r
+    vals = er2 * sq - 2 * r * dot + rho * rho
     se = float(vals.std(ddof=1) / math.sqrt(trials)) if trials > 1 else math.nan
     return float(vals.mean()), se
 
