@@ -118,7 +118,11 @@ def test_wrap_probability_closed_form_for_discrete_gaussian():
     assert A.wrap_probability(m) == pytest.approx(ref, rel=1e-6)
     fewer = A.DiscreteMechanism("ddg", 1.0, 1e-3, 20.0, 100, 5000, bits=16)
     assert A.wrap_probability(fewer) > A.wrap_probability(m)
-    assert A.wrap_probability(A.DiscreteMechanism("ddg", 1.0, 1e-3, 20.0, 100, 5000, bits=8)) == 1.0
+    tiny = A.DiscreteMechanism("ddg", 1.0, 1e-3, 20.0, 100, 5000, bits=8)
+    assert A.wrap_probability(tiny) == 1.0
+    with pytest.raises(LdpsimError, match="bits = 8 too small"):
+        A.check_wrap(tiny)
+    assert A.check_wrap(m) == A.wrap_probability(m)
 
 
 def test_dropout_and_rounds_compose():

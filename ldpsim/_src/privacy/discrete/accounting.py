@@ -15,7 +15,8 @@ docs/privacy_sharp_edges.md §1) and L1 norm ``≤ Δ₂²`` (resp. ``2Δ₂²``
   coordinate (``σ ≥ 1/2``) and all ``α ≥ 1``,
   ``D_α ≤ min{ α/2·Δ₂²/(Nσ²) + τD,  α/2·(Δ₂²/(Nσ²) + 2τΔ₁/(√N σ) + τ²D),  α/2·(Δ₂/(√N σ) + τ√D)² }``,
   ``τ = 10·Σ_{k=1}^{N−1} exp(−2π²σ²·k/(k+1))``. ``N`` counts the survivors (the dropped clients'
-  noise is not in the sum) times the sampler's pieces, and ``σ²`` is the variance the sampler
+  noise is not in the sum; the protected client's own share counts, the honest-client assumption of
+  the ``distributed`` mode, docs/privacy_sharp_edges.md §5) times the sampler's pieces, and ``σ²`` is the variance the sampler
   realises (:class:`.spec.DiscreteGaussianSpec`, never below the one asked for).
 * **Skellam** (Agarwal, Kairouz & Liu, NeurIPS 2021, arXiv:2110.04995, Theorem 3.5): for
   central noise ``Sk`` of variance ``μ`` per coordinate and integer ``α > 1``,
@@ -60,7 +61,8 @@ __all__ = [
     "MECHANISMS", "DiscreteMechanism", "BitsRow", "BitsReport",
     "norm_check_slack", "norm_check_threshold", "rounding_norm_bound", "integer_sensitivity",
     "ddg_tau", "ddg_rdp", "skellam_rdp", "gaussian_rdp", "rdp_to_epsilon",
-    "discrete_rdp", "discrete_epsilon", "wrap_probability", "solve_noise", "bits_needed",
+    "discrete_rdp", "discrete_epsilon", "wrap_probability", "check_wrap", "solve_noise",
+    "bits_needed",
 ]
 
 MECHANISMS = ("ddg", "skellam")
@@ -310,6 +312,20 @@ def wrap_probability(mech: DiscreteMechanism) -> float:
     cond = -n * math.log1p(-mech.beta)
     log_p = math.log(2 * dim) + cond + best
     return 1.0 if log_p >= 0 else math.exp(log_p)
+
+
+def check_wrap(mech: DiscreteMechanism, max_probability: float = 1e-6) -> float:
+    """The wrap bound of :func:`wrap_probability`, or :class:`LdpsimError` when it exceeds
+    ``max_probability`` (``b`` too small for the clip, γ, noise and ``n``): nothing wraps
+    silently."""
+    p = wrap_probability(mech)
+    if p > max_probability:
+        raise LdpsimError(
+            f"bits = {mech.bits} too small: the {mech.clients}-client sum wraps modulo 2^{mech.bits} "
+            f"with probability up to {p:.3g} > {max_probability:g} (clip {mech.clip}, granularity "
+            f"{mech.granularity}, noise {mech.noise}); use more bits or a coarser granularity "
+            "(bits_needed finds both)")
+    return p
 
 
 def solve_noise(mechanism: str, *, epsilon: float, delta: float, clients: int, dim: int,

@@ -8,30 +8,39 @@ with every ``Bernoulli(exp(−γ))`` drawn by their Algorithm 1 (``K ← 1``; wh
 for integers ``a, b``.
 
 **What "exact" means here.** No float enters a coin. Every random choice is a comparison of
-integers: ``Bernoulli(a/b)`` is ``U < a`` for ``U`` exactly uniform on ``{0, …, b−1}``, drawn by
-rejection from 32 random bits (``U = bits mod b``, redrawn when ``bits ≥ 2³² − (2³² mod b)``);
-``Bernoulli(γ/K)`` with ``γ = a/b`` is ``Bernoulli(a/b) ∧ Bernoulli(1/K)``. To keep every integer
-below 2³¹ the variance is taken rational, ``σ̂² = t·p/q`` (``t = ⌊σ⌋ + 1``, ``q`` a power of two,
-``p = ⌈σ²q/t⌉``), so the acceptance exponent ``(|x| − σ̂²/t)²/(2σ̂²)`` is ``w²/D`` with integers
-``w = q|x| − p`` and ``D = 2qtp < 2²⁹``; ``⌊w²/D⌋`` and ``w² mod D`` are computed exactly (a float32
-estimate of the quotient, off by at most one, corrected by the remainder computed modulo 2³²).
-``σ̂² ≥ σ²`` (more noise, never less); :func:`discrete_gaussian_spec` reports it, and the
-accountant must use it.
+integers: ``Bernoulli(a/b)`` is ``U < a`` for ``U`` exactly uniform on ``{0, …, b−1}``, namely
+``word mod b`` for a 32-bit word below ``2³² − (2³² mod b)`` (a word above it is redrawn, or its
+whole proposal is rejected: ``b`` is fixed per call, so that event is independent of every value
+and the accepted proposals keep their exact law); ``Bernoulli(γ/K)`` with ``γ = a/b`` is
+``Bernoulli(a/b) ∧ Bernoulli(1/K)``, and the ``Bernoulli(1/k)``, ``k = 1…S``, of the first ``S``
+stages are the independent digits of one uniform integer below ``S!`` (factorial number
+system); the rare coins that pass all ``S`` stages continue one stage at a time in a loop. To
+keep every integer below 2³¹ the variance is taken rational, ``σ̂² = t·p/q`` (``t = ⌊σ⌋ + 1``,
+``q`` a power of two, ``p = ⌈σ²q/t⌉``), so the acceptance exponent ``(|x| − σ̂²/t)²/(2σ̂²)`` is
+``w²/D`` with integers ``w = q|x| − p`` and ``D = 2qtp < 2²⁷``; ``⌊w²/D⌋`` and ``w² mod D`` are
+computed exactly (a float32 estimate of the quotient, off by at most one, corrected by the
+remainder computed modulo 2³²). ``σ̂² ≥ σ²`` (more noise, never less);
+:func:`discrete_gaussian_spec` reports it, and the accountant uses it. (As everywhere in ldpsim,
+the 32-bit words themselves are taken to be ideal: they come from ``jax.random.bits``.)
 
-One deliberate, bounded departure: a proposal whose acceptance exponent is ``≥ 64`` is rejected
-outright (its acceptance probability is ``< e⁻⁶⁴``). The output is then **exactly** the discrete
-Gaussian conditioned on ``|x| ≤ L`` (``L ≈ 12.3σ``), at total variation ``≤ tv_bound`` from
-``N_Z(0, σ̂²)`` (below 1e-30 for every σ allowed), which an (ε, δ) statement absorbs as an additive
-``(1 + e^ε)·TV`` per coordinate (the coupling bound of docs/privacy_sharp_edges.md §4). Proposals
-beyond the int32 range are rejected by the same rule (their exponent is far beyond 64).
+One deliberate, bounded departure: a proposal is rejected outright when its acceptance exponent
+is ``≥ 64`` (probability ``< e⁻⁶⁴``) or its geometric part reaches ``V ≥ 12`` (``|x| ≥ 12t``).
+Rejecting a fixed set of values from a rejection sampler leaves the target conditioned on the
+complement, so the output is **exactly** the discrete Gaussian conditioned on ``|x| ≤ L``
+(``L = spec.z_limit ≈ 12σ``), at total variation ``≤ spec.tv_bound`` from ``N_Z(0, σ̂²)`` (below
+1e-28 for every σ allowed), which an (ε, δ) statement absorbs as an additive ``(1 + e^ε)·TV`` per
+coordinate (the coupling bound of docs/privacy_sharp_edges.md §4;
+:func:`.accounting.discrete_epsilon` charges it).
 
-Variances above ``2²⁷`` (σ ≈ 11,585) are sampled as the sum of ``pieces`` independent discrete
+Variances above ``2²⁵`` (σ ≈ 5,793) are sampled as the sum of ``pieces`` independent discrete
 Gaussians of variance ``σ²/pieces``: a sum of discrete Gaussians is not one, so the accountant
 then counts ``n·pieces`` summands of variance ``σ̂²_piece`` (:meth:`DiscreteGaussianSpec.summands`).
 
-Loops are ``lax.while_loop`` over the whole array until every coordinate is accepted (expected
-attempts per coordinate ≈ 2–3, so ``O(log d)`` sweeps): jittable and vmappable; randomness comes
-from ``fold_in(key, attempt)``, so a client's noise depends only on its own key.
+Vectorisation: a client's ``m`` coordinates draw a pool of ``3m`` proposals at once; the accepted
+ones fill the coordinates in pool order (given which proposals are accepted, their values are
+i.i.d. from the target, so this value-independent assignment is exact), and a
+``lax.while_loop`` redraws for coordinates still empty. Jittable and vmappable; the parameters
+are traced (one compilation per shape); a client's noise depends only on its own key.
 
 Skellam ``Sk(μ)``: ``Poisson(μ/2) − Poisson(μ/2)``, variance ``μ`` (Agarwal, Kairouz & Liu,
 NeurIPS 2021, arXiv:2110.04995). It is drawn with ``jax.random.poisson``, which is **not exact**:
@@ -53,11 +62,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from ldpsim._src._checks import check_positive, check_positive_int
-from ldpsim._src.privacy.discrete.spec import (
-    _INT32_MAX,
-    DiscreteGaussianSpec,
-    discrete_gaussian_spec,
-)
+from ldpsim._src.privacy.discrete.spec import DiscreteGaussianSpec, discrete_gaussian_spec
 
 __all__ = ["DiscreteGaussianSpec", "discrete_gaussian_spec", "discrete_gaussian",
            "skellam", "uniform_below", "bernoulli_exp"]
@@ -136,41 +141,6 @@ def bernoulli_exp(key: jax.Array, num, den, shape) -> jax.Array:
 
     _, _, k = lax.while_loop(lambda s: jnp.any(s[1]), body, (jnp.int32(0), active, k))
     return (k % 2) == 1
-
-
-def _exp_minus_one_run(key, shape, limit=None) -> tuple[jax.Array, jax.Array]:
-    """Run of independent ``Bernoulli(e⁻¹)`` coins: ``(count of leading successes capped at
-    limit, True where the run was cut by the cap)``; ``limit=None``: until the first failure."""
-    g = 12
-    coins = bernoulli_exp(jax.random.fold_in(key, 0), 1, 1, (g,) + tuple(shape))
-    if limit is not None:
-        coins = coins | (jnp.arange(g).reshape((g,) + (1,) * len(shape)) >= limit)
-    lead = jnp.sum(jnp.cumprod(coins.astype(jnp.int32), axis=0), axis=0)
-    active = lead == g
-    if limit is not None:
-        active = active & (limit > g)
-
-    def body(state):
-        i, active, v = state
-        b = bernoulli_exp(jax.random.fold_in(key, i + 1), 1, 1, shape)
-        more = active & b
-        v = v + more.astype(jnp.int32)
-        stop = ~b if limit is None else (~b | (v >= limit))
-        return i + 1, active & ~stop, v
-
-    _, _, v = lax.while_loop(lambda s: jnp.any(s[1]), body, (jnp.int32(0), active, lead))
-    return v
-
-
-def _geometric(key, shape) -> jax.Array:
-    """Number of ``Bernoulli(e⁻¹)`` successes before the first failure (CKS Alg. 2, ``V``)."""
-    return _exp_minus_one_run(key, shape)
-
-
-def _bernoulli_exp_int(key, q, shape) -> jax.Array:
-    """``Bernoulli(exp(−q))`` for integers ``0 ≤ q``: the first ``q`` ``Bernoulli(e⁻¹)`` all 1."""
-    q = jnp.broadcast_to(q, shape)
-    return _exp_minus_one_run(key, shape, limit=q) >= q
 
 
 def _dg_params(spec: DiscreteGaussianSpec) -> dict:

@@ -14,8 +14,8 @@ from ldpsim._src._checks import LdpsimError, check_positive
 __all__ = ["DiscreteGaussianSpec", "discrete_gaussian_spec", "EXPONENT_CAP"]
 
 _INT32_MAX = 2**31 - 1
-_D_LIMIT = 2**29          # D = 2qtp stays below this (remainders fit int32)
-_PIECE_VARIANCE_MAX = 2**27
+_D_LIMIT = 2**27          # D = 2qtp: remainders fit int32; a word is redrawn w.p. < 2^-5
+_PIECE_VARIANCE_MAX = 2**25
 _Q_MAX = 2**20
 EXPONENT_CAP = 64         # proposals with acceptance exponent >= this are rejected
 
@@ -63,14 +63,14 @@ def _tail_tv(v: float, z_limit: int) -> float:
 def discrete_gaussian_spec(sigma: float) -> DiscreteGaussianSpec:
     """Integer parameters of the exact discrete Gaussian sampler for standard deviation ``σ``.
 
-    Raises :class:`LdpsimError` for σ ≤ 0 or σ > 2¹⁵·11,585 (no use at 32 bits).
+    Raises :class:`LdpsimError` for σ ≤ 0 or σ² > 2⁴⁰ (2¹⁵ pieces of variance 2²⁵).
     """
     sigma = check_positive("sigma", sigma)
     var = Fraction(sigma) ** 2
     pieces = max(1, math.ceil(var / _PIECE_VARIANCE_MAX))
     if pieces > 2**15:
         raise LdpsimError(f"sigma = {sigma} is too large for the discrete Gaussian sampler "
-                          "(at most 2^15 pieces of variance 2^27)")
+                          "(at most 2^15 pieces of variance 2^25)")
     v = var / pieces
     t = math.isqrt(math.floor(v)) + 1                 # floor(sqrt(v)) + 1 > sqrt(v)
     q = _Q_MAX
