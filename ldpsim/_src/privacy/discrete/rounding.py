@@ -15,7 +15,10 @@ k·2⁻²⁴)``) of the true value for any summation order. A vector is accepted
 value is at most ``Δ₂²(1 − η)`` (rounded down to float32), so every accepted vector satisfies
 ``‖x̃‖₂ ≤ Δ₂`` exactly — the sensitivity the accountant uses. :func:`.accounting.rounding_norm_bound`
 inflates the paper's bound by ``√((1+η)/(1−η))`` so that the paper's acceptance guarantee
-(probability ``≥ 1 − β`` per try for ``‖x‖ ≤ c``) still holds.
+(probability ``≥ 1 − β`` per try for ``‖x‖ ≤ c``) still holds. The price is a sensitivity larger
+by ``≈ 1 + η``: ``η = 0.0039`` at ``D = 2¹⁶`` (LeNet-5; +0.8 % noise variance for the same ε),
+``0.0625`` at ``D = 2²⁰`` (d = 10⁶; +13 %). An exact integer squared norm (multi-limb uint32
+sums) would remove it; it is not implemented.
 
 **Bounded tries.** The retry loop is a ``lax.while_loop`` of at most ``max_tries`` tries. If all
 fail (probability ``≤ β^max_tries`` for inputs of norm ``≤ c``; e.g. ``β = 2⁻²⁰``, 4 tries:
