@@ -36,10 +36,10 @@ Variances above ``2²⁵`` (σ ≈ 5,793) are sampled as the sum of ``pieces`` i
 Gaussians of variance ``σ²/pieces``: a sum of discrete Gaussians is not one, so the accountant
 then counts ``n·pieces`` summands of variance ``σ̂²_piece`` (:meth:`DiscreteGaussianSpec.summands`).
 
-Vectorisation: a client's ``m`` coordinates draw a pool of ``3m`` proposals at once; the accepted
-ones fill the coordinates in pool order (given which proposals are accepted, their values are
-i.i.d. from the target, so this value-independent assignment is exact), and a
-``lax.while_loop`` redraws for coordinates still empty. Jittable and vmappable; the parameters
+Vectorisation: a client's ``m`` coordinates draw pools of ``3m`` proposals at once; the accepted
+ones fill the empty coordinates in pool order (given which proposals are accepted, their values
+are i.i.d. from the target, so this value-independent assignment is exact), in a
+``lax.while_loop`` that usually stops after one pool. Jittable and vmappable; the parameters
 are traced (one compilation per shape); a client's noise depends only on its own key.
 
 Skellam ``Sk(μ)``: ``Poisson(μ/2) − Poisson(μ/2)``, variance ``μ`` (Agarwal, Kairouz & Liu,
@@ -254,23 +254,25 @@ _POOL = 3
 
 @functools.partial(jax.jit, static_argnames=("shape",))
 def _dg_piece(key, spec: dict, shape) -> jax.Array:
-    """``prod(shape)`` exact draws: a pool of ``3·n`` proposals, the accepted ones taken in
-    pool order (given which proposals are accepted, their values are i.i.d. from the target,
-    so any value-independent assignment is exact), then one proposal per still-empty
-    coordinate until all are filled."""
+    """``prod(shape)`` exact draws. Each sweep draws a pool of ``3·m`` proposals and hands the
+    accepted ones, in pool order, to the still-empty coordinates in index order (given which
+    proposals are accepted, their values are i.i.d. from the target, so this value-independent
+    assignment is exact); sweeps repeat until every coordinate is filled (usually one)."""
     n = math.prod(shape)
-    z, ok = _dg_attempt(jax.random.fold_in(key, 0), spec, (_POOL * n,))
-    rank = jnp.cumsum(ok.astype(jnp.int32)) - 1
-    slot = jnp.where(ok & (rank < n), rank, n)
-    out = jnp.zeros((n,), jnp.int32).at[slot].set(z, mode="drop")
-    done = jnp.arange(n) <= rank[-1]
+    size = _POOL * n
 
     def body(state):
         i, done, out = state
-        z, ok = _dg_attempt(jax.random.fold_in(key, i), spec, (n,))
-        return i + 1, done | ok, jnp.where(done, out, z)
+        z, ok = _dg_attempt(jax.random.fold_in(key, i), spec, (size,))
+        rank = jnp.cumsum(ok.astype(jnp.int32)) - 1
+        accepted = jnp.zeros((size,), jnp.int32).at[jnp.where(ok, rank, size)].set(z, mode="drop")
+        empty_rank = jnp.cumsum((~done).astype(jnp.int32)) - 1
+        fill = ~done & (empty_rank <= rank[-1])
+        out = jnp.where(fill, accepted[jnp.clip(empty_rank, 0, size - 1)], out)
+        return i + 1, done | fill, out
 
-    _, _, out = lax.while_loop(lambda s: ~jnp.all(s[1]), body, (jnp.int32(1), done, out))
+    init = (jnp.int32(0), jnp.zeros((n,), bool), jnp.zeros((n,), jnp.int32))
+    _, _, out = lax.while_loop(lambda s: ~jnp.all(s[1]), body, init)
     return out.reshape(shape)
 
 
