@@ -80,22 +80,23 @@ def pytest_configure(config):
                 not in flags and _xla_knows(FAST_TIER_XLA_EMITTER_FLAG)):
             flags = f"{flags} {FAST_TIER_XLA_EMITTER_FLAG}"
         os.environ["XLA_FLAGS"] = flags
-        # One JAX compilation cache for this run, shared by the xdist workers and by tests
-        # that build the same program again: a compiled program is reused, never rebuilt.
-        # A new empty folder per run (made here by the controller, inherited by the workers,
-        # removed at the end), so a run's figures never depend on an earlier run.  A
-        # JAX_COMPILATION_CACHE_DIR you set yourself is used as it is and kept.
-        if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
-            folder = tempfile.mkdtemp(prefix="ldpsim-fast-tier-jax-cache-")
-            config._ldpsim_jax_cache = folder
-            os.environ["JAX_COMPILATION_CACHE_DIR"] = folder
-            os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
-            os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "-1"
         # With -n, every test of a file runs in one worker: a module's fixtures and the
         # compilations its tests share are paid once, not once per worker.  (The full suite
         # keeps xdist's default, which spreads its few long end-to-end files.)
         if getattr(config.option, "dist", "no") == "load":
             config.option.dist = "loadfile"
+    # One JAX compilation cache for this run (both tiers), shared by the xdist workers, the
+    # command-line subprocesses the tests start and tests that build the same program again:
+    # a compiled program is reused, never rebuilt (compilation is most of a slow test's cost).
+    # A new empty folder per run (made here by the controller, inherited by the workers,
+    # removed at the end), so a run's figures never depend on an earlier run.  A
+    # JAX_COMPILATION_CACHE_DIR you set yourself is used as it is and kept.
+    if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+        folder = tempfile.mkdtemp(prefix="ldpsim-tests-jax-cache-")
+        config._ldpsim_jax_cache = folder
+        os.environ["JAX_COMPILATION_CACHE_DIR"] = folder
+        os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+        os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "-1"
 
 
 def pytest_unconfigure(config):
