@@ -18,6 +18,10 @@ Batching semantics (identical for a padded and an unpadded client):
   ``E * ceil(max_examples/B)`` steps and the steps beyond the client's own count are
   skipped (params and optimizer state unchanged), so it equals the unpadded run.
 * A client with ``count == 0`` takes no step: its update is exactly zero.
+* When one batch holds the whole client (``batch_size >= max_examples``, e.g. 3
+  examples in batches of 3), every epoch is that one batch of all valid rows, whatever
+  the order: :func:`local_update` then feeds the rows in storage order and skips the
+  permutation (the same steps; only the float summation order of the batch mean differs).
 
 The optimizer state starts fresh from ``optimizer.init(params)`` every round (as in
 FedAvg, McMahan et al. 2017, arXiv:1602.05629, Algorithm 1 ``ClientUpdate``).
