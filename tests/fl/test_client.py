@@ -260,3 +260,28 @@ def test_peeled_first_step_equals_the_plain_step_loop(optimizer, mode):
                             rtol=1e-5, atol=1e-6)
     # The empty client's update is exactly zero either way.
     assert all(float(jnp.abs(leaf[1]).max()) == 0 for leaf in jax.tree_util.tree_leaves(va[0]))
+
+
+@pytest.mark.parametrize("n, size, batch, name", [
+    (3, 3, 3, "sgd"),        # the seed-000 client: 3 examples, 3 steps of batch 3
+    (2, 3, 3, "adam"),       # padded (NaN rows), a partial batch every epoch
+    (3, 4, 6, "momentum"),   # the batch wider than the padded client
+])
+def test_whole_client_batch_matches_the_permuted_reference(n, size, batch, name):
+    """When one batch holds the whole client (B >= max_examples), local_update feeds the
+    valid rows in storage order instead of each epoch's permutation: the same rows in
+    every step, so the plain-Python reference (which permutes) agrees to float rounding;
+    NaN padding shows any leak of padding rows."""
+    x, y = _data(n, seed=10 + n)
+    xp, yp = _pad(x, y, size)
+    opt = client_optimizer(name, 0.05)
+    key = jax.random.key(11)
+    delta, metrics = _update(PARAMS, xp, yp, n, key, opt=opt, batch_size=batch, local_steps=3)
+    ref_delta, ref_loss = _reference(PARAMS, x, y, key, opt=opt, batch_size=batch, steps=3)
+    _assert_trees_close(delta, ref_delta, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(metrics.loss, ref_loss, rtol=1e-5)
+    assert int(metrics.num_steps) == 3 and int(metrics.num_examples) == n
+    empty, m0 = _update(PARAMS, xp, yp, 0, key, opt=opt, batch_size=batch, local_steps=3)
+    for leaf in jax.tree_util.tree_leaves(empty):
+        np.testing.assert_array_equal(leaf, 0.0)
+    assert int(m0.num_steps) == 0 and float(m0.loss) == 0.0

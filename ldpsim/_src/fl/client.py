@@ -18,6 +18,10 @@ Batching semantics (identical for a padded and an unpadded client):
   ``E * ceil(max_examples/B)`` steps and the steps beyond the client's own count are
   skipped (params and optimizer state unchanged), so it equals the unpadded run.
 * A client with ``count == 0`` takes no step: its update is exactly zero.
+* When one batch holds the whole client (``batch_size >= max_examples``, e.g. 3
+  examples in batches of 3), every epoch is that one batch of all valid rows, whatever
+  the order: :func:`local_update` then feeds the rows in storage order and skips the
+  permutation (the same steps; only the float summation order of the batch mean differs).
 
 The optimizer state starts fresh from ``optimizer.init(params)`` every round (as in
 FedAvg, McMahan et al. 2017, arXiv:1602.05629, Algorithm 1 ``ClientUpdate``).
@@ -137,9 +141,11 @@ def local_update(params: Params, x: jax.Array, y: jax.Array, count: jax.Array, *
             return jnp.sum(jnp.where(mask, ce, 0.0)) / jnp.maximum(jnp.sum(mask), 1).astype(ce.dtype)
         return jax.value_and_grad(loss_fn)(p)
 
+    # The loss is a mean over the batch's rows: when one batch holds the whole client, the
+    # epoch's order only changes the float summation order, so the rows go in as they are.
     return train_local_steps(params, x, y, count, loss_and_grad=loss_and_grad, optimizer=optimizer,
                              batch_size=batch_size, key=key, local_steps=local_steps,
-                             local_epochs=local_epochs, unroll=unroll)
+                             local_epochs=local_epochs, unroll=unroll, order_free=True)
 
 
 def train_local_steps(params: Params, x: jax.Array, y: jax.Array, count: jax.Array, *,
@@ -147,7 +153,8 @@ def train_local_steps(params: Params, x: jax.Array, y: jax.Array, count: jax.Arr
                       optimizer: optax.GradientTransformation, batch_size: int, key: jax.Array,
                       local_steps: int | None = None, local_epochs: int | None = None,
                       unroll: int | bool | None = None,
-                      peel_first_step: bool = True) -> tuple[Params, ClientMetrics]:
+                      peel_first_step: bool = True,
+                      order_free: bool = False) -> tuple[Params, ClientMetrics]:
     """The local-step loop shared by :func:`local_update` and DP-SGD clients.
 
     Batching, masking, epoch permutations and the skipping of steps beyond the client's
@@ -156,7 +163,13 @@ def train_local_steps(params: Params, x: jax.Array, y: jax.Array, count: jax.Arr
     ``optimizer.update`` expects (e.g. per-micro-batch gradients for
     :func:`ldpsim.privacy.dp_aggregate`).  ``peel_first_step`` (default True)
     takes step 1 outside the step scan (see the module docstring); False scans every
-    step (the same result up to float rounding).
+    step (the same result up to float rounding).  ``order_free``: ``loss_and_grad`` does
+    not depend on the order of a batch's rows (a mean over them, as :func:`local_update`'s);
+    then, when one batch holds the whole client (``batch_size >= max_examples``), every
+    epoch's single batch is the client's valid rows in storage order, with no permutation
+    and no gather: the same set of rows, so the same result up to the float summation
+    order (the permutation, a per-row hash and a sort per step, is most of a step's fixed
+    cost for clients of a few examples).
     """
     max_examples = x.shape[0]
     slots = num_local_steps(max_examples=max_examples, batch_size=batch_size,
@@ -169,15 +182,29 @@ def train_local_steps(params: Params, x: jax.Array, y: jax.Array, count: jax.Arr
     total = jnp.int32(local_steps) if local_steps is not None else local_epochs * batches_per_epoch
     total = jnp.where(n > 0, total, 0)
 
-    def step(carry, s):
-        p, opt_state, loss_sum = carry
+    whole = order_free and B >= max_examples   # one batch per epoch: all valid rows
+    if whole:   # rows in storage order, padded up to B (the permutation is irrelevant)
+        pad = [(0, B - max_examples)]
+        mask = jnp.arange(B, dtype=jnp.int32) < n
+        xw = jnp.pad(x, pad + [(0, 0)] * (x.ndim - 1))
+        xw = jnp.where(mask.reshape((B,) + (1,) * (x.ndim - 1)), xw, 0.0)
+        yw = jnp.where(mask, jnp.pad(y, pad), 0)
+
+    def batch(s):
+        if whole:
+            return xw, yw, mask
         epoch, j = s // batches_per_epoch, s % batches_per_epoch
         perm = _epoch_permutation(key, epoch, n, max_examples)
         pos = j * B + jnp.arange(B, dtype=jnp.int32)
-        mask = pos < n
+        mask_s = pos < n
         idx = perm[jnp.minimum(pos, max_examples - 1)]
-        xb = jnp.where(mask.reshape((B,) + (1,) * (x.ndim - 1)), x[idx], 0.0)
-        yb = jnp.where(mask, y[idx], 0)
+        xb = jnp.where(mask_s.reshape((B,) + (1,) * (x.ndim - 1)), x[idx], 0.0)
+        yb = jnp.where(mask_s, y[idx], 0)
+        return xb, yb, mask_s
+
+    def step(carry, s):
+        p, opt_state, loss_sum = carry
+        xb, yb, mask = batch(s)
         loss, grads = loss_and_grad(p, xb, yb, mask)
         updates, new_state = optimizer.update(grads, opt_state, p)
         new_p = optax.apply_updates(p, updates)
