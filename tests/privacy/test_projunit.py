@@ -22,6 +22,7 @@ import pytest
 from scipy import linalg, stats
 
 from ldpsim._src._checks import LdpsimError
+from ldpsim._src.privacy import privunitg as pg
 from ldpsim._src.privacy import projunit as pj
 
 _project = jax.jit(pj.project)
@@ -446,16 +447,18 @@ def test_fastprojunit_k_up_to_the_padded_dimension():
 
 def test_projunit_costs_little_over_privunitg():
     """At the paper's d = 2¹⁵, k = 1,000: ProjUnit's exact worst-case MSE is within
-    1 + O(ε/k) of PrivUnitG's (here < 1.05 for ε ≤ 15), FastProjUnit's within 1.05 too."""
-    for eps in (1.0, 8.0, 15.0):
-        rows = pj.frontier_rows([eps], trials=0)
-        by = {r["mechanism"]: r for r in rows}
-        base = by["privunitg"]["mse_exact"]
-        for name in ("projunit", "fastprojunit"):
-            assert 1.0 <= by[name]["mse_exact"] / base < 1.05
-            assert by[name]["floats_sent"] == 1001
-        assert by["privunitg"]["floats_sent"] == 2**15 + 1
+    1 + O(ε/k) of PrivUnitG's (here < 1.05 for ε ≤ 15), FastProjUnit's within 1.05 too; each
+    client sends k + 1 floats and a 64-bit seed instead of d + 1 floats."""
+    from ldpsim._src.privacy import frontier as fr
 
+    d = 2**15
+    for eps in (1.0, 8.0, 15.0):
+        base = pg.constants(epsilon=eps, dim=d)["worst_total_variance"]
+        for fast in (False, True):
+            m = _m(eps, d, 1000, fast)
+            assert 1.0 <= pj.total_variance_formula(m.params, 1.0) / base < 1.05
+            assert m.params.floats_sent == 1001 and fr.message_size(m, d) == 1003
+    assert fr.message_size(fr.build_mechanism("privunitg", epsilon=1.0, dim=d), d) == d + 1
 
 
 @pytest.mark.parametrize("fast", [False, True])
@@ -479,13 +482,16 @@ def test_log_likelihood_ratio_of_the_worst_pair(fast):
 
 
 @pytest.mark.slow
-def test_frontier_rows_monte_carlo_agrees_with_the_formulas():
-    """:func:`frontier_rows` at d = 256, k = 16, ε = 4: the Monte Carlo MSE (norm coin
-    integrated exactly, direction and projection sampled, 400 trials) is within 5 s.e. of
-    each mechanism's formula (FastProjUnit: d = d', its formula exact up to the O(1/k) bias,
-    here ≤ 2·ρ²·f/(4c) ≈ 0.03 beside an MSE of ~600, so within the window too)."""
-    rows = pj.frontier_rows([4.0], dim=256, k=16, trials=400, chunk=200)
-    assert [r["mechanism"] for r in rows] == ["privunitg", "projunit", "fastprojunit"]
-    for r in rows:
-        assert abs(r["mse_mc"] - r["mse_exact"]) <= Z5 * r["mse_mc_se"], r
-        assert r["floats_sent"] == (257 if r["mechanism"] == "privunitg" else 17)
+def test_frontier_monte_carlo_agrees_with_the_formulas():
+    """``ldpsim frontier``'s cell at d = 256, k = 16, ε = 4, one client, 400 trials: the
+    measured MSE is within 5 s.e. of each mechanism's exact formula (normal approximation of
+    a mean of 400 i.i.d. trials: false-failure rate ~6e-7 per mechanism; FastProjUnit with
+    d = d', its formula exact up to the O(1/k) bias, ≤ 2·ρ²·f/(4c) ≈ 0.03 beside an MSE of
+    ~600, inside the window)."""
+    from ldpsim._src.privacy import frontier as fr
+
+    for name, mech in [("privunitg", None), ("projunit", _m(4.0, 256, 16, False)),
+                       ("fastprojunit", _m(4.0, 256, 16, True))]:
+        row = fr.frontier_cell(name, epsilon=4.0, dim=256, clients=1, trials=400, mech=mech)
+        assert abs(row.mse - row.mse_theory) <= Z5 * row.mse_se, row
+        assert row.floats_sent == (257 if name == "privunitg" else 19)

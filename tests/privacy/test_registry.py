@@ -153,6 +153,7 @@ def test_a_spec_added_to_the_registry_is_a_choice_everywhere(extra_randomizer, c
     with pytest.raises(SystemExit):
         main(["run", "--help"])
     out = capsys.readouterr().out
+    out = " ".join(out.split())   # help wraps lines where it likes
     assert "throwaway" in out and "a spec registered by a test" in out
     # the mechanism registry builds its entry from the spec
     local = mechanism.make("throwaway", epsilon=1.0, dim=8)

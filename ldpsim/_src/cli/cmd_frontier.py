@@ -15,7 +15,7 @@ ORDER = 45
 #: The CSV columns, in order.
 COLUMNS = ("mechanism", "epsilon", "delta", "dim", "clients", "mse", "mse_se", "mse_theory",
            "lower_bound", "trials", "mse_theory_bias2", "ratio_to_bound", "inputs", "seed",
-           "chunk", "seconds")
+           "chunk", "seconds", "floats_sent")
 #: The columns that identify a cell (a finished cell with the same values is skipped).
 KEY = ("mechanism", "epsilon", "delta", "dim", "clients", "trials", "inputs", "seed")
 
@@ -30,7 +30,9 @@ on the sphere; sphere: i.i.d. uniform per client), privatizes it with the mechan
 (gaussian at --delta, replace neighbours, clip 1; laplace L1 clip sqrt(d); signds MindSpore's
 defaults with sign_eps = epsilon, biased), the server averages the decoded reports;
 mse = ||decoded mean - true mean||^2 averaged over --trials (mse_se its standard error);
-mse_theory from the mechanism's exact variance (+ squared bias); lower_bound = d/(n
+mse_theory from the mechanism's exact variance (+ squared bias); floats_sent the scalars in
+one client's message (the communication cost: d for additive noise, k + 1 and a seed for
+ProjUnit); lower_bound = d/(n
 min(eps, eps^2)), the ORDER of the minimax bound of Duchi, Jordan & Wainwright (2013/2018) with
 constant 1 (the papers give no constant). Rerunning with the same --out skips finished cells.
 """

@@ -23,8 +23,8 @@ examples:
 privacy: every client clips its update to C and adds noise calibrated for (epsilon, delta)
 per round (local DP). --neighbours replace (default) uses sensitivity 2C; add-remove uses C
 (MindSpore Federated's convention). --epsilon inf adds no noise (updates are still clipped
-unless --clip inf). --mechanism privunit2, privunitg, duchi or signds: each client sends a
-pure epsilon-LDP report of its clipped update instead (replace-one, delta unused); the
+unless --clip inf). --mechanism with a report randomizer (all but gaussian and laplace, see
+--mechanism above): each client sends a pure epsilon-LDP report of its clipped update instead (replace-one, delta unused); the
 server decodes the reports (unbiased, SignDS aside) and averages them; epsilon_spent is the
 pure composition k*epsilon over the worst client's k rounds.
   ldpsim run --mechanism privunit2 --epsilon 8 --rounds 20

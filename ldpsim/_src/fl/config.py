@@ -117,13 +117,17 @@ class SimulationConfig:
             (Bhowmick et al. 2018), ``"privunitg"`` (Asi, Feldman & Talwar 2022), both with
             a private scalar norm (ε split: ``norm_epsilon``), ``"duchi"`` (Duchi, Jordan &
             Wainwright 2018, L2 ball) or ``"signds"`` (MindSpore's SignDS, ``epsilon`` is its
-            ``sign_eps`` in (0, 100]; biased decoder). Replace-one neighbours only.
-        norm_epsilon: PrivUnit2/PrivUnitG: the part of ``epsilon`` spent on the norm
+            ``sign_eps`` in (0, 100]; biased decoder), ``"projunit"``/``"fastprojunit"``
+            (PrivUnitG in a k-dim random projection, Asi et al. 2023). Replace-one
+            neighbours only. The registry (``ldpsim._src.privacy.registry``) lists them all.
+        norm_epsilon: PrivUnit2/PrivUnitG/ProjUnit: the part of ``epsilon`` spent on the norm
             (None: the split minimising the worst-case variance).
         sign_k, sign_thr_ratio, sign_global_lr, sign_dim_out: SignDS's settings with
             MindSpore's defaults and ranges (top-k fraction in (0, 0.25], threshold ratio in
             [0.5, 1], the server's reconstruction step > 0, output size in [0, 50], 0 =
             computed).
+        projection_dim: ProjUnit/FastProjUnit: the projection's dimension k (None:
+            min(1000, d)).
         neighbours: ``"replace"`` (sensitivity 2C, the correct LDP relation, default) or
             ``"add-remove"`` (sensitivity C, as MindSpore calibrates).
         calibration: Gaussian calibration: ``"analytic"`` (Balle & Wang 2018), ``"classic"``
@@ -224,6 +228,7 @@ class SimulationConfig:
     sign_thr_ratio: float = 0.6
     sign_global_lr: float = 0.1
     sign_dim_out: int = 0
+    projection_dim: int | None = None
     neighbours: str = "replace"
     calibration: str = "analytic"
     local_steps: int | None = None         # None: per-dataset default (fl/defaults.py)

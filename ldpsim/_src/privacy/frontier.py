@@ -225,6 +225,19 @@ def theory_mse(mech: _mech.LocalMechanism, x: jax.Array, clients: int) -> tuple[
     return float(var.sum()) / clients, float(np.dot(bias, bias))
 
 
+def message_size(mech: _mech.LocalMechanism, dim: int) -> int:
+    """The communication cost of one client: the number of scalars in the message it sends
+    for an input of dimension ``dim`` (every leaf of the report, or the noisy vector of an
+    additive randomizer: floats, indices, and seed words alike; ProjUnit sends k + 1 floats
+    and a 64-bit seed as two 32-bit words). From the shapes the randomizer's own
+    ``privatize`` returns (:func:`jax.eval_shape`: nothing is computed)."""
+    x = jax.ShapeDtypeStruct((int(dim),), jnp.float32)
+    out = jax.eval_shape(lambda k, v: mech.privatize(k, v, mech.params),
+                         jax.random.PRNGKey(0), x)
+    message = out.noisy if isinstance(out, _mech.Privatized) else out.report
+    return int(sum(math.prod(leaf.shape) for leaf in jax.tree_util.tree_leaves(message)))
+
+
 @dataclasses.dataclass(frozen=True)
 class FrontierRow:
     """One cell of the frontier (the CSV row, :meth:`as_dict`)."""
@@ -245,6 +258,7 @@ class FrontierRow:
     seed: int
     chunk: int
     seconds: float
+    floats_sent: int
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -287,7 +301,8 @@ def frontier_cell(name: str, *, epsilon: float, dim: int, clients: int, trials: 
                        delta=float(mech.delta), dim=int(dim), clients=int(clients), mse=mse,
                        mse_se=se, mse_theory=v + b2, lower_bound=lb, trials=trials,
                        mse_theory_bias2=b2, ratio_to_bound=mse / lb, inputs=inputs, seed=seed,
-                       chunk=chunk, seconds=time.perf_counter() - t0)
+                       chunk=chunk, seconds=time.perf_counter() - t0,
+                       floats_sent=message_size(mech, dim))
 
 
 def frontier(mechanisms: Iterable[str], epsilons: Iterable[float], dims: Iterable[int],

@@ -350,7 +350,9 @@ def make(name: str, **kwargs: Any) -> LocalMechanism:
     Raises:
         LdpsimError: unknown name (the message lists the registered ones).
     """
-    return entry(name)(**kwargs)
+    local = entry(name)(**kwargs)
+    # the registry's name is the mechanism's name (one implementation may serve two entries)
+    return local if local.name == name else local._replace(name=name)
 
 
 def _additive_only(name: str, what: str) -> RegistryEntry:

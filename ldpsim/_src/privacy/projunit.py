@@ -76,8 +76,9 @@ at k = 1,000); this is the float32 rounding of the transforms that PrivUnitG's r
 already leaves out (relative ~1e-6). ``Wu`` is computed from the unit ``u``, never from ``x``,
 so no clip bound can overflow it.
 
-:func:`frontier_rows` gives the MSE of the decoded mean against ε at the paper's settings
-(d = 2¹⁵, k = 1,000, ε = 1…15) beside PrivUnitG's, with the floats sent per client.
+``ldpsim frontier --mechanisms privunitg,projunit,fastprojunit --dims 32768 --clients 1
+--epsilon 1,2,...,15`` gives the MSE of the decoded mean against ε at the paper's settings
+(d = 2¹⁵, k = 1,000) with the scalars sent per client (``floats_sent``).
 
 A non-finite update is replaced by the zero substitute before anything is drawn (as every
 randomizer does), so it releases exactly what the zero update releases with the same key.
@@ -471,106 +472,55 @@ def fastprojunit(*, epsilon: float, dim: int, k: int | None = None, clip: float 
     return make(epsilon=epsilon, dim=dim, k=k, clip=clip, norm_epsilon=norm_epsilon, fast=True)
 
 
-# ------------------------------------------------------------------------------ frontier
 
-#: The paper's experiment (its Figure "error against ε"): d = 2¹⁵, k = 1,000, ε = 1…15.
-PAPER_DIM, PAPER_K, PAPER_EPSILONS = 2**15, 1000, tuple(range(1, 16))
+# ------------------------------------------------------------------------------ registry
 
+def audit_game(*, epsilon: float, dim: int, clip: float = 1.0, fast: bool = False,
+               k: int | None = None) -> tuple:
+    """The distinguishing game at the worst-case pair ``x1 = C·e₁`` against ``x0 =
+    −10⁻⁶·C·e₁`` (opposite projected directions, norm C against ≈ 0: both parts of the ε
+    split are exercised), scored by the exact :func:`log_likelihood_ratio`. ``k`` defaults
+    to ``max(2, dim // 4)`` (a small audit dimension keeps the projection's share of the
+    cost low). Returns ``(mechanism, x0, x1, score, local, what)`` as
+    :func:`ldpsim.audit.report_game`."""
+    local = make(epsilon=epsilon, dim=dim, k=k or max(MIN_K, dim // 4), clip=clip, fast=fast)
+    params = local.params
 
-@functools.lru_cache(maxsize=8)
-def _mc_kernel(privatize_fn, decode_fn):
-    """``(keys, x, params) -> (‖x̂₁‖², ⟨x̂₁, x⟩)`` per key, ``x̂₁`` the decoded report with its
-    norm set to 1; jitted once per mechanism (x and the params are arguments)."""
-    def one(key, x, params):
-        rep = privatize_fn(key, x, params).report
-        rep = dict(rep, norm=jnp.ones_like(rep["norm"]))
-        x1 = decode_fn(rep, params)
-        return jnp.sum(jnp.square(x1), dtype=jnp.float32), jnp.vdot(x1, x)
+    def mech(key, x):
+        return local.privatize(key, x, params).report
 
-    return jax.jit(jax.vmap(one, in_axes=(0, None, None)))
+    x1, x0 = rz.axis(dim, clip), rz.axis(dim, -rz.AUDIT_TINY * clip)
 
+    def score(report):
+        return log_likelihood_ratio(report, params, x1, x0).astype(jnp.float32)
 
-def _mc_mse(mech: LocalMechanism, x: jax.Array, trials: int, seed: int, chunk: int):
-    """Monte Carlo ``E‖x̂ − x‖²`` over ``trials`` keys (mean, s.e.), with the norm coin
-    integrated exactly (Rao–Blackwell: ``r̂`` is independent of the direction, so
-    ``E‖x̂ − x‖² = E[r̂²]·E‖x̂₁‖² − 2·E[r̂]·E⟨x̂₁, x⟩ + ρ²``; sampling the two-valued ``r̂`` would
-    dominate the spread). The direction and the projection are sampled."""
-    f = _mc_kernel(mech.privatize, mech.decode)
-    keys = jax.random.split(jax.random.fold_in(jax.random.key(seed), zlib_tag(mech.name)),
-                            trials)
-    parts = [f(keys[i:i + chunk], x, mech.params) for i in range(0, trials, chunk)]
-    sq = np.concatenate([np.asarray(a, np.float64) for a, _ in parts])
-    dot = np.concatenate([np.asarray(b, np.float64) for _, b in parts])
-    p = mech.params
-    rho = float(np.linalg.norm(np.asarray(x, np.float64)))
-    c, b = float(p.clip), float(p.norm_bound)
-    r = min(rho, c)
-    er2 = (b * b - (2 * r - c) ** 2) / 4 + r * r
-    vals = er2 * sq - 2 * r * dot + rho * rho
-    se = float(vals.std(ddof=1) / math.sqrt(trials)) if trials > 1 else math.nan
-    return float(vals.mean()), se
+    what = ("the exact log-likelihood ratio (cap sides of the report against both inputs' "
+            "projected directions, from the report's seed, and the norm's value)")
+    return mech, x0, x1, score, local, what
 
 
-def zlib_tag(name: str) -> int:
-    """A stable 31-bit tag of a mechanism name (keys by position, not by mechanism order)."""
-    import zlib
+@dataclasses.dataclass(frozen=True)
+class _Registered:
+    """One registry entry of this module (ProjUnit or FastProjUnit): the interface the
+    registry reads, with the run option ``projection_dim`` as the paper's ``k``."""
 
-    return zlib.crc32(name.encode()) & 0x7FFFFFFF
+    fast: bool
 
+    def make(self, *, epsilon: float, dim: int, clip: float = 1.0, norm_epsilon=None,
+             projection_dim: int | None = None) -> LocalMechanism:
+        return make(epsilon=epsilon, dim=dim, k=projection_dim, clip=clip,
+                    norm_epsilon=norm_epsilon, fast=self.fast)
 
-def frontier_rows(epsilons=PAPER_EPSILONS, *, dim: int = PAPER_DIM, k: int = PAPER_K,
-                  clip: float = 1.0, clients: int = 1, trials: int | dict = 0, seed: int = 0,
-                  chunk: int = 8, mechanisms=("privunitg", "projunit", "fastprojunit")
-                  ) -> list[dict[str, Any]]:
-    """Rows of the MSE of the decoded mean of ``clients`` unit vectors (all holding one unit
-    vector drawn from ``seed``; ``‖x‖ = C``) against ε, for PrivUnitG, ProjUnit and
-    FastProjUnit, with the communication cost.
+    def audit_game(self, *, epsilon: float, dim: int, clip: float = 1.0) -> tuple:
+        return audit_game(epsilon=epsilon, dim=dim, clip=clip, fast=self.fast)
 
-    Each row: ``mechanism, epsilon, dim, k, floats_sent, seed_bits, mse_exact`` (the
-    variance formula of each module at ‖x‖ = C, divided by ``clients``; FastProjUnit's is its
-    formula, exact for ``d = 2^a`` up to its O(1/k) bias), the printed ``epsilon_printed``
-    and ``delta_printed`` (the realised guarantee), and with ``trials`` > 0 a Monte Carlo
-    check ``mse_mc, mse_mc_se`` over ``trials`` single-client releases (divided by
-    ``clients``). ``trials`` may be a dict per mechanism. A pure function of its arguments
-    (host side; jitted kernels inside).
-    """
-    from ldpsim._src.privacy import mechanism as _mech_lib   # registry module (host side)
-
-    x = jax.random.normal(jax.random.key(seed), (int(dim),), jnp.float32)
-    x = x / jnp.linalg.norm(x) * jnp.float32(clip)
-    rows = []
-    for name in mechanisms:
-        n_mc = trials.get(name, 0) if isinstance(trials, dict) else int(trials)
-        for eps in epsilons:
-            if name == "privunitg":
-                mech = _mech_lib.make("privunitg", epsilon=float(eps), dim=int(dim), clip=clip)
-                fs, bits = int(dim) + 1, 0
-                kk = pg.constants(epsilon=float(eps), dim=int(dim), clip=clip)
-                exact = kk["worst_total_variance"]
-            else:
-                mech = make(epsilon=float(eps), dim=int(dim), k=k, clip=clip,
-                            fast=name == "fastprojunit")
-                fs, bits = mech.params.floats_sent, mech.params.seed_bits
-                exact = total_variance_formula(mech.params, clip)
-            row = dict(mechanism=name, epsilon=float(eps), dim=int(dim),
-                       k=int(k) if name != "privunitg" else int(dim), floats_sent=fs,
-                       seed_bits=bits, clients=int(clients), mse_exact=exact / clients,
-                       epsilon_printed=mech.epsilon, delta_printed=mech.delta,
-                       mse_mc=math.nan, mse_mc_se=math.nan, trials=n_mc)
-            if n_mc > 0:
-                mc, se = _mc_mse(mech, x, n_mc, seed, chunk)
-                row.update(mse_mc=mc / clients, mse_mc_se=se / clients)
-            rows.append(row)
-    return rows
+    # the module's functions (a class body reads the globals of the same names)
+    privatize = staticmethod(privatize)
+    decode = staticmethod(decode)
+    mean = staticmethod(mean)
+    variance = staticmethod(variance)
 
 
-def format_rows(rows) -> str:
-    """A plain-text table of :func:`frontier_rows`."""
-    head = (f"{'mechanism':<13}{'eps':>4}{'floats':>8}{'mse_exact':>12}{'mse_mc':>12}"
-            f"{'±se':>9}{'eps_printed':>12}{'delta':>10}")
-    lines = [head]
-    for r in rows:
-        lines.append(f"{r['mechanism']:<13}{r['epsilon']:>4g}{r['floats_sent']:>8}"
-                     f"{r['mse_exact']:>12.5g}{r['mse_mc']:>12.5g}{r['mse_mc_se']:>9.2g}"
-                     f"{r['epsilon_printed']:>12.6g}{r['delta_printed']:>10.2g}")
-    return "\n".join(lines)
+#: The registry's implementations (``ldpsim._src.privacy.projunit:PROJUNIT`` and
+#: ``…:FASTPROJUNIT``).
+PROJUNIT, FASTPROJUNIT = _Registered(fast=False), _Registered(fast=True)

@@ -217,6 +217,28 @@ RANDOMIZERS: tuple[RandomizerSpec, ...] = (
                             "minimising the worst-case variance)"),),
         audit_dim=16),
     RandomizerSpec(
+        name="projunit", implementation=_P + "projunit:PROJUNIT", family="report",
+        guarantee="pure", label="ProjUnit", colour="tab:orange",
+        help="PrivUnitG in a k-dim Gaussian random projection, k+1 floats and a seed per "
+             "client (Asi, Feldman, Nelson, Nguyen & Talwar 2023)",
+        options=(OptionSpec("norm_epsilon", float,
+                            "the part of --epsilon spent on the norm (None: the split "
+                            "minimising the worst-case variance)"),
+                 OptionSpec("projection_dim", int,
+                            "the projection's dimension k, 2 <= k <= d (None: min(1000, d))")),
+        audit_dim=64),
+    RandomizerSpec(
+        name="fastprojunit", implementation=_P + "projunit:FASTPROJUNIT", family="report",
+        guarantee="pure", label="FastProjUnit", colour="tab:cyan",
+        help="ProjUnit with a randomized Hadamard projection, O(d log d) per client; decoder "
+             "biased by about 1/(4k) at most (Asi et al. 2023)",
+        options=(OptionSpec("norm_epsilon", float,
+                            "the part of --epsilon spent on the norm (None: the split "
+                            "minimising the worst-case variance)"),
+                 OptionSpec("projection_dim", int,
+                            "the projection's dimension k, 2 <= k <= d (None: min(1000, d))")),
+        unbiased=False, audit_dim=64),
+    RandomizerSpec(
         name="duchi", implementation=_P + "duchi", family="report", guarantee="pure",
         label="Duchi et al.", colour="tab:red",
         help="L2-ball vector mechanism (Duchi, Jordan & Wainwright 2018)", audit_dim=16),
