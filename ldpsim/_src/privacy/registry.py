@@ -181,6 +181,13 @@ def resolve(path: str) -> Any:
 
 _P = "ldpsim._src.privacy."
 
+#: Options shared by several randomizers (one spec each, so their help is written once).
+_NORM_EPSILON = OptionSpec("norm_epsilon", float,
+                           "the part of --epsilon spent on the norm (None: the split "
+                           "minimising the worst-case variance)")
+_PROJECTION_DIM = OptionSpec("projection_dim", int,
+                             "the projection's dimension k, 2 <= k <= d (None: min(1000, d))")
+
 #: Every local randomizer, in the order of the command line's choices.
 RANDOMIZERS: tuple[RandomizerSpec, ...] = (
     RandomizerSpec(
@@ -204,39 +211,27 @@ RANDOMIZERS: tuple[RandomizerSpec, ...] = (
         name="privunit2", implementation=_P + "privunit2", family="report", guarantee="pure",
         label="PrivUnit2", colour="tab:green",
         help="direction on the sphere + private norm (Bhowmick et al. 2018)",
-        options=(OptionSpec("norm_epsilon", float,
-                            "the part of --epsilon spent on the norm (None: the split "
-                            "minimising the worst-case variance)"),),
+        options=(_NORM_EPSILON,),
         audit_dim=16),
     RandomizerSpec(
         name="privunitg", implementation=_P + "privunitg", family="report", guarantee="pure",
         label="PrivUnitG", colour="tab:olive",
         help="Gaussian-approximation PrivUnit + private norm (Asi, Feldman & Talwar 2022)",
-        options=(OptionSpec("norm_epsilon", float,
-                            "the part of --epsilon spent on the norm (None: the split "
-                            "minimising the worst-case variance)"),),
+        options=(_NORM_EPSILON,),
         audit_dim=16),
     RandomizerSpec(
         name="projunit", implementation=_P + "projunit:PROJUNIT", family="report",
         guarantee="pure", label="ProjUnit", colour="tab:orange",
         help="PrivUnitG in a k-dim Gaussian random projection, k+1 floats and a seed per "
              "client (Asi, Feldman, Nelson, Nguyen & Talwar 2023)",
-        options=(OptionSpec("norm_epsilon", float,
-                            "the part of --epsilon spent on the norm (None: the split "
-                            "minimising the worst-case variance)"),
-                 OptionSpec("projection_dim", int,
-                            "the projection's dimension k, 2 <= k <= d (None: min(1000, d))")),
+        options=(_NORM_EPSILON, _PROJECTION_DIM),
         audit_dim=64),
     RandomizerSpec(
         name="fastprojunit", implementation=_P + "projunit:FASTPROJUNIT", family="report",
         guarantee="pure", label="FastProjUnit", colour="tab:cyan",
         help="ProjUnit with a randomized Hadamard projection, O(d log d) per client; decoder "
              "biased by about 1/(4k) at most (Asi et al. 2023)",
-        options=(OptionSpec("norm_epsilon", float,
-                            "the part of --epsilon spent on the norm (None: the split "
-                            "minimising the worst-case variance)"),
-                 OptionSpec("projection_dim", int,
-                            "the projection's dimension k, 2 <= k <= d (None: min(1000, d))")),
+        options=(_NORM_EPSILON, _PROJECTION_DIM),
         unbiased=False, audit_dim=64),
     RandomizerSpec(
         name="duchi", implementation=_P + "duchi", family="report", guarantee="pure",

@@ -126,13 +126,21 @@ def bernoulli_exp(key: jax.Array, num, den, shape) -> jax.Array:
     a = _inverse_k_coins(k0, shape, 10 if unit else _STAGES)
     if not unit:
         a = a & _bernoulli_ratio(k1, num, den, (_STAGES,) + shape)
+    return _continue_stages(k2, a, num, den, unit, shape)
+
+
+def _continue_stages(key, a, num, den, unit: bool, shape) -> jax.Array:
+    """CKS Alg. 1 after its first stages ``a`` (leading axis, drawn at once): the few
+    coordinates that passed them all continue one exact stage at a time (``Bernoulli(1/k)``,
+    and ``Bernoulli(num/den)`` unless ``unit``); the result is the parity of the first failing
+    stage."""
     passed = jnp.cumprod(a.astype(jnp.int32), axis=0)        # 1 while every stage so far passed
     k = 1 + jnp.sum(passed, axis=0)                          # first failing stage (or S + 1)
     active = passed[-1] == 1
 
     def body(state):
         i, active, k = state
-        ka, kb = jax.random.split(jax.random.fold_in(k2, i))
+        ka, kb = jax.random.split(jax.random.fold_in(key, i))
         step = _bernoulli_ratio(ka, 1, k, shape)
         if not unit:
             step = step & _bernoulli_ratio(kb, num, den, shape)
@@ -175,22 +183,7 @@ def _coin_from_words(key, inv_word, ratio_words, num, den, stages):
         u, ok = _from_word(ratio_words, den)
         a = a & (u < num)
         valid = valid & jnp.all(ok, axis=0)
-    passed = jnp.cumprod(a.astype(jnp.int32), axis=0)
-    k = 1 + jnp.sum(passed, axis=0)
-    active = passed[-1] == 1
-    shape = inv_word.shape
-
-    def body(state):
-        i, active, k = state
-        ka, kb = jax.random.split(jax.random.fold_in(key, i))
-        step = _bernoulli_ratio(ka, 1, k, shape)
-        if not unit:
-            step = step & _bernoulli_ratio(kb, num, den, shape)
-        k = jnp.where(active & step, k + 1, k)
-        return i + 1, active & step, k
-
-    _, _, k = lax.while_loop(lambda s: jnp.any(s[1]), body, (jnp.int32(0), active, k))
-    return (k % 2) == 1, valid
+    return _continue_stages(key, a, num, den, unit, inv_word.shape), valid
 
 
 _GEOM = 12      # Bernoulli(e^-1) coins for V: V ≥ 12 (X ≥ 12t) is outside the support kept
