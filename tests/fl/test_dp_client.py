@@ -245,7 +245,7 @@ def test_poisson_epsilon_sensitivity_follows_the_micro_batches():
     kw = dict(noise_multiplier=1.1, batch_size=256, num_examples=60000, local_steps=7031,
               rounds=2, delta=1e-5, method="rdp")
     rep = dp_client_epsilon(**kw, micro_batches=256)
-    assert rep.epsilon == pytest.approx(2.5966, abs=1e-4)  # dp_accounting's RDP accountant / dp_accounting
+    assert rep.epsilon == pytest.approx(2.5966, abs=1e-4)  # dp_accounting's RDP accountant (TF Privacy's MNIST example)
     ref = dpsgd_epsilon(noise_multiplier=1.1, batch_size=256, num_examples=60000, steps=14062,
                         delta=1e-5, method="rdp")
     assert rep.epsilon == ref.epsilon
