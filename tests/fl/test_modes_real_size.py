@@ -136,10 +136,10 @@ def test_small_only_modes_release_through_the_l2_clip():
     assert modes.mindspore().randomizer == "gaussian"
     assert modes.central(K).randomizer == "none"
     src = inspect.getsource(mechanism)
-    for name in ("gaussian", "none"):
-        assert f'"{name}": _additive_entry("{name}", ' in src
-        line = src[src.index(f'"{name}": _additive_entry("{name}", '):]
-        assert line.split("\n")[0].split(",")[2].strip() == "clipping.clip_by_global_norm", name
+    for const in ("GAUSSIAN", "CLIP_ONLY"):   # the implementations of "gaussian" and "none"
+        start = src.index(f"\n{const} = _additive_implementation(")
+        call = src[start:src.index(")", start)]
+        assert call.split(",")[1].strip() == "clipping.clip_by_global_norm", const
 
 
 def _assert_zero_substitute(config: SimulationConfig, data_nan, data_empty, dpsgd=False):

@@ -127,6 +127,6 @@ def test_mean_variance_is_the_exact_total_variance_over_d(name):
     if name in mechanism.ADDITIVE:
         assert mv == pytest.approx(float(m.noise_std(m.params)) ** 2, rel=1e-5)
     assert mechanism.VECTOR == ("gaussian", "laplace", "none", "privunit2", "privunitg",
-                                "duchi", "signds")
+                                "projunit", "fastprojunit", "duchi", "signds")
     with pytest.raises(LdpsimError, match="privatizes categories"):
         mechanism.mean_variance_fn("rr")

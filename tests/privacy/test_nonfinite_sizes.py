@@ -269,12 +269,13 @@ PATHS = ADDITIVE + ("privunit2", "signds")
 def test_paths_cover_every_finiteness_test():
     import inspect
 
-    from ldpsim._src.privacy import duchi, privunit2, privunitg, signds
+    from ldpsim._src.privacy import duchi, privunit2, privunitg, projunit, signds
 
-    for mod in (duchi, privunit2, privunitg):
+    for mod in (duchi, privunit2, privunitg, projunit):
         assert "rz.clip_flat(update" in inspect.getsource(mod.privatize), mod.__name__
     assert "rz.clip_flat" not in inspect.getsource(signds.privatize)
-    assert set(REPORT_VECTOR) == {"duchi", "privunit2", "privunitg", "signds"}
+    assert set(REPORT_VECTOR) == {"duchi", "privunit2", "privunitg", "projunit", "fastprojunit",
+                                  "signds"}
 
 
 @pytest.mark.slow
