@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import mpmath
 import numpy as np
 import pytest
+from privunit_coins import norm_coin, p_lower
 from scipy import linalg, stats
 
 from ldpsim._src._checks import LdpsimError
@@ -105,15 +106,7 @@ def test_gaussian_projection_blocks_adjoint_and_law(monkeypatch):
 # ------------------------------------------------------------------- the realised guarantee
 
 
-def _p_lower(m) -> mpmath.mpf:
-    p_out = Fraction(float(np.float32(m.params.p_out)))
-    return mp.mpf(math.ceil(p_out * 2**32)) / 2**32
-
-
-def _norm_coin(m) -> mpmath.mpf:
-    f = np.float32
-    small = f(m.params.norm_excess) / (f(2.0) * f(m.params.norm_bound))
-    return mp.mpf(math.ceil(Fraction(float(small)) * 2**32)) / 2**32
+_p_lower, _norm_coin = p_lower, norm_coin   # tests/privunit_coins.py
 
 
 @pytest.mark.parametrize("fast", [False, True])

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import mpmath
 import numpy as np
 import pytest
+from privunit_coins import norm_coin, p_lower
 from scipy import integrate, special, stats
 
 from ldpsim._src.privacy import mechanism, privunit2, privunitg, randomizer, sampling
@@ -215,17 +216,7 @@ def test_default_direction_sampler_is_tail(monkeypatch):
 # ------------------------------------------------------------------ the printed guarantee
 
 
-def _p_lower(m) -> mpmath.mpf:
-    """The realised probability of α's lower region: the 32-bit coin's exact cut-off."""
-    p_out = Fraction(float(np.float32(m.params.p_out)))
-    return mp.mpf(math.ceil(p_out * 2**32)) / 2**32
-
-
-def _norm_coin(m) -> mpmath.mpf:
-    """The norm coin's small side (r = 0 or C), from its float32 arithmetic and 32-bit cut."""
-    f = np.float32
-    small = f(m.params.norm_excess) / (f(2.0) * f(m.params.norm_bound))
-    return mp.mpf(math.ceil(Fraction(float(small)) * 2**32)) / 2**32
+_p_lower, _norm_coin = p_lower, norm_coin   # tests/privunit_coins.py
 
 
 def _independent_epsilon(m, q=None) -> mpmath.mpf:
