@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import math
-from fractions import Fraction
 
 import jax
 import jax.numpy as jnp
