@@ -60,11 +60,14 @@ class OptionSpec:
             and ``--field-with-dashes`` on the command line).
         type: ``float`` or ``int`` (how the command line parses it).
         help: one line for ``--help`` (the randomizers that use it are prefixed).
+        default: its value when not given (an option not yet a declared
+            :class:`~ldpsim.fl.SimulationConfig` field becomes one with this default).
     """
 
     field: str
     type: type
     help: str
+    default: Any = None
 
     @property
     def flag(self) -> str:
@@ -157,7 +160,11 @@ class ModeSpec:
         plan: ``"module:function"``, ``(config, population, dim) -> PrivacyPlan``.
         label: how the manifest names it.
         nested: ``"module:Class"`` of its nested configuration (:class:`ldpsim.Experiment`'s
-            ``privacy``).
+            ``privacy``); empty: a class generated from ``settings`` and ``options``
+            (:mod:`ldpsim._src.fl.experiment`), whose field names are the flat names.
+        options: its own options (:class:`OptionSpec`, with their defaults): flat
+            :class:`~ldpsim.fl.SimulationConfig` fields by the same names, fields of its
+            nested class, flags of ``ldpsim run``; list them in ``settings`` too.
     """
 
     name: str
@@ -170,6 +177,7 @@ class ModeSpec:
     per_client_state: bool = False
     label: str = ""
     nested: str = ""
+    options: tuple[OptionSpec, ...] = ()
 
 
 def resolve(path: str) -> Any:
