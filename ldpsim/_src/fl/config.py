@@ -1,8 +1,13 @@
 """The configuration of one simulation: a frozen, keyword-only, validated dataclass.
 
-Every knob of :func:`ldpsim.simulate` lives here.  Validation happens in
-``__post_init__`` and raises :class:`~ldpsim.LdpsimError` naming the field, the value
-and the valid range.  Derive variants with :func:`dataclasses.replace`.
+Every knob of :func:`ldpsim.simulate` lives here, flat: this is the flat view of the nested
+schema of :mod:`ldpsim._src.fl.experiment` (the CLI flags, TOML files, manifests and the
+engine read it). Validation happens in ``__post_init__`` and raises
+:class:`~ldpsim.LdpsimError` naming the field, the value and the valid range; which option
+applies to which privacy mode, randomizer or switch is read from the nested schema (an
+option set where the nested form has no place for it is refused), never written here. The
+registry's randomizer and mode options not declared below are appended as fields.
+Derive variants with :func:`dataclasses.replace`.
 """
 
 from __future__ import annotations

@@ -363,9 +363,16 @@ def flat_paths(shape: Mapping[str, Any] | None = None) -> dict[str, str]:
                        bool(shape["client_dp"]), shape["stop_at_epsilon"] is not None))
 
 
-@functools.lru_cache(maxsize=512)
 def _paths(mode: str, mechanism: str = "", adaptive: bool = False, client_dp: bool = False,
            budget: bool = False, *, every: bool = False) -> dict[str, str]:
+    # cached per registry (a spec added or replaced later gives new tables)
+    return _cached_paths(mode, mechanism, adaptive, client_dp, budget, every,
+                         (id(registry.MODES), id(registry.RANDOMIZERS)))
+
+
+@functools.lru_cache(maxsize=1024)
+def _cached_paths(mode: str, mechanism: str, adaptive: bool, client_dp: bool, budget: bool,
+                  every: bool, registry_key: tuple) -> dict[str, str]:
     shape = {"mechanism": mechanism, "adaptive_clip": adaptive, "client_dp": client_dp,
              "stop_at_epsilon": 1.0 if budget else None}
     out: dict[str, str] = {}

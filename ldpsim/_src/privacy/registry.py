@@ -20,8 +20,11 @@ at module level::
 
 and, optionally, ``audit_game(*, epsilon, dim, clip)`` (its worst-case pair and exact
 likelihood-ratio score, for ``ldpsim audit``). A new option of the randomizer is an
-:class:`OptionSpec` whose ``field`` is a :class:`~ldpsim.fl.SimulationConfig` field of the
-same name (the option's settings are passed to ``make`` by that name). The entry format::
+:class:`OptionSpec` (with its ``default``): it becomes a :class:`~ldpsim.fl.SimulationConfig`
+field and an ``ldpsim run`` flag of the same name, a field of the randomizer's nested
+configuration class (:func:`ldpsim._src.fl.experiment.randomizer_class`), and applies to the
+randomizers that list it, with no other edit (the option's setting is passed to ``make`` by
+that name). The entry format::
 
     RandomizerSpec(
         name="myunit", implementation="ldpsim._src.privacy.myunit",
@@ -31,7 +34,10 @@ same name (the option's settings are passed to ``make`` by that name). The entry
         options=(OptionSpec("myunit_k", int, "projection dimension"),),
         audit_dim=16)
 
-Adding a privacy mode is its planning function plus ONE :class:`ModeSpec` in :data:`MODES`.
+Adding a privacy mode is its planning function plus ONE :class:`ModeSpec` in :data:`MODES`;
+its own options are :class:`OptionSpec` entries in ``options`` (and in ``settings``, with
+the shared options it reads), from which its nested configuration class is generated when
+``nested`` names none.
 
 Public: :func:`randomizer`, :func:`mode`, :func:`randomizer_names`, :func:`mode_names`,
 :func:`option_applies` (the single rule of which run option a mode and randomizer use),
