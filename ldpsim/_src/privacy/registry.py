@@ -158,7 +158,8 @@ class ModeSpec:
     Attributes:
         name: ``SimulationConfig.privacy_mode``.
         help: one line for ``--help``.
-        settings: the run options it uses (an option of another mode set here is an error).
+        settings: the run options it uses (an option of another mode set here is an error);
+            with a ``nested`` class, exactly the flat names of that class's options (tested).
         randomizers: a local randomizer (``mechanism``) and its options apply.
         per_client: its releases are per client (``stop_at_epsilon`` applies).
         user_level: its guarantee is user-level DP of the noisy sum (DP-FedAvg), not local.
@@ -404,6 +405,11 @@ def option_applies(field: str, params: Mapping[str, Any], *,
                    shared_by_mode: bool = False) -> bool | None:
     """Whether the run option ``field`` is used by the settings ``params`` (their
     ``privacy_mode`` and ``mechanism``); None when the registry does not govern it.
+
+    Configuration validation and the command line read the nested schema instead
+    (:func:`ldpsim._src.fl.experiment.applies`, derived from the modes' nested classes and
+    the randomizers' options); this rule over the ``settings`` lists is kept for callers
+    and as the reference the schema's derived rules are tested against.
 
     The one rule: a randomizer's own option applies to a mode with randomizers whose
     randomizer has it; a shared setting (``delta``, ``calibration``) applies to a mode with
