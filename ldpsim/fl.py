@@ -15,8 +15,9 @@ Public names, in the direction of dependency (the implementation lives in
 * :func:`make_round_fn` -- the ONE round kernel (pure, jittable); :func:`make_eval_fn`,
   :class:`RoundHyper`, :class:`ServerState`, :func:`init_state`, :func:`client_key`.
 * :func:`run_loop` -- the one host loop of every driver.
-* :class:`Experiment` (nested frozen configs) and :class:`SimulationConfig` (the same
-  settings flat: the CLI and TOML schema).
+* :class:`Experiment` (nested frozen configs, the schema; a local randomizer with its own
+  options: :func:`randomizer_config`) and :class:`SimulationConfig` (the same settings
+  flat: the CLI and TOML view).
 * :func:`simulate_lanes`, :func:`build_data`, :func:`sample_cohort` (``simulate`` itself
   is :func:`ldpsim.simulate`).
 * :func:`tensorboard_callback` -- a ``simulate(callback=)`` that writes TensorBoard logs.
@@ -42,6 +43,7 @@ from typing import Any
 _EXPORTS = {
     "SimulationConfig": "config",
     "Experiment": "experiment",
+    "randomizer_config": "experiment",
     "Privatized": "privatize",
     "privatize": "privatize",
     "aggregation_weights": "server",

@@ -11,12 +11,15 @@ import ldpsim
 from ldpsim import LdpsimError
 from ldpsim._src.fl.config import SimulationConfig
 from ldpsim._src.fl.experiment import (AdaptiveClip, CentralDP, Data, DistributedDP, DpSgdClients,
-                                  Execution, Experiment, LocalDP, MindSpore, Training)
+                                       Execution, Experiment, Laplace, LocalDP, MindSpore,
+                                       PrivUnit2, SignDS, Training, randomizer_config)
 from toy_data import toy_logreg_problem
 
 EXPERIMENTS = [
     Experiment(),
-    Experiment(privacy=LocalDP(epsilon=4.0, mechanism="laplace", neighbours="add-remove")),
+    Experiment(privacy=LocalDP(epsilon=4.0, randomizer=Laplace(), neighbours="add-remove")),
+    Experiment(privacy=LocalDP(epsilon=4.0, randomizer=PrivUnit2(norm_epsilon=1.5))),
+    Experiment(privacy=LocalDP(epsilon=50.0, randomizer=SignDS(sign_k=0.05, sign_dim_out=3))),
     Experiment(privacy=LocalDP(epsilon=4.0, noise_mode="aggregate"),
                execution=Execution(chunk_size=8, devices=1)),
     Experiment(privacy=MindSpore(epsilon=20.0, delta=0.05, norm_clip=0.5, clip_rule="overwrite",
@@ -50,6 +53,24 @@ def test_one_budget_name_and_mode_options_only():
         CentralDP(epsilon=1.0)
     with pytest.raises(TypeError):
         MindSpore(clip=1.0)
+    # A randomizer's option exists on that randomizer only.
+    with pytest.raises(TypeError):
+        PrivUnit2(sign_k=0.05)
+    with pytest.raises(TypeError):
+        LocalDP(norm_epsilon=1.0, randomizer=PrivUnit2())
+    flat = Experiment(privacy=LocalDP(epsilon=4.0, randomizer=PrivUnit2(norm_epsilon=1.5))).flat()
+    assert (flat.mechanism, flat.norm_epsilon) == ("privunit2", 1.5)
+    assert randomizer_config("privunit2", norm_epsilon=1.5) == PrivUnit2(norm_epsilon=1.5)
+
+
+def test_the_older_spelling_still_works_with_a_deprecation_warning():
+    with pytest.warns(DeprecationWarning, match="randomizer="):
+        old = LocalDP(epsilon=4.0, mechanism="privunit2", norm_epsilon=1.5)
+    assert old == LocalDP(epsilon=4.0, randomizer=PrivUnit2(norm_epsilon=1.5))
+    assert (old.mechanism, old.norm_epsilon, old.sign_k) == ("privunit2", 1.5, 0.01)
+    with pytest.warns(DeprecationWarning), pytest.raises(LdpsimError,
+                                                         match="sign_k=0.05 does not apply"):
+        LocalDP(mechanism="privunit2", sign_k=0.05)
 
 
 @pytest.mark.parametrize("kw, path", [

@@ -138,8 +138,6 @@ def check_seed(value: Any, what: str = "--seed") -> None:
 
 # ----------------------------------------------------------------------------- run options
 
-_ADAPTIVE = ("target_quantile", "clip_learning_rate", "clipped_count_stddev")
-_CLIENT_DP = ("client_dp_micro_batches", "client_dp_clip", "client_dp_noise_multiplier")
 #: Options that apply to some local randomizers only: with a ``mechanism`` grid axis, such an
 #: option is kept for the cells whose mechanism uses it (an error only if none does). The
 #: registry's list at import (:func:`per_mechanism` reads it again).
@@ -164,32 +162,58 @@ def _flags(names: Iterable[str], flag: str, sep: str) -> str:
     return sep.join(f"{flag} {n}" for n in names)
 
 
-def _registry_rule(field: str):
-    """``(applies, why-not)`` of an option the registry governs (a privacy mode's or a local
-    randomizer's): :func:`ldpsim._src.privacy.registry.option_applies`."""
+def _schema_rule(field: str):
+    """``(applies, why-not)`` of an option the nested schema governs
+    (:mod:`ldpsim._src.fl.experiment`): it applies where the nested form of the settings
+    has a place for it, and, typed on the command line, a local-DP setting only some
+    randomizers read (``delta``, ``calibration``: their registry ``settings``) applies to
+    those."""
+    from ldpsim._src.fl import experiment as schema
+
+    kind, names = schema.placement(field)
+
     def applies(p):
-        return bool(registry.option_applies(field, p))
+        if not schema.applies(field, p):
+            return False
+        spec = next((s for s in registry.RANDOMIZERS if s.name == _mechanism(p)), None)
+        if (field in registry.shared_setting_fields() and registry.mode(_mode(p)).randomizers
+                and spec is not None):
+            return spec.uses(field)
+        return True
 
     def why(p):
-        modes, randomizers = registry.users_of(field)
         mode = registry.mode(_mode(p))
-        by_randomizer = field in registry.randomizer_option_fields() and mode.randomizers
-        if by_randomizer:
-            what = ("a setting of " + _flags(randomizers, "--mechanism", " and ")
-                    if field in registry.own_option_fields()
-                    else "used by " + _flags(randomizers, "--mechanism", " and ") + " only")
-            return f"--mechanism {_mechanism(p)}: it is {what}"
+        if kind == "randomizer":
+            return (f"--mechanism {_mechanism(p)}: it is a setting of "
+                    + _flags(names, "--mechanism", " and "))
+        if kind == "switch":
+            where = ("" if names[0] == "client_dp" else f"--privacy-mode {_mode(p)} ")
+            holders = [m.name for m in registry.MODES if names[0] in schema.flat_paths(
+                {"privacy_mode": m.name})]
+            return (f"{where or 'a run '}without {option(names[0])} true: it is a setting of "
+                    f"{option(names[0])} true"
+                    + (f" ({_flags(holders, '--privacy-mode', ' or ')})"
+                       if names[0] != "client_dp" else ""))
+        if field in registry.shared_setting_fields() and mode.randomizers and field in \
+                schema.flat_paths(p):
+            users = [s.name for s in registry.RANDOMIZERS if s.engine and s.uses(field)]
+            return (f"--mechanism {_mechanism(p)}: it is used by "
+                    + _flags(users, "--mechanism", " and ") + " only")
         return (f"--privacy-mode {_mode(p)}: it is used by "
-                + _flags(modes, "--privacy-mode", " or ") + " only")
+                + _flags(names, "--privacy-mode", " or ") + " only")
 
     return applies, why
 
 
 def _rules() -> dict[str, tuple[Callable[[Mapping[str, Any]], bool], Callable[[Mapping[str, Any]], str]]]:
-    """field -> (applies(params), why-not(params)) for the run options of one mode only
-    (the privacy modes' and local randomizers' from the registry, read now)."""
-    fields = dict.fromkeys(registry.mode_option_fields() + registry.randomizer_option_fields())
-    rules = {f: _registry_rule(f) for f in fields}
+    """field -> (applies(params), why-not(params)) for the run options of one mode only:
+    those the nested schema governs (read from it now: privacy modes, randomizers,
+    adaptive clipping, DP-SGD clients), and the data and optimizer options below."""
+    from ldpsim._src.fl import experiment as schema
+
+    rules = {f: _schema_rule(f) for f in schema.governed()
+             if f not in ("privacy_mode", "mechanism")
+             and schema.placement(f)[0] != "requires"}
     rules.update({
         "alpha": (lambda p: p.get("partition", "iid") in ("dirichlet", "sampled"),
                   lambda p: f"--partition {p.get('partition', 'iid')}: it is used by --partition "
@@ -204,15 +228,6 @@ def _rules() -> dict[str, tuple[Callable[[Mapping[str, Any]], bool], Callable[[M
                         lambda p: f"--dataset {p.get('dataset')}: it chooses the reader of "
                         "mnist and fashion_mnist only"),
     })
-    adaptive = [m.name for m in registry.MODES if "adaptive_clip" in m.settings]
-    for name in _ADAPTIVE:
-        rules[name] = (lambda p: _mode(p) in adaptive and bool(p.get("adaptive_clip")),
-                       lambda p: f"--privacy-mode {_mode(p)} without --adaptive-clip true: it "
-                       "tunes the adaptive clipping of " + _flags(adaptive, "--privacy-mode",
-                                                                   " or "))
-    for name in _CLIENT_DP:
-        rules[name] = (lambda p: bool(p.get("client_dp")),
-                       lambda p: "a run without --client-dp true: it configures the clients' DP-SGD")
     return rules
 
 

@@ -185,6 +185,19 @@ _OPTIONS = (
 )
 
 
+def _mode_own_options(listed: set[str]) -> tuple:
+    """The privacy modes' own options (``ModeSpec.options``) not listed in :data:`_OPTIONS`."""
+    out = {}
+    for m in registry.MODES:
+        for o in m.options:
+            if o.field not in listed:
+                users = [n.name for n in registry.MODES if any(x.field == o.field
+                                                               for x in n.options)]
+                out.setdefault(o.field, (o.flag, o.field, o.type, None,
+                                         f"{'/'.join(users)}: {o.help}"))
+    return tuple(out.values())
+
+
 def options() -> tuple:
     """:data:`_OPTIONS` with the randomizers' and modes' entries read from the registry now
     (a spec added after import is a choice too)."""
@@ -195,6 +208,7 @@ def options() -> tuple:
             out.extend(_randomizer_options())
         elif o[1] == "privacy_mode":
             out.append(_mode_option())
+            out.extend(_mode_own_options({x[1] for x in _OPTIONS} | own))
         elif o[1] not in own:
             out.append(o)
     return tuple(out)

@@ -1,14 +1,20 @@
 """The configuration of one simulation: a frozen, keyword-only, validated dataclass.
 
-Every knob of :func:`ldpsim.simulate` lives here.  Validation happens in
-``__post_init__`` and raises :class:`~ldpsim.LdpsimError` naming the field, the value
-and the valid range.  Derive variants with :func:`dataclasses.replace`.
+Every knob of :func:`ldpsim.simulate` lives here, flat: this is the flat view of the nested
+schema of :mod:`ldpsim._src.fl.experiment` (the CLI flags, TOML files, manifests and the
+engine read it). Validation happens in ``__post_init__`` and raises
+:class:`~ldpsim.LdpsimError` naming the field, the value and the valid range; which option
+applies to which privacy mode, randomizer or switch is read from the nested schema (an
+option set where the nested form has no place for it is refused), never written here. The
+registry's randomizer and mode options not declared below are appended as fields.
+Derive variants with :func:`dataclasses.replace`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 from ldpsim._src.privacy import registry
 from ldpsim._src._checks import (
@@ -41,42 +47,26 @@ MINDSPORE_CLIP_RULES = ("running-min", "overwrite")
 STOP_POLICIES = ("client", "run")
 
 
-_ADAPTIVE_FIELDS = ("target_quantile", "clip_learning_rate", "clipped_count_stddev")
-
-def _where(field: str) -> str:
-    """Where a mode's or randomizer's option is used, for an error message."""
-    modes, randomizers = registry.users_of(field)
-    if field in registry.own_option_fields():
-        return "by mechanism=" + " and ".join(repr(r) for r in randomizers)
-    return "by privacy_mode=" + " or ".join(repr(m) for m in modes)
+#: Flat options several modes read with their defaults, so a configuration keeps them
+#: whatever its mode (``delta`` is also the δ of the DP-SGD clients' accountant in every
+#: mode; ``clip`` the bound of several): the nesting governs the others. The command line
+#: still refuses them where typed for a mode that does not use them.
+_READ_WITH_DEFAULTS = ("delta", "clip")
 
 
-def _registry_rule(field: str):
-    return (lambda c: registry.option_applies(field, {"privacy_mode": c.privacy_mode,
-                                                      "mechanism": c.mechanism},
-                                              shared_by_mode=True),
-            lambda: _where(field))
+def _where(field: str) -> tuple[str, str]:
+    """``(where it is used, what the run has instead)`` of a governed flat option, read
+    from its place in the nested schema (:func:`ldpsim._src.fl.experiment.placement`)."""
+    from ldpsim._src.fl.experiment import placement
 
-
-def _applicable() -> dict:
-    """Mode- and randomizer-specific options: ``name -> (applies(config), where())``; set
-    away from its default where it does not apply, an option is an error. The privacy
-    modes' and randomizers' options come from :mod:`ldpsim._src.privacy.registry` (the
-    shared ``delta`` and ``clip``, which several modes read with defaults, are checked by
-    the command line where typed)."""
-    fields = [f for f in registry.mode_option_fields() if f not in ("delta", "clip")]
-    fields += list(registry.own_option_fields())
-    rules = {f: _registry_rule(f) for f in fields}
-    rules.update({
-        "target_quantile": (lambda c: c.adaptive_clip, lambda: "with adaptive_clip=true"),
-        "clip_learning_rate": (lambda c: c.adaptive_clip, lambda: "with adaptive_clip=true"),
-        "clipped_count_stddev": (lambda c: c.adaptive_clip, lambda: "with adaptive_clip=true"),
-        "client_dp_micro_batches": (lambda c: c.client_dp, lambda: "with client_dp=true"),
-        "client_dp_clip": (lambda c: c.client_dp, lambda: "with client_dp=true"),
-        "client_dp_noise_multiplier": (lambda c: c.client_dp, lambda: "with client_dp=true"),
-        "stop_policy": (lambda c: c.stop_at_epsilon is not None, lambda: "with stop_at_epsilon"),
-    })
-    return rules
+    kind, names = placement(field)
+    if kind == "randomizer":
+        return "by mechanism=" + " and ".join(repr(r) for r in names), "mechanism"
+    if kind == "switch":
+        return f"with {names[0]}=true", names[0]
+    if kind == "requires":
+        return f"with {names[0]}", names[0]
+    return "by privacy_mode=" + " or ".join(repr(m) for m in names), "privacy_mode"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -369,8 +359,8 @@ class SimulationConfig:
         if mode.user_level and math.isinf(self.clip):
             raise LdpsimError(f"clip must be finite for privacy_mode={self.privacy_mode!r} "
                               f"(the noise is z·clip), got {self.clip!r}")
+        self._check_budget()       # its own message first (stop_at_epsilon's modes)
         self._check_applicable()
-        self._check_budget()
         if self.adaptive_clip:
             from ldpsim._src.privacy.adaptive import adaptive_noise_split
 
@@ -399,24 +389,31 @@ class SimulationConfig:
                               f"epsilon is {self.epsilon!r} (no noise, no epsilon spent)")
 
     def _check_applicable(self) -> None:
-        """An option set away from its default where the chosen mode does not use it is an
-        error naming the option (never silently ignored)."""
+        """An option set away from its default where this configuration's nested form has
+        no place for it (:mod:`ldpsim._src.fl.experiment`: the mode's class, the
+        randomizer's class, a switched sub-configuration) is an error naming the option
+        (never silently ignored)."""
+        from ldpsim._src.fl import experiment as schema
+
         defaults = {f.name: f.default for f in dataclasses.fields(self)}
-        for name, (applies, where) in _applicable().items():
-            value = getattr(self, name)
-            if applies(self) or value == defaults[name] or (
-                    isinstance(value, float) and math.isnan(value)):
+        used = schema.flat_paths({k: getattr(self, k) for k in schema._DECIDING})
+        for name in schema.governed():
+            if name in used or name in ("privacy_mode", "mechanism") + _READ_WITH_DEFAULTS:
                 continue
+            value = getattr(self, name)
+            if value == defaults[name] or (isinstance(value, float) and math.isnan(value)):
+                continue
+            where, by = _where(name)
             context = f"privacy_mode={self.privacy_mode!r}"
-            if name in _ADAPTIVE_FIELDS:
+            if by == "adaptive_clip":
                 context += f", adaptive_clip={self.adaptive_clip}"
-            if name in registry.own_option_fields():
+            elif by == "mechanism":
                 context += f", mechanism={self.mechanism!r}"
-            if name.startswith("client_dp_"):
+            elif by == "client_dp":
                 context = f"client_dp={self.client_dp}"
-            if name == "stop_policy":
+            elif by == "stop_at_epsilon":
                 context = "no stop_at_epsilon"
-            raise LdpsimError(f"{name}={value!r} does not apply: it is used {where()}, and this "
+            raise LdpsimError(f"{name}={value!r} does not apply: it is used {where}, and this "
                               f"run has {context}; remove it or choose the mode that uses it")
 
     @property
@@ -424,5 +421,25 @@ class SimulationConfig:
         """Whether noise is added (finite ε)."""
         return math.isfinite(self.epsilon)
 
+
+def _registry_fields(declared: set[str]) -> list[tuple[str, Any, Any]]:
+    """The options of the registry's randomizers and modes (their :class:`OptionSpec`)
+    that are not declared fields above: appended to :class:`SimulationConfig` with their
+    defaults, so that adding a randomizer or a mode with a new option is its registry
+    entry (the nested schema holds it on the randomizer's or the mode's class)."""
+    out = {}
+    for spec in (*registry.RANDOMIZERS, *registry.MODES):
+        for option in spec.options:
+            if option.field not in declared and option.field not in out:
+                out[option.field] = (option.field, f"{option.type.__name__} | None",
+                                     dataclasses.field(default=option.default))
+    return list(out.values())
+
+
+_EXTRA = _registry_fields({f.name for f in dataclasses.fields(SimulationConfig)})
+if _EXTRA:
+    SimulationConfig = dataclasses.make_dataclass(  # noqa: F811 (the same class, extended)
+        "SimulationConfig", _EXTRA, bases=(SimulationConfig,), frozen=True, kw_only=True,
+        namespace={"__module__": __name__, "__doc__": SimulationConfig.__doc__})
 
 _DEFAULT_MECHANISM = SimulationConfig.__dataclass_fields__["mechanism"].default

@@ -20,8 +20,11 @@ at module level::
 
 and, optionally, ``audit_game(*, epsilon, dim, clip)`` (its worst-case pair and exact
 likelihood-ratio score, for ``ldpsim audit``). A new option of the randomizer is an
-:class:`OptionSpec` whose ``field`` is a :class:`~ldpsim.fl.SimulationConfig` field of the
-same name (the option's settings are passed to ``make`` by that name). The entry format::
+:class:`OptionSpec` (with its ``default``): it becomes a :class:`~ldpsim.fl.SimulationConfig`
+field and an ``ldpsim run`` flag of the same name, a field of the randomizer's nested
+configuration class (:func:`ldpsim._src.fl.experiment.randomizer_class`), and applies to the
+randomizers that list it, with no other edit (the option's setting is passed to ``make`` by
+that name). The entry format::
 
     RandomizerSpec(
         name="myunit", implementation="ldpsim._src.privacy.myunit",
@@ -31,7 +34,10 @@ same name (the option's settings are passed to ``make`` by that name). The entry
         options=(OptionSpec("myunit_k", int, "projection dimension"),),
         audit_dim=16)
 
-Adding a privacy mode is its planning function plus ONE :class:`ModeSpec` in :data:`MODES`.
+Adding a privacy mode is its planning function plus ONE :class:`ModeSpec` in :data:`MODES`;
+its own options are :class:`OptionSpec` entries in ``options`` (and in ``settings``, with
+the shared options it reads), from which its nested configuration class is generated when
+``nested`` names none.
 
 Public: :func:`randomizer`, :func:`mode`, :func:`randomizer_names`, :func:`mode_names`,
 :func:`option_applies` (the single rule of which run option a mode and randomizer use),
@@ -60,11 +66,14 @@ class OptionSpec:
             and ``--field-with-dashes`` on the command line).
         type: ``float`` or ``int`` (how the command line parses it).
         help: one line for ``--help`` (the randomizers that use it are prefixed).
+        default: its value when not given (an option not yet a declared
+            :class:`~ldpsim.fl.SimulationConfig` field becomes one with this default).
     """
 
     field: str
     type: type
     help: str
+    default: Any = None
 
     @property
     def flag(self) -> str:
@@ -149,7 +158,8 @@ class ModeSpec:
     Attributes:
         name: ``SimulationConfig.privacy_mode``.
         help: one line for ``--help``.
-        settings: the run options it uses (an option of another mode set here is an error).
+        settings: the run options it uses (an option of another mode set here is an error);
+            with a ``nested`` class, exactly the flat names of that class's options (tested).
         randomizers: a local randomizer (``mechanism``) and its options apply.
         per_client: its releases are per client (``stop_at_epsilon`` applies).
         user_level: its guarantee is user-level DP of the noisy sum (DP-FedAvg), not local.
@@ -157,7 +167,11 @@ class ModeSpec:
         plan: ``"module:function"``, ``(config, population, dim) -> PrivacyPlan``.
         label: how the manifest names it.
         nested: ``"module:Class"`` of its nested configuration (:class:`ldpsim.Experiment`'s
-            ``privacy``).
+            ``privacy``); empty: a class generated from ``settings`` and ``options``
+            (:mod:`ldpsim._src.fl.experiment`), whose field names are the flat names.
+        options: its own options (:class:`OptionSpec`, with their defaults): flat
+            :class:`~ldpsim.fl.SimulationConfig` fields by the same names, fields of its
+            nested class, flags of ``ldpsim run``; list them in ``settings`` too.
     """
 
     name: str
@@ -170,6 +184,7 @@ class ModeSpec:
     per_client_state: bool = False
     label: str = ""
     nested: str = ""
+    options: tuple[OptionSpec, ...] = ()
 
 
 def resolve(path: str) -> Any:
@@ -390,6 +405,11 @@ def option_applies(field: str, params: Mapping[str, Any], *,
                    shared_by_mode: bool = False) -> bool | None:
     """Whether the run option ``field`` is used by the settings ``params`` (their
     ``privacy_mode`` and ``mechanism``); None when the registry does not govern it.
+
+    Configuration validation and the command line read the nested schema instead
+    (:func:`ldpsim._src.fl.experiment.applies`, derived from the modes' nested classes and
+    the randomizers' options); this rule over the ``settings`` lists is kept for callers
+    and as the reference the schema's derived rules are tested against.
 
     The one rule: a randomizer's own option applies to a mode with randomizers whose
     randomizer has it; a shared setting (``delta``, ``calibration``) applies to a mode with
