@@ -54,7 +54,7 @@ from ldpsim._src.privacy.realised import (
     realised_epsilon,
     sampler_model,
 )
-from ldpsim._src.privacy.dpsgd import (
+from ldpsim._src.fl.dpsgd.aggregate import (
     dp_adam,
     dp_aggregate,
     dp_momentum,

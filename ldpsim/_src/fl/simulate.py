@@ -292,8 +292,8 @@ def simulate(config: SimulationConfig | Experiment, *, progress: bool = False,
         (dp_eps; NaN for central/distributed). client_dp_epsilon (DP-SGD clients):
         sample-level ε of the worst-case client (the smallest client at the highest
         participation count) from the DP-SGD clients' accounting event
-        (:func:`ldpsim._src.fl.dp_client.dpsgd`, δ = ``config.delta``; it equals
-        :func:`ldpsim._src.fl.dp_client.dp_client_epsilon` with ``method="shuffle"``); NaN
+        (:func:`ldpsim._src.fl.dpsgd.client.dpsgd`, δ = ``config.delta``; it equals
+        :func:`ldpsim._src.fl.dpsgd.client.dp_client_epsilon` with ``method="shuffle"``); NaN
         without DP-SGD clients.
 
         ``stop_at_epsilon = E`` (``"ldp"``/``"mindspore"``): a per-client

@@ -64,6 +64,10 @@ from ldpsim._src._checks import (
 from ldpsim._src.privacy.clipping import clip_by_global_norm
 from ldpsim._src.privacy.mechanisms import gaussian_noise
 
+__all__ = ["CLIP_DECAYS", "NOISE_DECAYS", "DPAggregateState", "decay_noise_multiplier",
+           "dp_adam", "dp_aggregate", "dp_momentum", "dp_optimizer", "dp_sgd",
+           "microbatch_grads", "noisy_sum_step", "update_clip_norm"]
+
 PyTree = Any
 NOISE_DECAYS = ("Time", "Step", "Exp")
 CLIP_DECAYS = ("Linear", "Geometric")

@@ -69,7 +69,7 @@ from ldpsim._src._checks import (
 )
 from ldpsim._src.fl.client import ClientMetrics, local_update, num_local_steps, train_local_steps
 from ldpsim._src.privacy import accounting
-from ldpsim._src.privacy.dpsgd import dp_aggregate
+from ldpsim._src.fl.dpsgd.aggregate import dp_aggregate
 
 Params = Any
 
