@@ -4,12 +4,11 @@ A private path kept importable (no warning) while code written against it is upd
 New code imports :mod:`ldpsim._src.fl.dpsgd.client`.
 """
 
-from ldpsim._src.fl.dpsgd.client import (  # noqa: F401
+from ldpsim._src.fl.dpsgd.client import (
     DP_CLIENT_METHODS,
     PLAIN,
     ClientDpHyper,
     ClientTraining,
-    __all__,
     dp_client_epsilon,
     dp_local_update,
     dpsgd,
@@ -17,3 +16,6 @@ from ldpsim._src.fl.dpsgd.client import (  # noqa: F401
     make_dp_client_update,
     plain,
 )
+
+__all__ = ["ClientDpHyper", "ClientTraining", "DP_CLIENT_METHODS", "PLAIN", "dp_client_epsilon",
+           "dp_local_update", "dpsgd", "event_epsilon", "make_dp_client_update", "plain"]

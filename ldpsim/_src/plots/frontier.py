@@ -63,7 +63,7 @@ def plot_frontier(table, out=None):
         ax.grid(True, which="major", alpha=0.3)
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
-    handles, labels = {}, {}
+    handles = {}
     for ax in axes.flat[:len(panels)]:
         for h, lab in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(lab, h)

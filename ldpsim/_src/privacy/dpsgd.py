@@ -5,11 +5,10 @@ public names are :mod:`ldpsim.privacy`'s (``dp_aggregate``, ``dp_sgd``, ...). Ne
 imports :mod:`ldpsim._src.fl.dpsgd.aggregate`.
 """
 
-from ldpsim._src.fl.dpsgd.aggregate import (  # noqa: F401
+from ldpsim._src.fl.dpsgd.aggregate import (
     CLIP_DECAYS,
     NOISE_DECAYS,
     DPAggregateState,
-    __all__,
     decay_noise_multiplier,
     dp_adam,
     dp_aggregate,
@@ -20,3 +19,7 @@ from ldpsim._src.fl.dpsgd.aggregate import (  # noqa: F401
     noisy_sum_step,
     update_clip_norm,
 )
+
+__all__ = ["CLIP_DECAYS", "DPAggregateState", "NOISE_DECAYS", "decay_noise_multiplier", "dp_adam",
+           "dp_aggregate", "dp_momentum", "dp_optimizer", "dp_sgd", "microbatch_grads",
+           "noisy_sum_step", "update_clip_norm"]
