@@ -27,8 +27,8 @@ _SESSION_KEYS = ("status", "started_at", "ended_at", "wall_seconds", "command_li
 def collect(kind: str, configuration: Any, *, out: str | os.PathLike | None = None,
             seeds: Sequence[int] = (), data: Sequence[Mapping[str, Any]] = (),
             argv: Sequence[str] | None = None) -> dict[str, Any]:
-    """A new manifest (status ``"running"``, started now) with every field of the module
-    docstring; ``configuration`` is a dataclass or a mapping."""
+    """A new manifest (status ``"running"``, started now) with every field that
+    :mod:`ldpsim._src._manifest` lists; ``configuration`` is a dataclass or a mapping."""
     if dataclasses.is_dataclass(configuration) and not isinstance(configuration, type):
         configuration = dataclasses.asdict(configuration)
     argv = list(sys.argv if argv is None else argv)
