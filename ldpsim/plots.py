@@ -9,29 +9,14 @@ converged verdict (:func:`ldpsim.sweep.accuracy_verdict`) with t-intervals over 
 :func:`plot_frontier` draws the mechanism frontier of :func:`ldpsim.privacy.frontier`
 (MSE of the decoded mean against ε, measured and theory, beside the minimax order).
 
-``plot_frontier`` is loaded on first use, so that importing this module does not import JAX.
+Importing this module does not import JAX: the figures read tables, they compute nothing.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
 from ldpsim._src.plots.figures import KINDS, load_results, plot
+from ldpsim._src.plots.frontier import plot_frontier
 from ldpsim._src.plots.verdict import plot_accuracy_ci, plot_curves_ci, plot_gap_table
-
-#: Names loaded on first use: name -> implementing module.
-_LAZY = {"plot_frontier": "ldpsim._src.privacy.frontier"}
 
 __all__ = ["KINDS", "load_results", "plot", "plot_accuracy_ci", "plot_curves_ci", "plot_gap_table",
            "plot_frontier"]
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(list(globals()) + list(_LAZY))

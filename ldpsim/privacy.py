@@ -54,7 +54,7 @@ from ldpsim._src.privacy.realised import (
     realised_epsilon,
     sampler_model,
 )
-from ldpsim._src.privacy.dpsgd import (
+from ldpsim._src.fl.dpsgd.aggregate import (
     dp_adam,
     dp_aggregate,
     dp_momentum,
@@ -105,7 +105,6 @@ from ldpsim._src.privacy.frontier import lower_bound as frontier_lower_bound
 from ldpsim._src.privacy.frontier import winners as frontier_winners
 import warnings as _warnings
 
-from ldpsim._src.privacy import frontier as _frontier
 from ldpsim._src.privacy.mechanisms import (
     add_gaussian_noise,
     add_laplace_noise,
@@ -210,14 +209,15 @@ __all__ = [
 ]
 
 
-#: Names that moved, kept importable with a DeprecationWarning: name -> (new home, object).
-_DEPRECATED = {"plot_frontier": ("ldpsim.plots.plot_frontier", _frontier.plot_frontier)}
+#: Names that moved, kept importable with a DeprecationWarning: name -> new home.
+_DEPRECATED = {"plot_frontier": "ldpsim.plots.plot_frontier"}
 
 
 def __getattr__(name: str):
     if name in _DEPRECATED:
-        new, obj = _DEPRECATED[name]
-        _warnings.warn(f"ldpsim.privacy.{name} is deprecated: use {new} (a figure belongs in "
-                       "ldpsim.plots)", DeprecationWarning, stacklevel=2)
-        return obj
+        _warnings.warn(f"ldpsim.privacy.{name} is deprecated: use {_DEPRECATED[name]} (a figure "
+                       "belongs in ldpsim.plots)", DeprecationWarning, stacklevel=2)
+        from ldpsim._src.plots import frontier   # on first use: matplotlib is not imported before
+
+        return getattr(frontier, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -157,3 +157,17 @@ def test_dataset_record_reuses_the_verified_checksums(tmp_path):
     assert entry["expected_sha256"] == idx.IDX_DATASETS["mnist"]["sha256"][first]
     assert rec["files"][idx.FILES[1]]["sha256"] is None   # not there (yet)
     assert _manifest.dataset_record("synthetic")["files"] is None
+
+
+def test_software_records_the_commit_of_the_checkout_ldpsim_is_imported_from():
+    import ldpsim
+
+    root = Path(ldpsim.__file__).resolve().parent.parent
+    top = subprocess.run(["git", "-C", str(root), "rev-parse", "--show-toplevel"],
+                         capture_output=True, text=True, check=False)
+    if top.returncode != 0 or Path(top.stdout.strip()).resolve() != root:
+        pytest.skip("ldpsim is not imported from a git checkout here")
+    head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    software = _manifest.collect("run", SimulationConfig())["software"]
+    assert software["git_commit"] == head and isinstance(software["git_dirty"], bool)

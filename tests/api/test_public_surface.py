@@ -101,11 +101,15 @@ def test_plot_frontier_lives_in_plots_and_the_old_name_warns():
     assert old is ldpsim.plots.plot_frontier
 
 
-def test_plots_does_not_import_jax_until_plot_frontier_is_used():
-    code = ("import sys, ldpsim.plots as p; a = 'jax' in sys.modules; p.plot_frontier; "
-            "print(a, 'jax' in sys.modules)")
+def test_plots_draws_the_frontier_without_importing_jax():
+    # The figure reads a table and the registry's names and colours; it computes nothing.
+    code = ("import sys, pandas as pd, ldpsim.plots as p; a = 'jax' in sys.modules; "
+            "t = pd.DataFrame({'mechanism': ['gaussian'] * 2, 'epsilon': [1.0, 2.0], "
+            "'dim': [8, 8], 'clients': [10, 10], 'mse': [0.5, 0.2], 'mse_se': [0.01, 0.01], "
+            "'mse_theory': [0.5, 0.2], 'lower_bound': [0.8, 0.2]}); "
+            "f = p.plot_frontier(t); print(a, 'jax' in sys.modules, len(f.axes[0].lines) > 0)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["False", "True"]
+    assert out.stdout.split() == ["False", "False", "True"]
 
 
 def test_one_name_for_the_initial_server_state():

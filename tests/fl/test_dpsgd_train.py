@@ -500,7 +500,7 @@ def test_micro_batch_sensitivity_really_is_2c():
     example with x_b = −3 x_a (same label) turns the chunk mean gradient from g_a to −g_a.
     """
     from ldpsim._src.privacy.clipping import clip_by_global_norm
-    from ldpsim._src.privacy.dpsgd import microbatch_grads
+    from ldpsim._src.fl.dpsgd.aggregate import microbatch_grads
 
     apply_fn = lambda p, x: x @ p  # noqa: E731
     loss = lambda p, b: optax.losses.softmax_cross_entropy_with_integer_labels(  # noqa: E731
@@ -658,7 +658,7 @@ def test_poisson_step_uses_every_sampled_example_once(micro_batches, capacity):
 def test_presummed_aggregate_equals_dp_aggregate():
     """With all K units valid and divisor K, the Poisson per-example aggregator is dp_aggregate."""
     from ldpsim._src.privacy.clipping import clip_by_global_norm
-    from ldpsim._src.privacy.dpsgd import dp_aggregate
+    from ldpsim._src.fl.dpsgd.aggregate import dp_aggregate
 
     K = 6
     units = {"a": jax.random.normal(jax.random.key(2), (K, 3, 2)),

@@ -11,7 +11,7 @@ import optax
 import pytest
 
 from ldpsim._src._checks import LdpsimError
-from ldpsim._src.privacy.dpsgd import (
+from ldpsim._src.fl.dpsgd.aggregate import (
     decay_noise_multiplier,
     dp_adam,
     dp_aggregate,

@@ -198,10 +198,12 @@ def run(args: argparse.Namespace) -> int:
     if args.plot is not None:
         import pandas as pd
 
+        from ldpsim._src.plots.frontier import plot_frontier
+
         table = pd.read_csv(args.out) if args.out is not None else pd.DataFrame(rows)
         keep = table["mechanism"].isin(mechanisms) & table["dim"].isin(dims) \
             & table["clients"].isin(clients)
-        fr.plot_frontier(table[keep], args.plot)
+        plot_frontier(table[keep], args.plot)
         print(f"wrote {args.plot}")
     return 0
 

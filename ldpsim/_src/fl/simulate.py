@@ -11,189 +11,46 @@ Randomness: :func:`initial_state` initialises the model from ``fold_in(key(seed)
 and roots every round's keys at ``fold_in(key(seed), "roun")``; cohorts come from
 :func:`sample_cohort` (NumPy, seeded by ``(seed, round)``). Nothing depends on chunking or
 device count.
+
+This module is the driver loop and the lanes' check; what it assembles lives beside it:
+:mod:`~ldpsim._src.fl.build` (data, model, initial state, the compiled round),
+:mod:`~ldpsim._src.fl.cohorts` (who takes part in a round), :mod:`~ldpsim._src.fl.budget`
+(``stop_at_epsilon``), :mod:`~ldpsim._src.fl.history` (the rows' run-level columns),
+:mod:`~ldpsim._src.fl.checkpoint` (saving and continuing a run) and
+:mod:`~ldpsim._src.fl.writers` (optional outputs). Their names stay importable from here.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
-import math
 import time
 from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from scipy import stats
 
-from ldpsim._src import _xla
-from ldpsim._src.data import partition as partition_lib
-from ldpsim._src.data import registry as data_registry
 from ldpsim._src._checks import LdpsimError
-from ldpsim._src.fl import _policy, modes, planning, sharding
+from ldpsim._src.fl import _policy, planning, sharding
+from ldpsim._src.fl.budget import budget_columns, budget_ledger
+from ldpsim._src.fl.build import build_data, initial_state, model_dimension, model_name_for
+from ldpsim._src.fl.build import compiled_round as _compiled
+from ldpsim._src.fl.build import smallest_client as _smallest_client
+from ldpsim._src.fl.checkpoint import RunCheckpoint
+from ldpsim._src.fl.cohorts import cohort_capacity as _poisson_capacity
+from ldpsim._src.fl.cohorts import sample_cohort
 from ldpsim._src.fl.columns import HistoryRow
 from ldpsim._src.fl.config import SimulationConfig
 from ldpsim._src.fl.experiment import Experiment
-from ldpsim._src.fl.checkpoint import RunCheckpoint
+from ldpsim._src.fl.history import NOT_COLUMNS, run_columns, scalar
 from ldpsim._src.fl.loop import run_loop, status
-from ldpsim._src.fl.round import (RoundHyper, ServerState, init_state, make_eval_fn,
-                                  make_round_fn)
-from ldpsim._src.models import get_model, resolve_model_name
+from ldpsim._src.fl.round import RoundHyper
 from ldpsim._src.privacy.adaptive import global_change_norm
-from ldpsim._src.privacy.ledger import PrivacyLedger
 
 PyTree = Any
 
-__all__ = ["build_data", "initial_state", "model_name_for", "sample_cohort", "simulate",
-           "simulate_lanes"]
-
-#: Metrics of the round kernel that are not history columns (the applied update's norm
-#: and the next round's clip bound are visible in the next row).
-_NOT_COLUMNS = ("update_norm", "next_clip")
-
-#: The run-level columns a privacy plan provides (in the order of the history rows).
-_PLAN_COLUMNS = ("mechanism", "neighbours", "epsilon", "delta", "clip", "sensitivity", "sigma")
-
-
-def sample_cohort(seed: int, round_idx: int, population: int, clients_per_round: int,
-                  sampling: str = "uniform", capacity: int | None = None
-                  ) -> tuple[np.ndarray, np.ndarray]:
-    """Sample one round's cohort on the host, reproducibly from ``(seed, round_idx)``.
-
-    Args:
-        seed, round_idx: seed the NumPy generator ``default_rng([seed, round_idx])``.
-        population: N.
-        clients_per_round: m (uniform: exactly m distinct clients; Poisson: each client
-            independently with probability m/N).
-        sampling: ``"uniform"`` or ``"poisson"``.
-        capacity: length of the returned arrays (padding slots have mask False);
-            defaults to the number sampled.  Grows if a Poisson draw exceeds it.
-
-    Returns:
-        ``(ids int32[capacity], mask bool[capacity])``; ids sorted ascending.
-    """
-    rng = np.random.default_rng([seed, round_idx, 0x636F68])  # "coh"
-    if sampling == "uniform":
-        ids = np.sort(rng.choice(population, size=clients_per_round, replace=False))
-    elif sampling == "poisson":
-        ids = np.flatnonzero(rng.random(population) < clients_per_round / population)
-    else:
-        raise ValueError(f"sampling must be uniform or poisson, got {sampling!r}")
-    size = max(int(capacity or 0), len(ids), 1)
-    out = np.zeros(size, np.int32)
-    out[: len(ids)] = ids
-    mask = np.arange(size) < len(ids)
-    return out, mask
-
-
-
-def _poisson_capacity(config: SimulationConfig) -> int:
-    """Fixed cohort capacity under Poisson sampling: exceeded with probability < 1e-9."""
-    q = config.clients_per_round / config.population
-    cap = int(stats.binom.ppf(1 - 1e-9, config.population, q))
-    chunk = _policy.resolve_chunk_size(config.chunk_size)   # None: the backend default
-    return max(chunk * -(-cap // chunk), 1) if cap > chunk else max(cap, 1)
-
-
-def _seed_free_width(ds: Any, config: SimulationConfig) -> int | None:
-    """Pad width of a disjoint partition that depends on the settings only, not the seed.
-
-    The FedProx synthetic data draws each device's sample count, so the largest client,
-    and with it the padded shape, changed with the seed and every seed recompiled the
-    round.  With ``B`` the seed-free bound on a device's train samples
-    (``info["max_train_per_device"]``, from the cap), a natural client holds at most
-    ``B`` and an IID / Dirichlet / shard client at most ``ceil(D·B/N)`` (shards:
-    ``2·ceil(D·B/2N)``) of the ``D`` devices' samples (those schemes deal ``n // N`` or
-    one more each), so padding to that width never truncates: the data are unchanged,
-    only the padding grows. ``None`` (pad to the largest client) for other datasets and
-    for ``"sampled"``.
-    """
-    bound = (ds.info or {}).get("max_train_per_device")
-    if bound is None or config.partition == "sampled":
-        return None
-    if config.partition == "natural":
-        return int(bound)
-    devices = len(ds.client_names) if ds.client_names else config.population
-    total = devices * int(bound)
-    if config.partition == "shards":  # two shards of at most ceil(total / 2N) each
-        return max(1, 2 * -(-total // (2 * config.population)))
-    return max(1, -(-total // config.population))
-
-
-def build_data(config: SimulationConfig) -> tuple[Any, np.ndarray, np.ndarray]:
-    """Load ``config.dataset`` and deal it to ``config.population`` clients.
-
-    Uses :func:`ldpsim.data.load_dataset` and :func:`ldpsim.data.make_population`
-    (partition ``config.partition``, Dirichlet ``config.alpha``, seeded by
-    ``config.seed``).  FedProx ``synthetic`` data is generated for ``config.population``
-    devices.  Returns ``(population, x_test, y_test)``.
-
-    Raises:
-        LdpsimError: unknown dataset or partition, missing files (the loader names the fix).
-    """
-    kwargs = {}
-    if config.dataset.lower().replace("-", "_").startswith("synthetic"):
-        kwargs = {"num_clients": config.population, "seed": config.seed}
-    if config.data_source != "auto":
-        kwargs["source"] = config.data_source
-    ds = data_registry.load_dataset(config.dataset, config.data_dir, **kwargs)
-    population = partition_lib.make_population(
-        ds, config.partition,
-        None if config.partition == "natural" else config.population,
-        alpha=config.alpha, examples_per_client=config.examples_per_client,
-        max_examples=_seed_free_width(ds, config), seed=config.seed)
-    return population, ds.x_test, ds.y_test
-
-
-def initial_state(config: SimulationConfig, model: Any, population: Any,
-                  mechanism: modes.RoundMechanism | None = None) -> ServerState:
-    """The :class:`~ldpsim.fl.ServerState` :func:`simulate` starts from for
-    ``config.seed``: model init key ``fold_in(key(seed), "init")``, round root key
-    ``fold_in(key(seed), "roun")`` (distinct from every round index's use), and the
-    privacy mode's initial state (``mechanism.init``; none for local DP)."""
-    root = jax.random.key(config.seed)
-    params = model.init(jax.random.fold_in(root, 0x696E6974),  # "init"
-                        jnp.zeros((1,) + tuple(population.input_shape), jnp.float32))
-    privacy = () if mechanism is None else mechanism.init(population.num_clients, config.clip)
-    return init_state(params, jax.random.fold_in(root, 0x726F756E),  # "roun"
-                      server_optimizer=config.server_optimizer,
-                      server_momentum=config.server_momentum, privacy=privacy)
-
-
-@functools.lru_cache(maxsize=32)
-def _compiled(model_name: str, input_shape: tuple[int, ...], num_classes: int,
-              mechanism: modes.RoundMechanism, client_optimizer: str, server_optimizer: str,
-              server_momentum: float, local_steps: int | None, local_epochs: int | None,
-              batch_size: int, weighting: str, chunk_size: int | None, devices: int = 1,
-              lanes: bool = False):
-    """(model, jitted round, jitted eval) for one static setting, cached across runs.
-
-    Every traced knob (σ, C, learning rates, seed, round, the mode's knobs) is an
-    argument of the round, so runs that differ only in those (an ε sweep, seeds) reuse one
-    compilation. ``lanes``: the round and the evaluation vmapped over a leading axis of
-    the state and the knobs (:func:`simulate_lanes`).
-    """
-    model = get_model(model_name, input_shape=input_shape, num_classes=num_classes)
-    round_fn = make_round_fn(
-        apply_fn=model.apply, mechanism=mechanism, client_optimizer=client_optimizer,
-        server_optimizer=server_optimizer, server_momentum=server_momentum,
-        local_steps=local_steps, local_epochs=local_epochs, batch_size=batch_size,
-        weighting=weighting, chunk_size=chunk_size, devices=devices)
-    evaluate = make_eval_fn(model.apply)
-    if lanes:
-        round_fn = jax.vmap(round_fn, in_axes=(0, None, None, None, None, 0))
-        evaluate = jax.vmap(evaluate, in_axes=(0, None, None))
-    return model, _xla.jit(round_fn), _xla.jit(evaluate)
-
-
-@functools.lru_cache(maxsize=32)
-def model_dimension(model_name: str, input_shape: tuple[int, ...], num_classes: int) -> int:
-    """The number of parameters d of the model (the dimension the report randomizers are
-    calibrated for), from the shapes of its initial parameters (nothing is computed)."""
-    model = get_model(model_name, input_shape=input_shape, num_classes=num_classes)
-    shapes = jax.eval_shape(model.init, jax.random.key(0),
-                            jax.ShapeDtypeStruct((1,) + tuple(input_shape), jnp.float32))
-    return int(sum(math.prod(x.shape) for x in jax.tree_util.tree_leaves(shapes)))
+__all__ = ["build_data", "initial_state", "model_dimension", "model_name_for", "sample_cohort",
+           "simulate", "simulate_lanes"]
 
 
 @jax.jit
@@ -292,8 +149,8 @@ def simulate(config: SimulationConfig | Experiment, *, progress: bool = False,
         (dp_eps; NaN for central/distributed). client_dp_epsilon (DP-SGD clients):
         sample-level ε of the worst-case client (the smallest client at the highest
         participation count) from the DP-SGD clients' accounting event
-        (:func:`ldpsim._src.fl.dp_client.dpsgd`, δ = ``config.delta``; it equals
-        :func:`ldpsim._src.fl.dp_client.dp_client_epsilon` with ``method="shuffle"``); NaN
+        (:func:`ldpsim._src.fl.dpsgd.client.dpsgd`, δ = ``config.delta``; it equals
+        :func:`ldpsim._src.fl.dpsgd.client.dp_client_epsilon` with ``method="shuffle"``); NaN
         without DP-SGD clients.
 
         ``stop_at_epsilon = E`` (``"ldp"``/``"mindspore"``): a per-client
@@ -397,10 +254,10 @@ def simulate_lanes(configs: Sequence[SimulationConfig | Experiment], *, progress
     x_test = jnp.asarray(x_test, jnp.float32)
     y_test = jnp.asarray(y_test, jnp.int32)
     capacity = (_poisson_capacity(c0) if c0.sampling == "poisson" else c0.clients_per_round)
-    bases = [_run_columns(c, model.name, n_clients, p) for c, p in zip(configs, plans)]
+    bases = [run_columns(c, model.name, n_clients, p) for c, p in zip(configs, plans)]
     participation = np.zeros(n_clients, np.int64)
     change_norm = _lane_change_norm if lanes else _change_norm
-    ledger = _budget_ledger(configs, plans[0], participation)
+    ledger = budget_ledger(configs, plans[0], participation)
 
     def local_params(params):
         # Evaluated once, on one local device (not redundantly on every mesh device).
@@ -438,14 +295,14 @@ def simulate_lanes(configs: Sequence[SimulationConfig | Experiment], *, progress
         acc, loss, change, rm, min_fraction = jax.device_get(
             (acc, loss, change, rm, min_fraction))
         k_max = int(participation.max())
-        budget = _budget_columns(ledger)
+        budget = budget_columns(ledger)
         elapsed = time.perf_counter() - start
         rows = []
         for i, (base, p) in enumerate(zip(bases, plans)):
             lane = (lambda v: np.asarray(v)[i]) if lanes else np.asarray
             row = dict(base, round=t + 1, accuracy=float(lane(acc)), loss=float(lane(loss)))
-            row.update({k: _scalar(lane(v)) for k, v in rm._asdict().items()
-                        if k not in _NOT_COLUMNS})
+            row.update({k: scalar(lane(v)) for k, v in rm._asdict().items()
+                        if k not in NOT_COLUMNS})
             row.update(p.row_columns(row))
             row["model_change_norm"] = float(lane(change))
             row["max_participation"] = k_max
@@ -472,78 +329,3 @@ def simulate_lanes(configs: Sequence[SimulationConfig | Experiment], *, progress
                     start=first, done=done, checkpoint=save,
                     stop_before=None if ledger is None else stop_before)
     return [rows[i::len(configs)] for i in range(len(configs))]
-
-
-def _budget_ledger(configs: Sequence[SimulationConfig], plan: planning.PrivacyPlan,
-                   participation: np.ndarray) -> PrivacyLedger | None:
-    """The per-client ledger of ``stop_at_epsilon`` over the driver's participation counts,
-    with the plan's accountant (the ε of epsilon_spent, per participation count)."""
-    c0 = configs[0]
-    if c0.stop_at_epsilon is None:
-        return None
-    if len(configs) > 1:
-        raise LdpsimError("stop_at_epsilon needs one run per program (each lane would "
-                          "exclude other clients); run the configurations one by one")
-    delta = c0.dp_delta if c0.privacy_mode == "mindspore" else c0.delta
-    ledger = PrivacyLedger(len(participation), accountant=lambda k: plan.epsilon_of(k, k, 1.0),
-                           delta=delta, target_epsilon=c0.stop_at_epsilon,
-                           counts=participation)
-    one = ledger.epsilon_of_count(1)
-    if not one <= c0.stop_at_epsilon:
-        raise LdpsimError(f"stop_at_epsilon={c0.stop_at_epsilon!r} is below the epsilon of one "
-                          f"participation ({one:.6g} at delta={delta:g}): no client could take "
-                          "part; raise it or lower the per-round epsilon")
-    return ledger
-
-
-def _budget_columns(ledger: PrivacyLedger | None) -> dict:
-    """ledger_epsilon_max / _mean and retired_clients of a report (NaN, NaN, 0 without one)."""
-    if ledger is None:
-        return {"ledger_epsilon_max": math.nan, "ledger_epsilon_mean": math.nan,
-                "retired_clients": 0}
-    return {"ledger_epsilon_max": ledger.max_epsilon(),
-            "ledger_epsilon_mean": float(ledger.epsilons().mean()),
-            "retired_clients": int((~ledger.allowed()).sum())}
-
-
-def _run_columns(config: SimulationConfig, model_name: str, population: int,
-                 plan: planning.PrivacyPlan) -> dict:
-    """The run-level columns every history row of ``config`` starts with."""
-    return {
-        "dataset": config.dataset,
-        "model": model_name,
-        **{k: plan.columns[k] for k in _PLAN_COLUMNS},
-        "clients_per_round": config.clients_per_round,
-        "population": population, "seed": config.seed,
-        "privacy_mode": config.privacy_mode, "noise_mode": config.noise_mode,
-        "noise_multiplier": plan.columns["noise_multiplier"],
-        "sampler_delta_floor": plan.columns["sampler_delta_floor"],
-    }
-
-
-def _scalar(v: Any) -> float | int:
-    """A Python number; NaN is always the object ``math.nan``, so that equal histories
-    compare equal with ``==`` (two NaN objects never do)."""
-    a = np.asarray(v)
-    if np.issubdtype(a.dtype, np.integer):
-        return int(a)
-    x = float(a)
-    return math.nan if math.isnan(x) else x
-
-
-def model_name_for(name: str, population: Any) -> str:
-    """``name``, or for ``"auto"`` the model that fits ``population``'s inputs
-    (:func:`ldpsim.models.resolve_model_name`: LeNet-5 for images, ``char_lstm`` for
-    integer token sequences, MLP for feature vectors), judged by the stored dtype."""
-    stored = getattr(population, "x", None)
-    stored = getattr(population, "base_x", None) if stored is None else stored
-    dtype = None if stored is None else stored.dtype
-    return resolve_model_name(name, tuple(population.input_shape), input_dtype=dtype)
-
-
-
-def _smallest_client(population: Any) -> int:
-    """The fewest examples a client holds (1 if none holds any): the worst case of the
-    clients' sample-level accounting."""
-    counts = np.asarray(population.client_counts())
-    return int(counts[counts > 0].min()) if np.any(counts > 0) else 1

@@ -1,6 +1,24 @@
-"""Centralised (non-federated) DP-SGD training, as MindArmour's ``DPModel`` runs it.
+"""DP-SGD: clip each example's (or micro-batch's) gradient, add Gaussian noise to the sum.
 
-This is the MindArmour LeNet-5 tutorial (seed 002) in JAX:
+Everything DP-SGD in ldpsim lives in this package, in three parts, in the direction of
+dependency:
+
+* :mod:`~ldpsim._src.fl.dpsgd.aggregate` -- the core, as optax transformations:
+  :func:`dp_aggregate` (clip, sum, noise, average; MindArmour's noise decay and adaptive
+  clipping), :func:`microbatch_grads` and the DP optimizers :func:`dp_sgd`,
+  :func:`dp_momentum`, :func:`dp_adam` (public as :mod:`ldpsim.privacy`'s).
+* :mod:`~ldpsim._src.fl.dpsgd.client` -- DP-SGD inside each federated client
+  (:func:`dp_local_update`, the engine's :class:`ClientTraining` objects ``plain`` and
+  ``dpsgd``) and its sample-level accounting (:func:`dp_client_epsilon`,
+  :func:`event_epsilon`); the round of :mod:`ldpsim._src.fl.round` calls it.
+* the centralised (non-federated) trainer, as MindArmour's ``DPModel`` runs it (below):
+  :mod:`~ldpsim._src.fl.dpsgd.config`, :mod:`~ldpsim._src.fl.dpsgd.guarantee`,
+  :mod:`~ldpsim._src.fl.dpsgd.ledger`, :mod:`~ldpsim._src.fl.dpsgd.batches`,
+  :mod:`~ldpsim._src.fl.dpsgd.steps` and :mod:`~ldpsim._src.fl.dpsgd.train`; it runs on
+  the federated engine's driver loop and evaluation, so the package sits in
+  :mod:`ldpsim._src.fl`. This file imports nothing: importing one part never loads another.
+
+The centralised trainer is the MindArmour LeNet-5 tutorial (seed 002) in JAX:
 one model, the whole training set, per-micro-batch clipping with Gaussian noise in
 front of SGD / Momentum / Adam, and after every epoch the test accuracy and the
 privacy spent.
@@ -45,7 +63,7 @@ Evaluation is on the whole test set after each epoch. Both samplings run
 ``steps_per_epoch = num_train // batch_size`` steps per epoch inside one jitted
 ``lax.scan``.
 
-The modules, in the direction of dependency (the one driver loop is
+The trainer's modules, in the direction of dependency (the one driver loop is
 :func:`ldpsim.fl.run_loop`, shared with the federated simulation):
 
 * :mod:`~ldpsim._src.fl.dpsgd.config` -- :class:`DpsgdConfig` (the settings, MindArmour's
@@ -57,6 +75,6 @@ The modules, in the direction of dependency (the one driver loop is
   (:func:`epsilon_by_epoch`, :func:`read_trace`).
 * :mod:`~ldpsim._src.fl.dpsgd.batches` -- Poisson and shuffled batch selection.
 * :mod:`~ldpsim._src.fl.dpsgd.steps` -- the jitted epoch kernels (one ``lax.scan`` of
-  DP-SGD steps) and the DP optimizer.
+  DP-SGD steps) and the DP optimizer of a config.
 * :mod:`~ldpsim._src.fl.dpsgd.train` -- :func:`train_dpsgd`: data, model, compile, the loop.
 """

@@ -1,6 +1,6 @@
 """The jitted epoch kernels of centralised DP-SGD (one ``lax.scan`` of optimizer steps per
 epoch, for shuffled and for Poisson-sampled batches) and the DP optimizer in front of
-SGD / Momentum / Adam (:mod:`ldpsim._src.privacy.dpsgd`)."""
+SGD / Momentum / Adam (:mod:`ldpsim._src.fl.dpsgd.aggregate`)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from jax import lax
 from ldpsim._src._checks import LdpsimError, check_positive_int
 from ldpsim._src.fl.dpsgd.batches import poisson_sample
 from ldpsim._src.fl.dpsgd.config import DpsgdConfig
-from ldpsim._src.privacy import dpsgd
+from ldpsim._src.fl.dpsgd import aggregate
 from ldpsim._src.privacy.clipping import clip_by_global_norm
 
 __all__ = ["make_epoch_fn", "make_optimizer", "make_poisson_epoch_fn", "presummed_dp_aggregate"]
@@ -41,7 +41,7 @@ def make_optimizer(config: DpsgdConfig, key: jax.Array, *, presummed_divisor: in
         fraction_stddev=config.fraction_stddev)
     if presummed_divisor is not None:
         return optax.chain(presummed_dp_aggregate(presummed_divisor, **kwargs), base)
-    return dpsgd.dp_optimizer(base, **kwargs)
+    return aggregate.dp_optimizer(base, **kwargs)
 
 
 def presummed_dp_aggregate(divisor: int, **dp_kwargs: Any) -> optax.GradientTransformation:
@@ -56,7 +56,7 @@ def presummed_dp_aggregate(divisor: int, **dp_kwargs: Any) -> optax.GradientTran
     per-example clipping, where ``divisor`` is the expected batch size.
     """
     divisor = check_positive_int("divisor", divisor)
-    inner = dpsgd.dp_aggregate(**dp_kwargs)
+    inner = aggregate.dp_aggregate(**dp_kwargs)
     rules = dict(noise_follows_clip=bool(dp_kwargs.get("noise_follows_clip", False)),
                  clip_decay=dp_kwargs.get("clip_decay"), noise_decay=dp_kwargs.get("noise_decay"))
 
@@ -64,7 +64,7 @@ def presummed_dp_aggregate(divisor: int, **dp_kwargs: Any) -> optax.GradientTran
         del params
         total, unclipped_count = updates
         unclipped = jnp.asarray(unclipped_count, jnp.float32) / divisor
-        return dpsgd.noisy_sum_step(total, unclipped, divisor, state, **rules)
+        return aggregate.noisy_sum_step(total, unclipped, divisor, state, **rules)
 
     return optax.GradientTransformation(inner.init, update_fn)
 
@@ -80,7 +80,7 @@ def _cross_entropy(apply_fn: Callable) -> Callable:
 def _dp_record(opt_state: Any) -> dict[str, jax.Array]:
     """The clip bound and noise multiplier the next update uses (empty without DP state)."""
     if isinstance(opt_state, tuple) and opt_state and isinstance(opt_state[0],
-                                                                 dpsgd.DPAggregateState):
+                                                                 aggregate.DPAggregateState):
         return {"clip_norm": opt_state[0].clip_norm,
                 "noise_multiplier": opt_state[0].noise_multiplier}
     return {}
@@ -112,7 +112,7 @@ def make_epoch_fn(apply_fn: Callable, optimizer: optax.GradientTransformation, *
             if micro_batches is None:
                 loss, grads = jax.value_and_grad(loss_fn)(p, batch)
             else:
-                grads, loss = dpsgd.microbatch_grads(loss_fn, p, batch, micro_batches)
+                grads, loss = aggregate.microbatch_grads(loss_fn, p, batch, micro_batches)
             record = _dp_record(s)
             updates, s = optimizer.update(grads, s, p)
             return (optax.apply_updates(p, updates), s), (loss, record)
@@ -144,7 +144,7 @@ def make_poisson_epoch_fn(apply_fn: Callable, optimizer: optax.GradientTransform
       :func:`~ldpsim.privacy.dp_aggregate` (clip, sum, noise, divide by M).
 
     An empty chunk is a zero unit (counted as unclipped by adaptive clipping, as in
-    :func:`ldpsim._src.fl.dp_client.dp_local_update`). ``losses[t]`` is the mean loss over step
+    :func:`ldpsim._src.fl.dpsgd.client.dp_local_update`). ``losses[t]`` is the mean loss over step
     t's sampled rows (0 for an empty batch); ``dp_trace`` as in :func:`make_epoch_fn`.
     """
     n = check_positive_int("num_train", num_train)
