@@ -79,10 +79,52 @@ def kernel_env(tmp_path, monkeypatch):
     return work
 
 
+#: Smaller settings for the executed run, papermill-style: a code cell assigning these names
+#: (values as Python source) is inserted right after the notebook's parameters cell (the one
+#: that starts ``FULL = False``), so every cell still runs, on a smaller grid. The committed
+#: outputs stay those of the notebook's own defaults. Only where the default's size is not
+#: what the run proves: accuracy_vs_privacy's quick grid reaches m = 1,000 for 10 rounds (about
+#: 20 minutes on 2 loaded cores), and m = 10 and 100 for 3 rounds run the same sweep, verdict
+#: and figures; attacks_and_audits keeps the attack without noise and one private point,
+#: audits up to 10^4 trials and a pipeline audit of 300 canaries.
+TEST_PARAMETERS = {
+    "accuracy_vs_privacy.ipynb": {"CLIENTS_PER_ROUND": "[10, 100]", "ROUNDS": "3"},
+    "attacks_and_audits.ipynb": {"QUICK_EPSILONS": '(float("inf"), 1e3)',
+                                 "QUICK_TRIALS": "(10**3, 10**4)", "QUICK_CANARIES": "300"},
+}
+
+
+def _parameter_cell(name: str) -> str:
+    return "\n".join(f"{key} = {value}" for key, value in TEST_PARAMETERS[name].items())
+
+
+def _with_test_parameters(nb, name):
+    """``nb`` with TEST_PARAMETERS[name] assigned right after its parameters cell; each name
+    must be one the parameters cell assigns (a renamed parameter fails here, not silently)."""
+    if name not in TEST_PARAMETERS:
+        return nb
+    (at,) = [i for i, c in enumerate(nb.cells)
+             if c.cell_type == "code" and c.source.lstrip().startswith("FULL = False")]
+    defaults: dict = {}
+    exec(nb.cells[at].source, defaults)  # noqa: S102 - the notebook's own literal settings
+    missing = set(TEST_PARAMETERS[name]) - set(defaults)
+    assert not missing, f"{name}: its parameters cell assigns no {sorted(missing)}"
+    nb.cells.insert(at + 1, nbformat.v4.new_code_cell(_parameter_cell(name)))
+    return nb
+
+
+def test_test_parameters_name_the_notebooks_parameters():
+    for name in TEST_PARAMETERS:
+        nb = _with_test_parameters(nbformat.read(REPO / "notebooks" / name, as_version=4), name)
+        at = [c.source for c in nb.cells].index(_parameter_cell(name))
+        assert nb.cells[at - 1].source.startswith("FULL = False")
+        exec(_parameter_cell(name), {})  # noqa: S102 - valid Python
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_executes(path, kernel_env):
-    nb = nbformat.read(path, as_version=4)
+    nb = _with_test_parameters(nbformat.read(path, as_version=4), path.name)
     client = nbclient.NotebookClient(nb, kernel_name=KERNEL, timeout=CELL_TIMEOUT_S,
                                      resources={"metadata": {"path": str(kernel_env)}})
     client.execute()  # raises CellExecutionError (with the traceback) if any cell fails

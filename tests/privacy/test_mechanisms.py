@@ -103,7 +103,9 @@ def test_randomizers_clip_before_noise():
     assert float(jnp.sum(jnp.abs(lap.clipped["w"]))) == pytest.approx(2.0, rel=1e-6)
 
 
-@pytest.mark.parametrize("n,d,trials", [(1, 20_000, 20), (200, 20_000, 10), (5_000, 2_000, 10)])
+# n = 5,000 (10^8 normals, ~16 CPU s) is the large-cohort repeat of the n = 200 check: full suite.
+@pytest.mark.parametrize("n,d,trials", [(1, 20_000, 20), (200, 20_000, 10),
+                                        pytest.param(5_000, 2_000, 10, marks=pytest.mark.slow)])
 def test_averaging_law(n, d, trials):
     """noise averaging: the mean of n noised vectors has per-coordinate noise std σ/√n."""
     sigma = 0.5
