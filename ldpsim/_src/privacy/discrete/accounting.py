@@ -213,18 +213,17 @@ def poisson_subsampled_rdp(orders: Sequence[int], base_rdp, q: float) -> np.ndar
     ell = np.arange(2, top + 1)
     eps = np.asarray(base_rdp(ell), np.float64)              # ε(ℓ), ℓ = 2..top
     lq, l1q = math.log(q), math.log1p(-q)
-    out = np.empty(a.shape, np.float64)
-    for i, al in enumerate(a.ravel()):
-        terms = [(al - 1) * l1q + math.log(al * q - q + 1),
-                 special.gammaln(al + 1) - special.gammaln(3) - special.gammaln(al - 1)
-                 + 2 * lq + (al - 2) * l1q + eps[0]]
-        if al >= 3:
-            j = np.arange(3, al + 1)
-            logc = special.gammaln(al + 1) - special.gammaln(j + 1) - special.gammaln(al - j + 1)
-            terms.extend(list(math.log(3) + logc + j * lq + (al - j) * l1q
-                              + (j - 1) * eps[j - 2]))
-        out.ravel()[i] = max(0.0, float(special.logsumexp(terms)) / (al - 1))
-    return out
+    al = a.ravel().astype(np.float64)[:, None]                 # orders, one row each
+    j = np.arange(0, top + 1, dtype=np.float64)[None, :]       # ℓ = 0..top
+    logc = special.gammaln(al + 1) - special.gammaln(j + 1) - special.gammaln(
+        np.maximum(al - j, 0) + 1)
+    epsj = np.concatenate([[0.0, 0.0], eps])[None, :]           # ε(ℓ), ℓ = 0..top
+    body = logc + j * lq + (al - j) * l1q + np.where(j == 2, epsj, (j - 1) * epsj) + np.where(
+        j >= 3, math.log(3), 0.0)
+    body = np.where((j >= 2) & (j <= al), body, -np.inf)
+    first = (al[:, 0] - 1) * l1q + np.log(al[:, 0] * q - q + 1)
+    total = np.logaddexp(first, special.logsumexp(body, axis=1))
+    return np.maximum(0.0, total / (al[:, 0] - 1)).reshape(a.shape)
 
 
 # --------------------------------------------------------------------------- the mechanism
@@ -425,14 +424,18 @@ def solve_noise(mechanism: str, *, epsilon: float, delta: float, clients: int, d
     return make(hi)
 
 
-def _gaussian_central_variance(epsilon, delta, rounds, clip, neighbours) -> float:
-    """Central variance of the continuous Gaussian at the same (ε, δ, rounds), same RDP
-    conversion: the reference for the discretisation's cost."""
+def _gaussian_central_variance(epsilon, delta, rounds, clip, neighbours,
+                               sampling_rate=None) -> float:
+    """Central variance of the continuous Gaussian at the same (ε, δ, rounds, sampling), same
+    RDP bounds and conversion: the reference for the discretisation's cost."""
     sens = clip if neighbours == "add-remove" else 2 * clip
-    o = np.asarray(DDG_ORDERS, float)
+    q = 1.0 if sampling_rate is None else float(sampling_rate)
+    o = np.asarray(DDG_ORDERS if q == 1.0 else SUBSAMPLED_ORDERS, float)
 
     def eps_of(var):
-        return rdp_to_epsilon(o, rounds * gaussian_rdp(o, l2=sens, variance=var), delta)
+        r = poisson_subsampled_rdp(o, lambda ell: gaussian_rdp(ell, l2=sens, variance=var), q) \
+            if q < 1.0 else gaussian_rdp(o, l2=sens, variance=var)
+        return rdp_to_epsilon(o, rounds * r, delta)
 
     lo, hi = 1e-12, 1.0
     while eps_of(hi) > epsilon:
@@ -467,11 +470,13 @@ class BitsReport:
 def bits_needed(mechanism: str, *, epsilon: float, delta: float, clients: int, dim: int,
                 clip: float, rounds: int = 1, wrap_target: float = 1e-6,
                 mse_tolerance: float = 0.1, beta: float = 2.0**-20,
-                neighbours: str = "replace", bit_range: Sequence[int] = range(8, 33)) -> BitsReport:
+                neighbours: str = "replace", bit_range: Sequence[int] = range(8, 33),
+                sampling_rate: float | None = None) -> BitsReport:
     """The least bit-width ``b`` at which the mechanism, at (ε, δ) over ``rounds`` rounds, has a
     modular-wrap probability (per round, :func:`wrap_probability`) ``≤ wrap_target`` and an error
     variance of the decoded sum within ``(1 + mse_tolerance)`` of the continuous Gaussian's at the
-    same (ε, δ).
+    same (ε, δ). ``sampling_rate``: whole-run accounting with Poisson cohort sampling
+    (:func:`discrete_epsilon`), for the mechanism and the reference alike.
 
     For each ``b`` the granularity γ is the finest whose wrap bound meets ``wrap_target`` (found
     by bisection on ``log γ``; the noise is re-solved for each γ); the error variance per
@@ -479,13 +484,13 @@ def bits_needed(mechanism: str, *, epsilon: float, delta: float, clients: int, d
     """
     check_choice("mechanism", mechanism, MECHANISMS)
     wrap_target = check_open_unit("wrap_target", wrap_target)
-    ref = _gaussian_central_variance(epsilon, delta, rounds, clip, neighbours)
+    ref = _gaussian_central_variance(epsilon, delta, rounds, clip, neighbours, sampling_rate)
     rows = []
     for b in bit_range:
         def mech_at(g):
             return solve_noise(mechanism, epsilon=epsilon, delta=delta, clients=clients, dim=dim,
                                clip=clip, granularity=g, rounds=rounds, bits=b, beta=beta,
-                               neighbours=neighbours)
+                               neighbours=neighbours, sampling_rate=sampling_rate)
 
         def ok(g):
             try:
@@ -512,6 +517,7 @@ def bits_needed(mechanism: str, *, epsilon: float, delta: float, clients: int, d
         mech = mech_at(hi)
         mse = hi * hi * clients * (0.25 + mech.client_variance)
         rows.append(BitsRow(b, hi, mech.noise, wrap_probability(mech),
-                            discrete_epsilon(mech, delta, rounds), mse / ref))
+                            discrete_epsilon(mech, delta, rounds, sampling_rate=sampling_rate),
+                            mse / ref))
     good = [r.bits for r in rows if r.mse_ratio <= 1 + mse_tolerance]
     return BitsReport(mechanism, min(good) if good else None, tuple(rows), ref)
