@@ -193,17 +193,25 @@ def _runs(mask, dkey, a, b, k0, v0, stop):
     passed); each finished coin that succeeds adds one to the count ``v0`` and, while the count
     is below ``stop``, a new coin starts at stage 1; the run ends at the first failing coin or
     at ``stop``. Returns the final count. Stage ``k`` passes with ``Bernoulli(a/b) ∧
-    Bernoulli(1/k)``, two exactly uniform integers from two words of ``fold_in(dkey, step)``
-    (a rejected word repeats the stage with the next step's words). A loop over the whole
+    Bernoulli(1/k)``, two exactly uniform integers from the two Threefry words of the counter
+    ``(step, position)`` under ``dkey`` (a rejected word repeats the stage with the next step's
+    words). A loop over the whole
     array: call it on the few coordinates that need it."""
     shape = mask.shape
     a, b, k0, v0, stop = (jnp.broadcast_to(jnp.asarray(x, jnp.int32), shape)
                           for x in (a, b, k0, v0, stop))
     au, bu = a.astype(jnp.uint32), b.astype(jnp.uint32)
 
-    def words(i):
-        bits = jax.random.bits(jax.random.fold_in(dkey, i), (2,) + shape, jnp.uint32)
-        return bits[0], bits[1]
+    if _sampling._is_threefry(dkey):
+        k0w, k1w = _sampling._key_words(dkey)
+        pos = lax.iota(jnp.uint32, math.prod(shape)).reshape(shape)
+
+        def words(i):                       # Threefry on the counter (step, position)
+            return _sampling.threefry2x32(k0w, k1w, jnp.full_like(pos, i), pos)
+    else:
+        def words(i):
+            bits = jax.random.bits(jax.random.fold_in(dkey, i), (2,) + shape, jnp.uint32)
+            return bits[0], bits[1]
 
     def step(s):
         i, k, v, going = s
@@ -361,10 +369,9 @@ def _finish(st: dict, prm: dict, dkey=None):
 
 def _dg_attempt(key, prm: dict, sweep, size: int):
     """``size`` proposals of sweep ``sweep`` with their exact accept decisions: all of them
-    with the stages drawn at once, then the few (≈ 0.5 %) that need more gathered, ``buffer``
-    at a time, and finished with every coin run to its end."""
-    st = _bulk(key, prm, sweep, lax.iota(jnp.uint32, size))
-    z, ok, needs = _finish(st, prm)
+    with the stages drawn at once, then the few (≈ 0.5 %) that need more gathered, ``buf`` at a
+    time, their words recomputed from their indices and every coin run to its end."""
+    z, ok, needs = _finish(_bulk(key, prm, sweep, lax.iota(jnp.uint32, size)), prm)
     dkey = _cont_key(key, 0, sweep)
     buf = min(size, size // 64 + 64)
     pos = jnp.cumsum(needs.astype(jnp.int32))
@@ -376,9 +383,8 @@ def _dg_attempt(key, prm: dict, sweep, size: int):
         want = j * buf + rank
         gi = jnp.searchsorted(pos, want, side="left").astype(jnp.int32)
         gi = jnp.where(want <= total, gi, size)                           # past the end: dropped
-        g = jnp.minimum(gi, size - 1)
-        sub = jax.tree_util.tree_map(lambda a: a[..., g], st)
-        zz, okk, _ = _finish(sub, prm, jax.random.fold_in(dkey, j))
+        g = jnp.minimum(gi, size - 1).astype(jnp.uint32)
+        zz, okk, _ = _finish(_bulk(key, prm, sweep, g), prm, jax.random.fold_in(dkey, j))
         return j + 1, z.at[gi].set(zz, mode="drop"), ok.at[gi].set(okk, mode="drop")
 
     _, z, ok = lax.while_loop(lambda s: s[0] * buf < total, batch, (jnp.int32(0), z, ok))
