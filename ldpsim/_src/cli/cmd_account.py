@@ -26,6 +26,9 @@ examples:
   ldpsim account shuffle --epsilon0 1 --clients 2000 --delta 1e-6 --rounds 50
   ldpsim account secagg --sigma 1 --clip 1 --clients 100 --delta 1e-5 --rounds 10 --dropout 0.1
   ldpsim account secagg --target-epsilon 2 --clients 100 --delta 1e-5 --rounds 100 --method analytic
+  ldpsim account ddg --epsilon 8 --delta 1e-5 --clients 1000 --dim 61706 --clip 1 \
+      --rounds 500 --population 100000 --bits 16          # whole run, amplified by sampling
+  ldpsim account skellam --epsilon 4 --delta 1e-5 --clients 1000 --dim 61706 --clip 1
 
 neighbouring relations (named in every output):
   ldp       local: any two inputs of one client at distance <= the sensitivity:
@@ -36,6 +39,8 @@ neighbouring relations (named in every output):
   shuffle   central: replace one client's data among n shuffled eps0-LDP reports
   secagg    central: replace one client (2C, default) or add/remove one (C); only the sum of
             the surviving reports is seen
+  ddg,      central, as secagg, on the integer sum modulo 2^bits; with --population or
+  skellam   --sampling-rate: add/remove one client of the population (Poisson cohorts)
 """
 
 
@@ -147,7 +152,47 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sec.add_argument("--method", choices=("pld", "rdp", "analytic"), default="pld",
                      help="composition over rounds")
 
-    for sub in (ldp, fed, sgd, shuf, sec):
+    disc = []
+    for name, what in (("ddg", "distributed discrete Gaussian (Kairouz, Liu & Steinke 2021)"),
+                       ("skellam", "Skellam mechanism (Agarwal, Kairouz & Liu 2021)")):
+        d = kinds.add_parser(
+            name, formatter_class=HelpFormatter,
+            help=f"bits, granularity, noise and whole-run epsilon of the {what}",
+            description=f"The {what} under secure aggregation modulo 2^bits: clip to C, rotate "
+                        "(d padded to a power of two D), scale by 1/gamma, round conditionally, "
+                        "add integer noise, sum modulo 2^bits. Solves the least per-client noise "
+                        "for --epsilon over --rounds (amplified by Poisson cohort sampling with "
+                        "--population/--sampling-rate), and prints the bits needed, gamma, the "
+                        "noise, the modular-wrap probability bound and the whole-run epsilon "
+                        "(docs/distributed_discrete.md).")
+        d.add_argument("--epsilon", type=float, required=True, help="target epsilon, whole run")
+        d.add_argument("--delta", type=float, required=True,
+                       help="delta, whole run (e.g. 1/population)")
+        d.add_argument("--clients", type=int, required=True, help="n, clients per round")
+        d.add_argument("--dim", type=int, required=True, help="d, the model's parameters")
+        d.add_argument("--clip", type=float, default=1.0, help="L2 clip bound C")
+        d.add_argument("--rounds", type=int, default=1, help="T, rounds composed")
+        samp = d.add_mutually_exclusive_group()
+        samp.add_argument("--population", type=int, default=None,
+                          help="N: cohorts are Poisson samples at rate n/N (amplification)")
+        samp.add_argument("--sampling-rate", type=float, default=None,
+                          help="q: cohorts are Poisson samples at rate q (amplification)")
+        d.add_argument("--bits", type=int, default=None,
+                       help="b, the modular sum's bit-width (default: the least that meets "
+                            "--wrap-target and --mse-tolerance, searched over 8..32)")
+        d.add_argument("--granularity", type=float, default=None,
+                       help="gamma (needs --bits; default: the finest meeting --wrap-target)")
+        d.add_argument("--wrap-target", type=float, default=1e-6,
+                       help="largest allowed bound on P[the round's sum wraps]")
+        d.add_argument("--mse-tolerance", type=float, default=0.1,
+                       help="decoded-sum error variance allowed over the continuous Gaussian's "
+                            "(for the bits search)")
+        d.add_argument("--neighbours", choices=("replace", "add-remove"), default="replace",
+                       help="replace one client (2 x the norm bound) or add/remove one")
+        d.set_defaults(mechanism=name)
+        disc.append(d)
+
+    for sub in (ldp, fed, sgd, shuf, sec, *disc):
         sub.add_argument("--json", action="store_true", help="print one JSON object")
         sub.set_defaults(handler=run)
 
@@ -320,6 +365,105 @@ def _secagg(args) -> dict:
     return out
 
 
+def _discrete(args) -> dict:
+    from ldpsim._src._checks import LdpsimError
+    from ldpsim._src.privacy.discrete import accounting as A
+
+    if args.population is not None:
+        if args.population < args.clients:
+            raise LdpsimError(f"--population {args.population} is smaller than --clients "
+                              f"{args.clients}")
+        q = args.clients / args.population
+    else:
+        q = args.sampling_rate
+    if q is not None and not 0 < q <= 1:
+        raise LdpsimError(f"--sampling-rate must be in (0, 1], got {q}")
+    if args.dim < 1 or args.clients < 1 or args.rounds < 1:
+        raise LdpsimError("--dim, --clients and --rounds must be positive integers")
+    if args.bits is not None and not 2 <= args.bits <= 32:
+        raise LdpsimError(f"--bits must be an integer in [2, 32], got {args.bits}")
+    if args.granularity is not None and args.bits is None:
+        raise LdpsimError("--granularity needs --bits (the wrap bound depends on both)")
+    kw = dict(epsilon=args.epsilon, delta=args.delta, clients=args.clients, dim=args.dim,
+              clip=args.clip, rounds=args.rounds, neighbours=args.neighbours)
+    if args.granularity is not None:
+        try:
+            mech = A.solve_noise(args.mechanism, granularity=args.granularity, bits=args.bits,
+                                 sampling_rate=q, **kw)
+        except LdpsimError as err:
+            raise LdpsimError(f"gamma {args.granularity:g} cannot fit: {err}; use a coarser "
+                              "--granularity (omit it to get the finest that fits)") from None
+        wrap = A.wrap_probability(mech)
+        if wrap > args.wrap_target:
+            raise LdpsimError(
+                f"gamma {args.granularity:g} cannot fit in {args.bits} bits: the "
+                f"{args.clients}-client sum wraps with probability up to {wrap:.3g} > "
+                f"--wrap-target {args.wrap_target:g}; use a coarser --granularity or more --bits "
+                "(omit --granularity to get the finest that fits)")
+        row = None
+    else:
+        report = A.bits_needed(args.mechanism, wrap_target=args.wrap_target,
+                               mse_tolerance=args.mse_tolerance, sampling_rate=q,
+                               bit_range=[args.bits] if args.bits else range(8, 33), **kw)
+        if args.bits is not None:
+            if not report.rows:
+                raise LdpsimError(
+                    f"--bits {args.bits} is too small: no granularity keeps the wrap bound of "
+                    f"{args.clients} clients (clip {args.clip}) below --wrap-target "
+                    f"{args.wrap_target:g} at epsilon {args.epsilon:g}; use more bits")
+            row = report.rows[0]
+        else:
+            if report.bits is None:
+                raise LdpsimError(
+                    "no bit-width up to 32 meets --wrap-target and --mse-tolerance; relax "
+                    "--mse-tolerance")
+            row = report.row(report.bits)
+        mech = A.DiscreteMechanism(args.mechanism, args.clip, row.granularity, row.noise,
+                                   args.clients, args.dim, row.bits, neighbours=args.neighbours)
+        wrap = row.wrap_probability
+    eps = A.discrete_epsilon(mech, args.delta, args.rounds, sampling_rate=q)
+    out = {"mechanism": args.mechanism, "bits": mech.bits, "granularity": mech.granularity,
+           "noise": mech.noise, "client_variance": mech.client_variance,
+           "padded_dim": mech.padded_dim, "norm_bound": mech.norm_bound,
+           "wrap_probability": wrap, "epsilon": eps, "target_epsilon": args.epsilon,
+           "delta": args.delta, "rounds": args.rounds, "sampling_rate": q,
+           "clients": args.clients, "dim": args.dim, "clip": args.clip,
+           "neighbouring": ("add/remove one client of the population (Poisson cohorts)"
+                            if q is not None and q < 1 else
+                            ("replace one client" if args.neighbours == "replace"
+                             else "add/remove one client"))}
+    if q is not None and q < 1:
+        out["epsilon_unamplified"] = A.discrete_epsilon(mech, args.delta, args.rounds)
+    if row is not None:
+        out["mse_ratio"] = row.mse_ratio
+    return out
+
+
+def _print_discrete(out: dict) -> None:
+    noise = "sigma" if out["mechanism"] == "ddg" else "variance mu"
+    print(f"mechanism        {out['mechanism']}   (d = {out['dim']:,} padded to "
+          f"D = {out['padded_dim']:,}; clip {out['clip']:g}; {out['clients']:,} clients/round)")
+    print(f"bits             {out['bits']}")
+    print(f"granularity      {out['granularity']:.6g}   (gamma; rounded-vector norm bound "
+          f"{out['norm_bound']:.6g} integer units)")
+    print(f"noise            {noise} {out['noise']:.6g} per client (integer units; realised "
+          f"variance {out['client_variance']:.6g})")
+    print(f"wrap probability <= {out['wrap_probability']:.3g} per round")
+    samp = (f", Poisson cohorts at q = {out['sampling_rate']:.4g}"
+            if out["sampling_rate"] is not None and out["sampling_rate"] < 1 else "")
+    print(f"epsilon          {out['epsilon']:.6g}   whole run: {out['rounds']} round(s) at delta "
+          f"{out['delta']:.3g}{samp} (target {out['target_epsilon']:g})")
+    if "epsilon_unamplified" in out:
+        print(f"  unamplified    {out['epsilon_unamplified']:.6g}   (every round counted in full)")
+    if "mse_ratio" in out:
+        print(f"error variance   {out['mse_ratio']:.4g} x the continuous Gaussian's at the same "
+              "epsilon")
+    if out["mechanism"] == "skellam":
+        print("caveat           the Skellam bound is the ideal law's; ldpsim's Skellam sampler "
+              "is not exact")
+    print(f"neighbouring     {out['neighbouring']}")
+
+
 def _print_central(out: dict) -> None:
     if out["kind"] == "shuffle":
         print(f"local epsilon0   {out['epsilon0']:.6g}   (each report alone, pure eps0-LDP)")
@@ -370,7 +514,7 @@ def run(args: argparse.Namespace) -> int:
                               f"(its noise is --{mine}); remove it")
     try:
         out = {"ldp": _ldp, "dpfedavg": _dpfedavg, "dpsgd": _dpsgd, "shuffle": _shuffle,
-               "secagg": _secagg}[args.kind](args)
+               "secagg": _secagg, "ddg": _discrete, "skellam": _discrete}[args.kind](args)
     except MemoryError as err:
         count = "--rounds" if args.kind != "dpsgd" else "--steps/--epochs"
         raise LdpsimError(f"out of memory composing {count} with --method {args.method} "
@@ -382,6 +526,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.kind in ("shuffle", "secagg"):
         _print_central(out)
+        return 0
+    if args.kind in ("ddg", "skellam"):
+        _print_discrete(out)
         return 0
     if "epsilon_per_round" in out:
         noise = (f"sigma {out['sigma']:.6g}" if "sigma" in out else f"scale {out['scale']:.6g}")

@@ -25,8 +25,21 @@ docs/privacy_sharp_edges.md §1) and L1 norm ``≤ Δ₂²`` (resp. ``2Δ₂²``
   (:mod:`.samplers`), so for Skellam the printed ε is **not** a proven guarantee of the code.
 
 Rounds compose by adding RDP; (ε, δ) is dp_accounting's conversion
-(``dp_accounting.rdp.compute_epsilon``, Canonne, Kamath & Steinke 2020 / Asoodeh et al.). No
-amplification by sampling is applied (every client takes part every round).
+(``dp_accounting.rdp.compute_epsilon``, Canonne, Kamath & Steinke 2020 / Asoodeh et al.).
+
+**Amplification by cohort sampling** (``sampling_rate = q < 1``): each round's cohort is a
+Poisson sample of the population (every client independently with probability ``q = m/N``).
+dp_accounting amplifies only Gaussian events, so the subsampled curve is Zhu & Wang, "Poisson
+Subsampled Rényi Differential Privacy", ICML 2019, Theorem 6, valid for **any** mechanism with
+RDP curve ``ε(·)`` at integer orders ``α ≥ 2``:
+``ε'(α) ≤ 1/(α−1) · log{ (1−q)^(α−1)(αq − q + 1) + C(α,2) q² (1−q)^(α−2) e^{ε(2)}
++ 3 Σ_{ℓ=3}^{α} C(α,ℓ) q^ℓ (1−q)^(α−ℓ) e^{(ℓ−1)ε(ℓ)} }`` (:func:`poisson_subsampled_rdp`),
+applied to the round's curve above. The guarantee is then the one Poisson sampling gives:
+neighbouring populations differ by one client (added or removed); the round's curve is taken
+under ``neighbours`` (``"replace"``'s doubled sensitivity is the conservative choice, and
+``"add-remove"`` the matching one). The noise is counted from ``survivors`` clients (default the
+expected cohort ``clients``): a deployment that samples must set it to the cohort size it can
+guarantee (e.g. a lower quantile of the Binomial cohort, less dropout).
 
 The modular wrap: per coordinate the integer sum is the rotated signal (sub-Gaussian with
 variance proxy ``(nC/γ)²/D`` over the random signs, Hoeffding), plus the rounding errors (mean
@@ -46,7 +59,7 @@ from typing import Sequence
 
 import numpy as np
 from dp_accounting.rdp import rdp_privacy_accountant as _rdp
-from scipy import optimize
+from scipy import optimize, special
 
 from ldpsim._src._checks import (
     LdpsimError,
@@ -62,7 +75,7 @@ __all__ = [
     "norm_check_slack", "norm_check_threshold", "rounding_norm_bound", "integer_sensitivity",
     "ddg_tau", "ddg_rdp", "skellam_rdp", "gaussian_rdp", "rdp_to_epsilon",
     "discrete_rdp", "discrete_epsilon", "wrap_probability", "check_wrap", "solve_noise",
-    "bits_needed",
+    "bits_needed", "poisson_subsampled_rdp", "SUBSAMPLED_ORDERS",
 ]
 
 MECHANISMS = ("ddg", "skellam")
@@ -71,6 +84,7 @@ _U = 2.0**-24
 DDG_ORDERS = tuple([1.0 + x / 20.0 for x in range(1, 100)] + list(range(6, 64))
                    + [64, 80, 96, 128, 192, 256, 512, 1024])
 SKELLAM_ORDERS = tuple(list(range(2, 64)) + [64, 80, 96, 128, 192, 256, 512, 1024])
+SUBSAMPLED_ORDERS = tuple(list(range(2, 65)) + [80, 96, 128, 160, 192, 256])
 
 
 # --------------------------------------------------------------------------- rounding bounds
@@ -182,6 +196,36 @@ def rdp_to_epsilon(orders: Sequence[float], rdp: Sequence[float], delta: float) 
     return float(eps)
 
 
+def poisson_subsampled_rdp(orders: Sequence[int], base_rdp, q: float) -> np.ndarray:
+    """RDP at integer ``orders`` of a mechanism run on a Poisson sample (rate ``q``) of the data,
+    from the mechanism's RDP ``base_rdp(ℓ)`` (a function of an integer array ``ℓ``, ``ε(ℓ) ≥ 0``):
+    Zhu & Wang, ICML 2019, Theorem 6 (module docstring). ``q = 1`` returns ``base_rdp``."""
+    q = float(q)
+    if not 0.0 < q <= 1.0:
+        raise LdpsimError(f"sampling_rate must be in (0, 1], got {q!r}")
+    a = np.asarray(orders)
+    if np.any(a < 2) or np.any(a != np.round(a)):
+        raise LdpsimError("the subsampled RDP bound holds for integer orders >= 2 only")
+    a = a.astype(np.int64)
+    if q == 1.0:
+        return np.asarray(base_rdp(a), np.float64)
+    top = int(a.max())
+    ell = np.arange(2, top + 1)
+    eps = np.asarray(base_rdp(ell), np.float64)              # ε(ℓ), ℓ = 2..top
+    lq, l1q = math.log(q), math.log1p(-q)
+    al = a.ravel().astype(np.float64)[:, None]                 # orders, one row each
+    j = np.arange(0, top + 1, dtype=np.float64)[None, :]       # ℓ = 0..top
+    logc = special.gammaln(al + 1) - special.gammaln(j + 1) - special.gammaln(
+        np.maximum(al - j, 0) + 1)
+    epsj = np.concatenate([[0.0, 0.0], eps])[None, :]           # ε(ℓ), ℓ = 0..top
+    body = logc + j * lq + (al - j) * l1q + np.where(j == 2, epsj, (j - 1) * epsj) + np.where(
+        j >= 3, math.log(3), 0.0)
+    body = np.where((j >= 2) & (j <= al), body, -np.inf)
+    first = (al[:, 0] - 1) * l1q + np.log(al[:, 0] * q - q + 1)
+    total = np.logaddexp(first, special.logsumexp(body, axis=1))
+    return np.maximum(0.0, total / (al[:, 0] - 1)).reshape(a.shape)
+
+
 # --------------------------------------------------------------------------- the mechanism
 
 @dataclasses.dataclass(frozen=True)
@@ -256,12 +300,16 @@ def discrete_rdp(mech: DiscreteMechanism, survivors: int | None = None,
 
 
 def discrete_epsilon(mech: DiscreteMechanism, delta: float, rounds: int = 1,
-                     survivors: int | Sequence[int] | None = None) -> float:
+                     survivors: int | Sequence[int] | None = None,
+                     sampling_rate: float | None = None) -> float:
     """ε at ``δ`` after ``rounds`` rounds (RDP composed), with ``survivors`` per round (one count,
-    or one per round; default all clients). For ``ddg`` the sampler's truncation (total
-    variation ``tv_bound`` per coordinate, coupling bound ``(1 + e^ε)·TV`` over the ``n·D·rounds``
-    draws) must fit in ``10⁻⁶·δ``: ε is computed at ``δ(1 − 10⁻⁶)`` (``inf`` if it does not fit;
-    it fits by ~20 orders of magnitude at every allowed σ)."""
+    or one per round; default all clients). ``sampling_rate = q < 1``: each round's cohort is a
+    Poisson sample of the population at rate ``q``, amplified by :func:`poisson_subsampled_rdp`
+    (module docstring); ``None`` or 1: every round's guarantee counted in full (the default). For
+    ``ddg`` the sampler's truncation (total variation ``tv_bound`` per coordinate, coupling bound
+    ``(1 + e^ε)·TV`` over the ``n·D·rounds`` draws) must fit in ``10⁻⁶·δ``: ε is computed at
+    ``δ(1 − 10⁻⁶)`` (``inf`` if it does not fit; it fits by ~20 orders of magnitude at every
+    allowed σ)."""
     rounds = check_positive_int("rounds", rounds)
     if survivors is None or isinstance(survivors, (int, np.integer)):
         per = [survivors] * rounds
@@ -269,9 +317,20 @@ def discrete_epsilon(mech: DiscreteMechanism, delta: float, rounds: int = 1,
         per = list(survivors)
         if len(per) != rounds:
             raise LdpsimError(f"survivors has {len(per)} entries, rounds = {rounds}")
+    q = 1.0 if sampling_rate is None else float(sampling_rate)
+    if not 0.0 < q <= 1.0:
+        raise LdpsimError(f"sampling_rate must be in (0, 1], got {sampling_rate!r}")
     total = None
+    cache: dict = {}
     for s in per:
-        o, r = discrete_rdp(mech, s)
+        if s not in cache:
+            if q < 1.0:
+                o = np.asarray(SUBSAMPLED_ORDERS, float)
+                cache[s] = o, poisson_subsampled_rdp(
+                    SUBSAMPLED_ORDERS, lambda ell, s=s: discrete_rdp(mech, s, ell)[1], q)
+            else:
+                cache[s] = discrete_rdp(mech, s)
+        o, r = cache[s]
         total = r if total is None else total + r
     delta = check_open_unit("delta", delta)
     if mech.mechanism != "ddg":
@@ -331,10 +390,12 @@ def check_wrap(mech: DiscreteMechanism, max_probability: float = 1e-6) -> float:
 def solve_noise(mechanism: str, *, epsilon: float, delta: float, clients: int, dim: int,
                 clip: float, granularity: float, rounds: int = 1, bits: int = 32,
                 beta: float = 2.0**-20, neighbours: str = "replace",
-                survivors: int | None = None) -> DiscreteMechanism:
+                survivors: int | None = None,
+                sampling_rate: float | None = None) -> DiscreteMechanism:
     """The least per-client noise (σ for ``ddg``, variance for ``skellam``, integer units) whose
-    :func:`discrete_epsilon` after ``rounds`` rounds is ``≤ epsilon`` (bisection on the noise;
-    the returned mechanism's ε is checked ``≤ epsilon``)."""
+    :func:`discrete_epsilon` after ``rounds`` rounds (amplified by Poisson cohort sampling at
+    ``sampling_rate`` when given; default none) is ``≤ epsilon`` (bisection on the noise; the
+    returned mechanism's ε is checked ``≤ epsilon``)."""
     epsilon = check_positive("epsilon", epsilon)
 
     def make(x):
@@ -342,7 +403,7 @@ def solve_noise(mechanism: str, *, epsilon: float, delta: float, clients: int, d
                                  neighbours)
 
     def eps_of(x):
-        return discrete_epsilon(make(x), delta, rounds, survivors)
+        return discrete_epsilon(make(x), delta, rounds, survivors, sampling_rate)
 
     lo_default = 0.5 if mechanism == "ddg" else 1e-6
     lo, hi = lo_default, max(1.0, 2 * make(1.0).norm_bound)
@@ -363,14 +424,18 @@ def solve_noise(mechanism: str, *, epsilon: float, delta: float, clients: int, d
     return make(hi)
 
 
-def _gaussian_central_variance(epsilon, delta, rounds, clip, neighbours) -> float:
-    """Central variance of the continuous Gaussian at the same (ε, δ, rounds), same RDP
-    conversion: the reference for the discretisation's cost."""
+def _gaussian_central_variance(epsilon, delta, rounds, clip, neighbours,
+                               sampling_rate=None) -> float:
+    """Central variance of the continuous Gaussian at the same (ε, δ, rounds, sampling), same
+    RDP bounds and conversion: the reference for the discretisation's cost."""
     sens = clip if neighbours == "add-remove" else 2 * clip
-    o = np.asarray(DDG_ORDERS, float)
+    q = 1.0 if sampling_rate is None else float(sampling_rate)
+    o = np.asarray(DDG_ORDERS if q == 1.0 else SUBSAMPLED_ORDERS, float)
 
     def eps_of(var):
-        return rdp_to_epsilon(o, rounds * gaussian_rdp(o, l2=sens, variance=var), delta)
+        r = poisson_subsampled_rdp(o, lambda ell: gaussian_rdp(ell, l2=sens, variance=var), q) \
+            if q < 1.0 else gaussian_rdp(o, l2=sens, variance=var)
+        return rdp_to_epsilon(o, rounds * r, delta)
 
     lo, hi = 1e-12, 1.0
     while eps_of(hi) > epsilon:
@@ -405,11 +470,13 @@ class BitsReport:
 def bits_needed(mechanism: str, *, epsilon: float, delta: float, clients: int, dim: int,
                 clip: float, rounds: int = 1, wrap_target: float = 1e-6,
                 mse_tolerance: float = 0.1, beta: float = 2.0**-20,
-                neighbours: str = "replace", bit_range: Sequence[int] = range(8, 33)) -> BitsReport:
+                neighbours: str = "replace", bit_range: Sequence[int] = range(8, 33),
+                sampling_rate: float | None = None) -> BitsReport:
     """The least bit-width ``b`` at which the mechanism, at (ε, δ) over ``rounds`` rounds, has a
     modular-wrap probability (per round, :func:`wrap_probability`) ``≤ wrap_target`` and an error
     variance of the decoded sum within ``(1 + mse_tolerance)`` of the continuous Gaussian's at the
-    same (ε, δ).
+    same (ε, δ). ``sampling_rate``: whole-run accounting with Poisson cohort sampling
+    (:func:`discrete_epsilon`), for the mechanism and the reference alike.
 
     For each ``b`` the granularity γ is the finest whose wrap bound meets ``wrap_target`` (found
     by bisection on ``log γ``; the noise is re-solved for each γ); the error variance per
@@ -417,13 +484,13 @@ def bits_needed(mechanism: str, *, epsilon: float, delta: float, clients: int, d
     """
     check_choice("mechanism", mechanism, MECHANISMS)
     wrap_target = check_open_unit("wrap_target", wrap_target)
-    ref = _gaussian_central_variance(epsilon, delta, rounds, clip, neighbours)
+    ref = _gaussian_central_variance(epsilon, delta, rounds, clip, neighbours, sampling_rate)
     rows = []
     for b in bit_range:
         def mech_at(g):
             return solve_noise(mechanism, epsilon=epsilon, delta=delta, clients=clients, dim=dim,
                                clip=clip, granularity=g, rounds=rounds, bits=b, beta=beta,
-                               neighbours=neighbours)
+                               neighbours=neighbours, sampling_rate=sampling_rate)
 
         def ok(g):
             try:
@@ -450,6 +517,7 @@ def bits_needed(mechanism: str, *, epsilon: float, delta: float, clients: int, d
         mech = mech_at(hi)
         mse = hi * hi * clients * (0.25 + mech.client_variance)
         rows.append(BitsRow(b, hi, mech.noise, wrap_probability(mech),
-                            discrete_epsilon(mech, delta, rounds), mse / ref))
+                            discrete_epsilon(mech, delta, rounds, sampling_rate=sampling_rate),
+                            mse / ref))
     good = [r.bits for r in rows if r.mse_ratio <= 1 + mse_tolerance]
     return BitsReport(mechanism, min(good) if good else None, tuple(rows), ref)

@@ -8,20 +8,22 @@ with every ``Bernoulli(exp(−γ))`` drawn by their Algorithm 1 (``K ← 1``; wh
 for integers ``a, b``.
 
 **What "exact" means here.** No float enters a coin. Every random choice is a comparison of
-integers: ``Bernoulli(a/b)`` is ``U < a`` for ``U`` exactly uniform on ``{0, …, b−1}``, namely
-``word mod b`` for a 32-bit word below ``2³² − (2³² mod b)`` (a word above it is redrawn, or its
-whole proposal is rejected: ``b`` is fixed per call, so that event is independent of every value
-and the accepted proposals keep their exact law); ``Bernoulli(γ/K)`` with ``γ = a/b`` is
-``Bernoulli(a/b) ∧ Bernoulli(1/K)``, and the ``Bernoulli(1/k)``, ``k = 1…S``, of the first ``S``
-stages are the independent digits of one uniform integer below ``S!`` (factorial number
-system); the rare coins that pass all ``S`` stages continue one stage at a time in a loop. To
-keep every integer below 2³¹ the variance is taken rational, ``σ̂² = t·p/q`` (``t = ⌊σ⌋ + 1``,
+integers: a 32-bit word below the largest multiple of ``N`` under 2³² is exactly uniform on
+``{0, …, 2³²/N·N − 1}``, so its mixed-radix digits (radices with product ``N``) are independent
+and exactly uniform; a word above it is redrawn, or its whole proposal is rejected (the radices
+are fixed per call, so that event is independent of every value and the accepted proposals
+keep their exact law). In Algorithm 1 for ``γ = a/b`` stage ``k`` is ``Bernoulli(a/b) ∧
+Bernoulli(1/k)``: the ``a/b`` part compares a digit below ``b`` with ``a``; the ``1/k`` parts of
+stages ``1…7`` are read off one digit ``R`` below ``7! = 5040`` (stages ``1…k`` all pass iff ``R <
+7!/k!``, probability ``1/k!``), and for ``γ = 1`` that digit alone gives the coin. To keep every
+integer below 2³¹ the variance is taken rational, ``σ̂² = t·p/q`` (``t = ⌊σ⌋ + 1``,
 ``q`` a power of two, ``p = ⌈σ²q/t⌉``), so the acceptance exponent ``(|x| − σ̂²/t)²/(2σ̂²)`` is
 ``w²/D`` with integers ``w = q|x| − p`` and ``D = 2qtp < 2²⁷``; ``⌊w²/D⌋`` and ``w² mod D`` are
 computed exactly (a float32 estimate of the quotient, off by at most one, corrected by the
 remainder computed modulo 2³²). ``σ̂² ≥ σ²`` (more noise, never less);
 :func:`discrete_gaussian_spec` reports it, and the accountant uses it. (As everywhere in ldpsim,
-the 32-bit words themselves are taken to be ideal: they come from ``jax.random.bits``.)
+the 32-bit words themselves are taken to be ideal: Threefry-2x32-20, the block cipher behind
+``jax.random``, on per-proposal counters under the client's key.)
 
 One deliberate, bounded departure: a proposal is rejected outright when its acceptance exponent
 is ``≥ 64`` (probability ``< e⁻⁶⁴``) or its geometric part reaches ``V ≥ 12`` (``|x| ≥ 12t``).
@@ -36,11 +38,20 @@ Variances above ``2²⁵`` (σ ≈ 5,793) are sampled as the sum of ``pieces`` i
 Gaussians of variance ``σ²/pieces``: a sum of discrete Gaussians is not one, so the accountant
 then counts ``n·pieces`` summands of variance ``σ̂²_piece`` (:meth:`DiscreteGaussianSpec.summands`).
 
-Vectorisation: a client's ``m`` coordinates draw pools of ``3m`` proposals at once; the accepted
-ones fill the empty coordinates in pool order (given which proposals are accepted, their values
-are i.i.d. from the target, so this value-independent assignment is exact), in a
-``lax.while_loop`` that usually stops after one pool. Jittable and vmappable; the parameters
-are traced (one compilation per shape); a client's noise depends only on its own key.
+Vectorisation (the speed). A proposal's coins are drawn a few stages at a time from 14 words
+(``U`` and its sign; five stages of ``exp(−U/t)``; five of the fractional acceptance coin
+``exp(−rem/D)``; six ``Bernoulli(e⁻¹)`` coins for ``V`` and four for ``exp(−⌊w²/D⌋)``), by
+Threefry unrolled so that XLA fuses it with the digit arithmetic
+(:mod:`ldpsim._src.privacy.sampling`). The ≈ 0.5 % of proposals where some coin passed every
+stage drawn (or ``V`` used every coin drawn) are gathered and finished exactly, every coin
+run to its end, in a loop on those few only (:func:`_dg_attempt`). A client's ``m``
+coordinates draw pools of ``2.5m`` proposals (acceptance ≈ 0.45 for ``σ ≥ 1``, ≈ 0.35 below);
+the accepted ones fill the empty coordinates in pool order (given which proposals are
+accepted, their values are i.i.d. from the target, so this value-independent assignment is
+exact), in a ``lax.while_loop`` that usually stops after one pool. Jittable and vmappable; the
+parameters are traced (one compilation per shape); a client's noise depends only on its own
+key and the shape. ``benchmarks/discrete_samplers.py`` measures it against the earlier
+implementation (module docstring of that script).
 
 Skellam ``Sk(μ)``: ``Poisson(μ/2) − Poisson(μ/2)``, variance ``μ`` (Agarwal, Kairouz & Liu,
 NeurIPS 2021, arXiv:2110.04995). It is drawn with ``jax.random.poisson``, which is **not exact**:
@@ -62,6 +73,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from ldpsim._src._checks import check_positive, check_positive_int
+from ldpsim._src.privacy import sampling as _sampling
 from ldpsim._src.privacy.discrete.spec import DiscreteGaussianSpec, discrete_gaussian_spec
 
 __all__ = ["DiscreteGaussianSpec", "discrete_gaussian_spec", "discrete_gaussian",
@@ -92,124 +104,235 @@ def uniform_below(key: jax.Array, n, shape) -> jax.Array:
     return val.astype(jnp.int32)
 
 
-def _bernoulli_ratio(key, num, den, shape) -> jax.Array:
-    """Exactly ``Bernoulli(num/den)`` for integers ``0 ≤ num ≤ den``, ``1 ≤ den < 2³¹``."""
-    return uniform_below(key, den, shape) < jnp.broadcast_to(num, shape)
-
-
-_STAGES = 6
-
-
-def _inverse_k_coins(key, shape, stages: int = _STAGES) -> jax.Array:
-    """Independent ``Bernoulli(1/k)`` for ``k = 1…S`` (leading axis), from one exactly uniform
-    integer below ``S!`` read in the factorial number system (its digits are independent and
-    uniform on ``{0, …, k−1}``)."""
-    r = uniform_below(key, math.factorial(stages), shape)
-    coins = []
-    radix = 1
-    for k in range(1, stages + 1):
-        coins.append((r // radix) % k == 0)
-        radix *= k
-    return jnp.stack(coins)
-
-
-def bernoulli_exp(key: jax.Array, num, den, shape) -> jax.Array:
-    """Exactly ``Bernoulli(exp(−num/den))`` for integers ``0 ≤ num ≤ den < 2³¹`` (CKS Alg. 1).
-
-    The first ``S`` stages (``Bernoulli(γ/k)``, ``k = 1…S``; ``S = 6``, or 10 for ``γ = 1``, where
-    one uniform integer below ``10!`` gives all ten) are drawn at once; the few coordinates that
-    pass all of them continue one stage at a time.
-    """
-    shape = tuple(shape)
-    unit = isinstance(num, int) and isinstance(den, int) and num == den
-    k0, k1, k2 = jax.random.split(key, 3)
-    a = _inverse_k_coins(k0, shape, 10 if unit else _STAGES)
-    if not unit:
-        a = a & _bernoulli_ratio(k1, num, den, (_STAGES,) + shape)
-    return _continue_stages(k2, a, num, den, unit, shape)
-
-
-def _continue_stages(key, a, num, den, unit: bool, shape) -> jax.Array:
-    """CKS Alg. 1 after its first stages ``a`` (leading axis, drawn at once): the few
-    coordinates that passed them all continue one exact stage at a time (``Bernoulli(1/k)``,
-    and ``Bernoulli(num/den)`` unless ``unit``); the result is the parity of the first failing
-    stage."""
-    passed = jnp.cumprod(a.astype(jnp.int32), axis=0)        # 1 while every stage so far passed
-    k = 1 + jnp.sum(passed, axis=0)                          # first failing stage (or S + 1)
-    active = passed[-1] == 1
-
-    def body(state):
-        i, active, k = state
-        ka, kb = jax.random.split(jax.random.fold_in(key, i))
-        step = _bernoulli_ratio(ka, 1, k, shape)
-        if not unit:
-            step = step & _bernoulli_ratio(kb, num, den, shape)
-        k = jnp.where(active & step, k + 1, k)
-        return i + 1, active & step, k
-
-    _, _, k = lax.while_loop(lambda s: jnp.any(s[1]), body, (jnp.int32(0), active, k))
-    return (k % 2) == 1
-
-
 def _dg_params(spec: DiscreteGaussianSpec) -> dict:
     t, p, q = spec.t, spec.p, spec.q
     vals = dict(t=t, p=p, q=q, d=2 * q * t * p, w_limit=spec.w_limit, z_limit=spec.z_limit)
     return {k: jnp.asarray(v, jnp.int32) for k, v in vals.items()}
 
 
-def _from_word(word, n):
-    """``(word mod n, valid)``: exactly uniform below ``n`` given ``valid`` (``word`` below the
-    largest multiple of ``n`` under 2³²). ``n`` is fixed per call, so rejecting a whole proposal
-    when any of its words is invalid leaves the accepted proposals exactly distributed."""
-    n = jnp.asarray(n).astype(jnp.uint32)
+_GEOM = 12      # V ≥ 12 (|x| ≥ 12t) is outside the support kept (spec.z_limit)
+_FACT = 5040                                               # 7!
+_FT = tuple(_FACT // math.factorial(k) for k in range(1, 8))  # 7!/k!: R < 7!/k! w.p. 1/k!
+_DG_TAG = 0x64670000                                       # Threefry counter word x0 ("dg")
+_U_STAGES = 5           # exp(-U/t): stages drawn at once (the rest, w.p. ≤ 1/720, continue)
+_F_STAGES = 5           # exp(-rem/D): likewise
+_V_COINS = 6            # Bernoulli(e^-1) coins for V drawn at once (V ≥ 6: w.p. e^-6, continue)
+_Q_COINS = 4            # Bernoulli(e^-1) coins for exp(-quo) drawn at once
+_NWORDS = 3 + 1 + _F_STAGES + _V_COINS // 2 + _Q_COINS // 2     # 14 words per proposal
+
+
+def _words(key, sweep, nwords: int, ctr) -> list:
+    """``nwords`` arrays of independent uint32 words for proposals ``ctr`` (uint32) of sweep
+    ``sweep``.
+
+    Threefry keys: word ``2j + h`` of proposal ``i`` is output ``h`` of Threefry-2x32-20 (the
+    block cipher behind ``jax.random``) on the counter ``(_DG_TAG + 16·sweep + j, i)`` under the
+    key's words, unrolled so that XLA fuses it with its consumers
+    (:mod:`ldpsim._src.privacy.sampling`): a proposal's words depend only on its index. Other
+    key types: ``jax.random.bits`` (by position)."""
+    npairs = (nwords + 1) // 2
+    if _sampling._is_threefry(key):
+        k0, k1 = _sampling._key_words(key)
+        base = jnp.uint32(_DG_TAG) + jnp.asarray(sweep).astype(jnp.uint32) * jnp.uint32(16)
+        out = []
+        for j in range(npairs):
+            a, b = _sampling.threefry2x32(k0, k1, jnp.full_like(ctr, base + jnp.uint32(j)), ctr)
+            out += [a, b]
+        return out[:nwords]
+    key = jax.random.fold_in(jax.random.fold_in(key, 0x64670000), sweep)
+    bits = jax.random.bits(key, (nwords,) + ctr.shape, jnp.uint32)
+    return [bits[j] for j in range(nwords)]
+
+
+def _digits(word, radices):
+    """Mixed-radix digits of ``word`` (uint32) and ``valid``: given ``valid`` (``word`` below the
+    largest multiple of ``N = Π radices`` under 2³²; ``N < 2³²`` is the caller's guarantee) the
+    digits are independent and exactly uniform below their radices. The radices are fixed per
+    call, so rejecting a whole proposal when a word is invalid is independent of every value and
+    leaves the accepted proposals exactly distributed."""
+    radices = [jnp.asarray(r).astype(jnp.uint32) for r in radices]
+    n = radices[0]
+    for r in radices[1:]:
+        n = n * r
     rem = (jnp.uint32(0) - n) % n
-    limit = jnp.uint32(0) - rem
-    return (word % n).astype(jnp.int32), (rem == 0) | (word < limit)
+    valid = (rem == 0) | (word < jnp.uint32(0) - rem)
+    out = []
+    for r in radices:
+        out.append(word % r)
+        word = word // r
+    return out, valid
 
 
-def _coin_from_words(key, inv_word, ratio_words, num, den, stages):
-    """``Bernoulli(exp(−num/den))`` (CKS Alg. 1) from pre-drawn words: ``stages`` stages at once
-    (``Bernoulli(1/k)`` from the factorial digits of ``inv_word mod stages!``, ``Bernoulli(num/den)``
-    from ``ratio_words``; ``None`` for ``num = den``), exact continuation for the rare rest."""
-    r, valid = _from_word(inv_word, math.factorial(stages))
-    coins = []
-    radix = 1
-    for k in range(1, stages + 1):
-        coins.append((r // radix) % k == 0)
-        radix *= k
-    a = jnp.stack(coins)
-    unit = ratio_words is None
-    if not unit:
-        u, ok = _from_word(ratio_words, den)
-        a = a & (u < num)
-        valid = valid & jnp.all(ok, axis=0)
-    return _continue_stages(key, a, num, den, unit, inv_word.shape), valid
+def _unit_coin(r):
+    """CKS Algorithm 1 for ``γ = 1`` from ``r`` uniform below 7!: stages ``1…k`` all pass iff
+    ``r < 7!/k!`` (probability ``1/k!``, the product of the stages' ``1/j``). Returns ``(coin,
+    cont)``: the coin (``K`` odd, ``K`` the first failing stage) unless all 7 stages passed
+    (``cont``, probability 1/5040; then stage 8 onwards continue exactly)."""
+    passes = sum((r < jnp.uint32(f)).astype(jnp.int32) for f in _FT)
+    return passes % 2 == 0, r == 0
 
 
-_GEOM = 12      # Bernoulli(e^-1) coins for V: V ≥ 12 (X ≥ 12t) is outside the support kept
-_QUO = 8        # Bernoulli(e^-1) coins drawn at once for exp(-quo); more by an exact loop
-_WORDS = 1 + 6 + 1 + 6 + 1 + _GEOM + _QUO + 1
+def _ratio_coin(r, digits, a):
+    """CKS Algorithm 1 for ``γ = a/b`` (``digits`` uniform below ``b``, one per stage; stage ``k``
+    is ``Bernoulli(a/b) ∧ Bernoulli(1/k)``, the ``1/k`` parts read off ``r`` uniform below 7!).
+    Returns ``(coin, cont)``; ``cont``: every stage drawn passed (continue from the next)."""
+    a = jnp.asarray(a).astype(jnp.uint32)
+    cum = jnp.ones(a.shape, bool)
+    passes = jnp.zeros(a.shape, jnp.int32)
+    for k, d in enumerate(digits):
+        cum = cum & (r < jnp.uint32(_FT[k])) & (d < a)
+        passes = passes + cum.astype(jnp.int32)
+    return passes % 2 == 0, cum
 
 
-def _dg_attempt(key, prm: dict, shape):
-    """One proposal per coordinate of CKS Algorithm 3 with its exact accept/reject coin.
+def _runs(mask, dkey, a, b, k0, v0, stop):
+    """Runs of exact CKS Algorithm 1 coins where ``mask`` (all arguments of one shape; ``v0``
+    elsewhere).
 
-    All main-path randomness is one block of 32-bit words; the rare continuations are loops."""
+    Coordinate ``i`` continues a ``Bernoulli(exp(−a/b))`` coin at stage ``k0`` (stages ``1…k0−1``
+    passed); each finished coin that succeeds adds one to the count ``v0`` and, while the count
+    is below ``stop``, a new coin starts at stage 1; the run ends at the first failing coin or
+    at ``stop``. Returns the final count. Stage ``k`` passes with ``Bernoulli(a/b) ∧
+    Bernoulli(1/k)``, two exactly uniform integers from the two Threefry words of the counter
+    ``(step, position)`` under ``dkey`` (a rejected word repeats the stage with the next step's
+    words). A loop over the whole
+    array: call it on the few coordinates that need it."""
+    shape = mask.shape
+    a, b, k0, v0, stop = (jnp.broadcast_to(jnp.asarray(x, jnp.int32), shape)
+                          for x in (a, b, k0, v0, stop))
+    au, bu = a.astype(jnp.uint32), b.astype(jnp.uint32)
+
+    if _sampling._is_threefry(dkey):
+        k0w, k1w = _sampling._key_words(dkey)
+        pos = lax.iota(jnp.uint32, math.prod(shape)).reshape(shape)
+
+        def words(i):                       # Threefry on the counter (step, position)
+            return _sampling.threefry2x32(k0w, k1w, jnp.full_like(pos, i), pos)
+    else:
+        def words(i):
+            bits = jax.random.bits(jax.random.fold_in(dkey, i), (2,) + shape, jnp.uint32)
+            return bits[0], bits[1]
+
+    def step(s):
+        i, k, v, going = s
+        w1, w2 = words(i)
+        (x,), ok1 = _digits(w1, (bu,))
+        (y,), ok2 = _digits(w2, (k.astype(jnp.uint32),))
+        ok = going & ok1 & ok2
+        passed = (x < au) & (y == 0)
+        finished = ok & ~passed                             # the coin's first failing stage is k
+        success = finished & (k % 2 == 1)
+        v = jnp.where(success, v + 1, v)
+        going = going & ~(finished & ~success) & ~(success & (v >= stop))
+        k = jnp.where(success, 1, jnp.where(ok & passed, k + 1, k))
+        return i + 1, k, v, going
+
+    init = (jnp.uint32(0), k0, v0, mask & (v0 < stop))
+    return lax.while_loop(lambda s: jnp.any(s[3]), step, init)[2]
+
+
+def _is_typed_key(key) -> bool:
+    return jax.dtypes.issubdtype(jnp.result_type(key), jax.dtypes.prng_key)
+
+
+def _cont_key(key, kind: int, sweep):
+    key = key if _is_typed_key(key) else _sampling._as_jax_key(key)
+    return jax.random.fold_in(jax.random.fold_in(key, 0x7D000000 + kind), sweep)
+
+
+def bernoulli_exp(key: jax.Array, num, den, shape) -> jax.Array:
+    """Exactly ``Bernoulli(exp(−num/den))`` for integers ``0 ≤ num ≤ den < 2³¹`` (CKS Alg. 1),
+    elementwise (``num``, ``den`` broadcast to ``shape``).
+
+    The discrete Gaussian's coins on their own: the first five stages (``Bernoulli(num/den) ∧
+    Bernoulli(1/k)``) come from one word per stage split into an exact digit below ``den``, the
+    ``1/k`` parts from one uniform below 7!; coordinates that pass every stage continue exactly,
+    and those with a rejected word are redrawn from stage 1 (:func:`_runs`).
+    """
+    shape = tuple(shape)
+    n = max(1, math.prod(shape))
+    num = jnp.broadcast_to(jnp.asarray(num, jnp.int32), shape).reshape(n)
+    den = jnp.broadcast_to(jnp.asarray(den, jnp.int32), shape).reshape(n)
+    ctr = lax.iota(jnp.uint32, n)
+    w = _words(key, 0, 1 + _F_STAGES, ctr)
+    (r,), valid = _digits(w[0], (_FACT,))
+    digs = []
+    for j in range(_F_STAGES):
+        (x,), ok = _digits(w[1 + j], (den,))
+        digs.append(x)
+        valid = valid & ok
+    coin, cont = _ratio_coin(r, digs, num)
+    redo = cont | ~valid
+    start = jnp.where(valid, _F_STAGES + 1, 1)
+    tail = _runs(redo, _cont_key(key, 5, 0), num, den, start, 0, 1)
+    return jnp.where(redo, tail == 1, coin).reshape(shape)
+
+
+def _bulk(key, prm: dict, sweep, ctr) -> dict:
+    """The first stages of every coin of proposals ``ctr`` (uint32 indices) of sweep ``sweep``:
+    14 Threefry words per proposal split into exactly uniform digits (:func:`_finish` reads
+    them)."""
+    tu, du = prm["t"].astype(jnp.uint32), prm["d"].astype(jnp.uint32)
+    w = _words(key, sweep, _NWORDS, ctr)
+    (r0, dg1), valid = _digits(w[0], (2 * tu, tu))            # U and sign; U-stage 1
+    (dg2, dg3), ok1 = _digits(w[1], (tu, tu))
+    (dg4, dg5), ok2 = _digits(w[2], (tu, tu))
+    (ru, rf), ok3 = _digits(w[3], (_FACT, _FACT))             # the 1/k parts of both coins
+    valid = valid & ok1 & ok2 & ok3
+    fdig = []
+    for j in range(_F_STAGES):
+        (x,), ok = _digits(w[4 + j], (du,))
+        fdig.append(x)
+        valid = valid & ok
+    unit = []
+    for j in range((_V_COINS + _Q_COINS) // 2):
+        (a, b), ok = _digits(w[4 + _F_STAGES + j], (_FACT, _FACT))
+        unit += [a, b]
+        valid = valid & ok
+    u = r0 >> 1
+    keep, kcont = _ratio_coin(ru, [dg1, dg2, dg3, dg4, dg5], u)        # exp(-U/t)
+    coins, conts = (jnp.stack(c) for c in zip(*[_unit_coin(r) for r in unit]))   # e^-1 each
+    return dict(u=u.astype(jnp.int32), neg=(r0 & 1) == 1, valid=valid, keep=keep, kcont=kcont,
+                coins=coins, conts=conts, rf=rf, fdig=jnp.stack(fdig))
+
+
+def _finish(st: dict, prm: dict, dkey=None):
+    """CKS Algorithm 3 on the digits of :func:`_bulk`: a discrete Laplace of scale ``t``
+    (Algorithm 2: ``U`` uniform below ``t`` kept with probability ``exp(−U/t)``, ``V`` geometric
+    from ``Bernoulli(e⁻¹)`` coins, a sign), accepted with probability
+    ``exp(−(|z| − σ̂²/t)²/(2σ̂²))``; every coin CKS Algorithm 1. Returns ``(z, ok, needs)``.
+
+    ``dkey=None``: only the stages drawn at once; ``needs`` flags the proposals where a coin
+    passed every stage drawn (or ``V`` used every coin drawn), whose ``ok`` is then not final.
+    With ``dkey``: every coin run to its end (:func:`_runs`), so ``(z, ok)`` is final; call it
+    on the few proposals that need it."""
     t, p, q, d = prm["t"], prm["p"], prm["q"], prm["d"]
-    kw, k1, k2, k3, k4, k5 = jax.random.split(key, 6)
-    w = jax.random.bits(kw, (_WORDS,) + tuple(shape), jnp.uint32)
-    u, valid = _from_word(w[0], t)
-    keep, ok = _coin_from_words(k1, w[7], w[1:7], u, t, 6)                 # exp(-U/t)
-    valid = valid & ok
-    gcoins, ok = _coin_from_words(k2, w[15:15 + _GEOM], None, 1, 1, 10)     # V's coins
-    valid = valid & jnp.all(ok, axis=0)
-    lead = jnp.sum(jnp.cumprod(gcoins.astype(jnp.int32), axis=0), axis=0)
-    in_range = lead < _GEOM                                                # else X ≥ 12t: truncated
+    u, neg, keep, kcont = st["u"], st["neg"], st["keep"], st["kcont"]
+    coins, conts = st["coins"], st["conts"]
+    n = u.shape[0]
+    # V: the leading e^-1 coins that succeeded; the first that did not is failed (V found),
+    # or unfinished (its run continues at stage 8), or all 6 succeeded (fresh coins continue)
+    vc, vk = coins[:_V_COINS], conts[:_V_COINS]
+    lead = jnp.sum(jnp.cumprod((vc & ~vk).astype(jnp.int32), axis=0), axis=0)
+    vmore = lead == _V_COINS
+    vk_at = jnp.any(vk & (jnp.arange(_V_COINS)[:, None] == lead), axis=0)
+    vneeds = vmore | vk_at
+    if dkey is not None:
+        both = _runs(jnp.concatenate([kcont, vneeds]), jax.random.fold_in(dkey, 0),
+                     jnp.concatenate([u, jnp.ones((n,), jnp.int32)]),
+                     jnp.concatenate([jnp.broadcast_to(t, (n,)), jnp.ones((n,), jnp.int32)]),
+                     jnp.concatenate([jnp.full((n,), _U_STAGES + 1, jnp.int32),
+                                      jnp.where(vk_at, 8, 1)]),
+                     jnp.concatenate([jnp.zeros((n,), jnp.int32), lead]),
+                     jnp.concatenate([jnp.ones((n,), jnp.int32),
+                                      jnp.full((n,), _GEOM, jnp.int32)]))
+        keep = jnp.where(kcont, both[:n] == 1, keep)
+        lead = jnp.where(vneeds, both[n:], lead)
+    in_range = lead < _GEOM                                              # else X ≥ 12t: truncated
     x = u + t * lead
-    neg = (w[-1] & 1) == 1
     keep = keep & ~(neg & (x == 0))
     z = jnp.where(neg, -x, x)
-    # accept with probability exp(-(|z| - σ²/t)²/(2σ²)) = exp(-w²/D)
+    # accept with probability exp(-(|z| - σ²/t)²/(2σ²)) = exp(-w²/D) = exp(-quo)·exp(-rem/D)
     in_range = in_range & (x <= prm["z_limit"])
     xs = jnp.where(in_range, x, 0)
     wv = q * xs - p
@@ -222,41 +345,67 @@ def _dg_attempt(key, prm: dict, shape):
                                    jnp.int32)
     quo = jnp.where(rem < 0, quo - 1, jnp.where(rem >= d, quo + 1, quo))
     rem = jnp.where(rem < 0, rem + d, jnp.where(rem >= d, rem - d, rem))
-    frac, ok = _coin_from_words(k3, w[14], w[8:14], rem, d, 6)             # exp(-rem/D)
-    valid = valid & ok
-    qcoins, ok = _coin_from_words(k4, w[15 + _GEOM:15 + _GEOM + _QUO], None, 1, 1, 10)
-    valid = valid & jnp.all(ok, axis=0)
-    idx = jnp.arange(_QUO).reshape((_QUO,) + (1,) * len(shape))
-    qcoins = qcoins | (idx >= quo)
-    alive = jnp.all(qcoins, axis=0)                                          # first min(quo, 8)
-    more = alive & (quo > _QUO)
+    frac, fcont = _ratio_coin(st["rf"], list(st["fdig"]), rem)
+    # exp(-quo): quo e^-1 coins must all succeed; the first min(quo, 4) are drawn at once
+    qc, qk = coins[_V_COINS:], conts[_V_COINS:]
+    ql = jnp.sum(jnp.cumprod((qc & ~qk).astype(jnp.int32), axis=0), axis=0)   # leading successes
+    ql = jnp.minimum(ql, quo)
+    qk_at = jnp.any(qk & (jnp.arange(_Q_COINS)[:, None] == ql), axis=0) & (ql < quo)
+    alive = ql >= quo
+    qneeds = qk_at | ((ql == _Q_COINS) & (quo > _Q_COINS))
+    if dkey is not None:
+        both = _runs(jnp.concatenate([fcont, qneeds]), jax.random.fold_in(dkey, 1),
+                     jnp.concatenate([rem, jnp.ones((n,), jnp.int32)]),
+                     jnp.concatenate([jnp.broadcast_to(d, (n,)), jnp.ones((n,), jnp.int32)]),
+                     jnp.concatenate([jnp.full((n,), _F_STAGES + 1, jnp.int32),
+                                      jnp.where(qk_at, 8, 1)]),
+                     jnp.concatenate([jnp.zeros((n,), jnp.int32), ql]),
+                     jnp.concatenate([jnp.ones((n,), jnp.int32), quo]))
+        frac = jnp.where(fcont, both[:n] == 1, frac)
+        alive = jnp.where(qneeds, both[n:] >= quo, alive)
+    needs = kcont | vneeds | fcont | qneeds
+    return z, st["valid"] & keep & in_range & frac & alive, needs
 
-    def body(state):
-        j, alive = state
-        b = bernoulli_exp(jax.random.fold_in(k5, j), 1, 1, shape)
-        return j + 1, alive & ((j + _QUO >= quo) | b)
 
-    _, alive2 = lax.while_loop(lambda s: jnp.any(s[1] & (s[0] + _QUO < quo)), body,
-                               (jnp.int32(0), more))
-    alive = jnp.where(more, alive2, alive)
-    return z, valid & keep & in_range & frac & alive
+def _dg_attempt(key, prm: dict, sweep, size: int):
+    """``size`` proposals of sweep ``sweep`` with their exact accept decisions: all of them
+    with the stages drawn at once, then the few (≈ 0.5 %) that need more gathered, ``buf`` at a
+    time, their words recomputed from their indices and every coin run to its end."""
+    z, ok, needs = _finish(_bulk(key, prm, sweep, lax.iota(jnp.uint32, size)), prm)
+    dkey = _cont_key(key, 0, sweep)
+    buf = min(size, size // 64 + 64)
+    pos = jnp.cumsum(needs.astype(jnp.int32))
+    total = pos[-1]
+    rank = jnp.arange(1, buf + 1, dtype=jnp.int32)
+
+    def batch(state):
+        j, z, ok = state
+        want = j * buf + rank
+        gi = jnp.searchsorted(pos, want, side="left").astype(jnp.int32)
+        gi = jnp.where(want <= total, gi, size)                           # past the end: dropped
+        g = jnp.minimum(gi, size - 1).astype(jnp.uint32)
+        zz, okk, _ = _finish(_bulk(key, prm, sweep, g), prm, jax.random.fold_in(dkey, j))
+        return j + 1, z.at[gi].set(zz, mode="drop"), ok.at[gi].set(okk, mode="drop")
+
+    _, z, ok = lax.while_loop(lambda s: s[0] * buf < total, batch, (jnp.int32(0), z, ok))
+    return z, ok
 
 
-_POOL = 3
+_POOL = 2.5     # proposals per coordinate per sweep (acceptance ≈ 0.45 for σ ≥ 1: one sweep)
 
 
 @functools.partial(jax.jit, static_argnames=("shape",))
 def _dg_piece(key, spec: dict, shape) -> jax.Array:
-    """``prod(shape)`` exact draws. Each sweep draws a pool of ``3·m`` proposals and hands the
-    accepted ones, in pool order, to the still-empty coordinates in index order (given which
-    proposals are accepted, their values are i.i.d. from the target, so this value-independent
-    assignment is exact); sweeps repeat until every coordinate is filled (usually one)."""
+    """``prod(shape)`` exact draws. Each sweep draws a pool of proposals and hands the accepted
+    ones, in pool order, to the still-empty coordinates in index order (given which proposals
+    are accepted, their values are i.i.d. from the target, so this value-independent assignment
+    is exact); sweeps repeat until every coordinate is filled (usually one)."""
     n = math.prod(shape)
-    size = _POOL * n
+    size = max(64, math.ceil(_POOL * n))
 
     def body(state):
         i, done, out = state
-        z, ok = _dg_attempt(jax.random.fold_in(key, i), spec, (size,))
+        z, ok = _dg_attempt(key, spec, i, size)
         rank = jnp.cumsum(ok.astype(jnp.int32)) - 1
         accepted = jnp.zeros((size,), jnp.int32).at[jnp.where(ok, rank, size)].set(z, mode="drop")
         empty_rank = jnp.cumsum((~done).astype(jnp.int32)) - 1

@@ -1,0 +1,73 @@
+"""``ldpsim account ddg`` and ``ldpsim account skellam``: the printed parameters agree with the
+library's accounting (recomputed here), and bad input gets a one-line error."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import shlex
+import traceback
+
+import pytest
+
+from ldpsim._src.privacy.discrete import accounting as A
+from ldpsim.cli import main
+
+BASE = "--epsilon 4 --delta 1e-5 --clients 100 --dim 1000 --clip 1"
+
+
+def _invoke(argv: str) -> tuple[object, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = main(shlex.split(argv))
+        except SystemExit as exc:
+            rc = exc.code if isinstance(exc.code, int) else 1
+        except BaseException:  # noqa: BLE001 - any escape is a failure
+            err.write(traceback.format_exc())
+            rc = "raised"
+    return rc, out.getvalue(), err.getvalue()
+
+
+@pytest.mark.parametrize("mech", ["ddg", "skellam"])
+def test_json_agrees_with_the_library(mech):
+    rc, out, err = _invoke(f"account {mech} {BASE} --rounds 20 --population 2000 --bits 16 "
+                           "--json")
+    assert rc == 0, err
+    o = json.loads(out)
+    assert o["bits"] == 16 and o["sampling_rate"] == pytest.approx(0.05)
+    m = A.DiscreteMechanism(mech, 1.0, o["granularity"], o["noise"], 100, 1000, 16)
+    eps = A.discrete_epsilon(m, 1e-5, 20, sampling_rate=0.05)
+    assert o["epsilon"] == pytest.approx(eps, rel=1e-12) and eps <= 4.0
+    assert o["wrap_probability"] == pytest.approx(A.wrap_probability(m), rel=1e-9)
+    assert o["wrap_probability"] <= 1e-6
+    assert o["padded_dim"] == 1024
+    assert o["epsilon_unamplified"] > eps
+
+
+def test_text_output_names_bits_wrap_and_whole_run_epsilon():
+    rc, out, err = _invoke(f"account ddg {BASE} --bits 18")
+    assert rc == 0, err
+    for key in ("bits", "granularity", "noise", "wrap probability", "epsilon", "neighbouring"):
+        assert any(line.startswith(key) for line in out.splitlines()), key
+
+
+@pytest.mark.parametrize("extra,msg", [
+    ("--bits 6", "too small"),
+    ("--bits 12 --granularity 1e-7", "cannot fit"),
+    ("--granularity 0.01", "needs --bits"),
+    ("--bits 40", "[2, 32]"),
+    ("--population 10", "smaller than --clients"),
+])
+def test_bad_input_is_one_clear_error(extra, msg):
+    rc, out, err = _invoke(f"account ddg {BASE} {extra}")
+    assert rc not in (0, "raised"), err
+    assert msg in err and "Traceback" not in err
+
+
+def test_help_lists_the_options():
+    rc, out, _ = _invoke("account skellam --help")
+    assert rc == 0
+    for opt in ("--population", "--sampling-rate", "--bits", "--granularity", "--wrap-target"):
+        assert opt in out
