@@ -228,10 +228,17 @@ def conv2d_cnhw(x: jax.Array, kernel: jax.Array, *, padding: str) -> jax.Array:
 _CHWN_LANES = 16
 
 
+def _windows_chwn(x: jax.Array, kh: int, kw: int) -> list[jax.Array]:
+    """The ``kh*kw`` VALID windows ``[C, Ho, Wo, B]`` of ``x [C, H, W, B]``, order (i, j)."""
+    _, h, w, _ = x.shape
+    ho, wo = h - kh + 1, w - kw + 1
+    return [x[:, i : i + ho, j : j + wo, :] for i in range(kh) for j in range(kw)]
+
+
 def _conv_chwn_forward(x: jax.Array, kernel: jax.Array) -> jax.Array:
     kh, kw, c, o = kernel.shape
-    _, h, w, b = x.shape
-    ho, wo = h - kh + 1, w - kw + 1
+    wins = _windows_chwn(x, kh, kw)
+    _, ho, wo, b = wins[0].shape
     if c == 1 and b % _CHWN_LANES == 0:
         # One XLA convolution in the batch-innermost layout, not 25 broadcast multiply-adds
         # of static windows ("taps", chwn's first forward): XLA fused the taps into every
@@ -240,45 +247,8 @@ def _conv_chwn_forward(x: jax.Array, kernel: jax.Array) -> jax.Array:
         # 7x slower); a convolution is computed once.
         return lax.conv_general_dilated(x, kernel, (1, 1), "VALID",
                                         dimension_numbers=("CHWN", "HWIO", "CHWN"))
-    p = _patches_chwn(x, kh, kw).reshape(kh * kw * c, ho * wo * b)
-    return (_kernel_jic(kernel).T @ p).reshape(o, ho, wo, b)
-
-
-def _patches_chwn(x: jax.Array, kh: int, kw: int) -> jax.Array:
-    """VALID patches ``[kw*kh*C, Ho, Wo, B]`` of ``x [C, H, W, B]``, row order (j, i, c).
-
-    Built in two stages, ``kh`` row shifts then ``kw`` column shifts of those: ``kh + kw``
-    slices instead of ``kh * kw``.  For batches of a few rows a step's cost is the number
-    of XLA operations more than their arithmetic (each slice is one operation on XLA's
-    CPU runtime; LeNet-5's conv2 had 25 slices forward and 25 in-place adds backward per
-    step, for arrays of a few thousand floats).
-    """
-    _, h, w, _ = x.shape
-    ho, wo = h - kh + 1, w - kw + 1
-    rows = jnp.concatenate([x[:, i : i + ho] for i in range(kh)], 0)        # (i, c)
-    return jnp.concatenate([rows[:, :, j : j + wo] for j in range(kw)], 0)  # (j, i, c)
-
-
-def _kernel_jic(kernel: jax.Array) -> jax.Array:
-    """HWIO ``kernel`` as ``[kw*kh*C, O]``, row order (j, i, c) of :func:`_patches_chwn`."""
-    kh, kw, c, o = kernel.shape
-    return jnp.transpose(kernel, (1, 0, 2, 3)).reshape(kw * kh * c, o)
-
-
-def _col2im_chwn(dp: jax.Array, shape: tuple[int, ...], kh: int, kw: int) -> jax.Array:
-    """The transpose of :func:`_patches_chwn`: ``dp [kw*kh*C, Ho, Wo, B]`` added back into
-    a zero ``[C, H, W, B]`` in two stages (``kw + kh`` in-place adds)."""
-    c, h, w, b = shape
-    ho, wo = h - kh + 1, w - kw + 1
-    dp = dp.reshape(kw, kh * c, ho, wo, b)
-    rows = jnp.zeros((kh * c, ho, w, b), dp.dtype)
-    for j in range(kw):
-        rows = rows.at[:, :, j : j + wo].add(dp[j])
-    rows = rows.reshape(kh, c, ho, w, b)
-    dx = jnp.zeros(shape, dp.dtype)
-    for i in range(kh):
-        dx = dx.at[:, i : i + ho].add(rows[i])
-    return dx
+    p = jnp.concatenate(wins, 0).reshape(kh * kw * c, ho * wo * b)
+    return (kernel.reshape(kh * kw * c, o).T @ p).reshape(o, ho, wo, b)
 
 
 @jax.custom_vjp
@@ -294,19 +264,16 @@ def _conv_chwn_valid_bwd(res, g):
     x, kernel = res
     kh, kw, c, o = kernel.shape
     _, ho, wo, b = g.shape
-    if b % _CHWN_LANES:
-        # Small or odd batches: the two-stage patches and their two-stage transpose.
-        g2 = g.reshape(o, ho * wo * b)
-        p = _patches_chwn(x, kh, kw).reshape(kh * kw * c, ho * wo * b)
-        dk = jnp.transpose((p @ g2.T).reshape(kw, kh, c, o), (1, 0, 2, 3))
-        dp = (_kernel_jic(kernel) @ g2).reshape(kw * kh * c, ho, wo, b)
-        return _col2im_chwn(dp, x.shape, kh, kw), dk
-    # dk[i, j, c, o] = sum_{h, w, b} x[c, h+i, w+j, b] g[o, h, w, b]: a VALID
-    # convolution of x read as NHWC (N = C, features = B) by g read as an HWIO
-    # kernel [Ho, Wo, B, O].
-    dk = lax.conv_general_dilated(x, jnp.transpose(g, (1, 2, 3, 0)), (1, 1), "VALID",
-                                  dimension_numbers=("NHWC", "HWIO", "NHWC"))
-    dk = jnp.transpose(dk, (1, 2, 0, 3))
+    if b % _CHWN_LANES == 0:
+        # dk[i, j, c, o] = sum_{h, w, b} x[c, h+i, w+j, b] g[o, h, w, b]: a VALID
+        # convolution of x read as NHWC (N = C, features = B) by g read as an HWIO
+        # kernel [Ho, Wo, B, O].
+        dk = lax.conv_general_dilated(x, jnp.transpose(g, (1, 2, 3, 0)), (1, 1), "VALID",
+                                      dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        dk = jnp.transpose(dk, (1, 2, 0, 3))
+    else:
+        p = jnp.concatenate(_windows_chwn(x, kh, kw), 0).reshape(kh * kw * c, ho * wo * b)
+        dk = (p @ g.reshape(o, ho * wo * b).T).reshape(kh, kw, c, o)
     # dx: col2im of kernel @ g, each window added in place into a zero input (XLA drops
     # it where x is data, as for the first layer).
     dp = (kernel.reshape(kh * kw * c, o) @ g.reshape(o, ho * wo * b)).reshape(
@@ -327,11 +294,10 @@ def conv2d_chwn(x: jax.Array, kernel: jax.Array, *, padding: str) -> jax.Array:
     Returns ``[O, Ho, Wo, B]``; the same function as :func:`conv2d` in another layout.
     Forward: for one input channel and B a multiple of :data:`_CHWN_LANES`, one XLA
     convolution with dimension numbers ``CHWN``; else ``kernel.T [O, kh*kw*C] @ patches
-    [kh*kw*C, Ho*Wo*B]`` (:func:`_patches_chwn`, built from ``kh + kw`` slices).
-    Hand-written VJP: the kernel gradient is one XLA convolution (``x`` as NHWC with
-    ``N = C`` and ``B`` as features, by the cotangent as an HWIO kernel) when B is a
-    multiple of :data:`_CHWN_LANES`, else the patches' dot; the input gradient an
-    in-place col2im (in two stages, ``kw + kh`` adds, when B is not such a multiple).
+    [kh*kw*C, Ho*Wo*B]``.  Hand-written VJP: the kernel gradient is one XLA convolution
+    (``x`` as NHWC with ``N = C`` and ``B`` as features, by the cotangent as an HWIO
+    kernel) when B is a multiple of :data:`_CHWN_LANES`, else the patches' dot; the input
+    gradient an in-place col2im.
     """
     check_choice("padding", padding, ("SAME", "VALID"))
     kh, kw, _, _ = kernel.shape
