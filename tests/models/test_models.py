@@ -80,7 +80,7 @@ def test_conv2d_matches_lax_reference(impl, padding, channels):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("batch", [10, 16])  # 16: taps + convolution kernel gradient
+@pytest.mark.parametrize("batch", [3, 10, 16])  # 16: the convolution forward and kernel gradient
 @pytest.mark.parametrize("channels", [1, 3])
 def test_conv2d_chwn_matches_lax_reference(batch, channels):
     """Batch-innermost conv2d_chwn ([C, H, W, B]) on both of its paths, value and gradients."""
