@@ -115,6 +115,18 @@ COLUMNS: dict[str, tuple[str, str]] = {
                                         "they are aggregated as noise around a zero "
                                         "substitute, so nothing about them is released"),
     "train_loss": ("diagnostic", "mean local training loss of the participants"),
+    "effective_noise_std": ("diagnostic", "realised root mean square per coordinate of the "
+                                          "noise on the weighted sum, ||sum_k w_k xi_k|| / "
+                                          "sqrt(d) (compare noise_sum_std, its expectation; "
+                                          "integer secure-aggregation modes: the error of the "
+                                          "decoded sum, noise + rounding + wrap)"),
+    "wrapped_fraction": ("diagnostic", "integer secure-aggregation modes (ddg, skellam): "
+                                       "fraction of the coordinates of the round's integer "
+                                       "sum that left the b-bit range and decoded wrongly "
+                                       "(NaN for float sums)"),
+    "rounding_failures": ("diagnostic", "integer secure-aggregation modes: clients whose "
+                                        "conditional randomized rounding failed its norm "
+                                        "check on every try and sent the zero vector"),
 }
 
 
@@ -135,7 +147,8 @@ def columns_of_kind(kind: str) -> tuple[str, ...]:
 
 
 _INT_COLUMNS = ("clients_per_round", "population", "seed", "round", "nonfinite_clients",
-                "clients", "survivors", "max_participation", "retired_clients")
+                "clients", "survivors", "max_participation", "retired_clients",
+                "rounding_failures")
 _STR_COLUMNS = ("dataset", "model", "mechanism", "neighbours", "privacy_mode", "noise_mode")
 
 #: The typed results row: one per evaluated round, with exactly the :data:`COLUMNS` keys
