@@ -55,11 +55,16 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "clients_per_round": ("setting", "m, clients per round (expected m under Poisson sampling)"),
     "population": ("setting", "N, clients in the population"),
     "seed": ("setting", "seed of the run"),
-    "privacy_mode": ("setting", "where the noise goes: ldp, mindspore, central, distributed"),
+    "privacy_mode": ("setting", "where the noise goes: " + ", ".join(registry.mode_names())),
     "noise_mode": ("setting", "per-client, or aggregate (a simulation shortcut: one exact "
                               "draw of the summed noise; no client holds its noise)"),
     "noise_multiplier": ("setting", "central/distributed z: noise std on the sum / C"),
     "noise_sum_std": ("setting", "std per coordinate of the noise on the weighted sum"),
+    "continuous_noise_std": ("setting", "secagg: std per coordinate on the sum of the "
+                                        "continuous Gaussian that is (epsilon, delta)-DP per "
+                                        "round at the same sensitivity (the reference for "
+                                        "noise_sum_std and effective_noise_std); NaN in the "
+                                        "other modes"),
     "round": ("setting", "round number (1-based)"),
     "sampler_delta_floor": ("setting", "no delta below this is delivered by the float noise "
                                        "sampler's bounded tails (ldpsim.privacy."

@@ -168,7 +168,21 @@ class DpSgdClients:
     noise_multiplier: float = _FLAT["client_dp_noise_multiplier"]
 
 
-Privacy = Union[LocalDP, MindSpore, CentralDP, DistributedDP]
+@_frozen
+class SecAggDP:
+    """Distributed discrete DP over secure aggregation (sums of integers mod 2^bits): the
+    distributed discrete Gaussian or Skellam mechanism, (epsilon, delta) per round."""
+
+    mechanism: str = _FLAT["secagg_mechanism"]
+    epsilon: float = _FLAT["epsilon"]
+    delta: float = _FLAT["delta"]
+    clip: float = _FLAT["clip"]
+    bits: int = _FLAT["bits"]
+    granularity: float | None = _FLAT["granularity"]
+    dropout_rate: float = _FLAT["dropout_rate"]
+
+
+Privacy = Union[LocalDP, MindSpore, CentralDP, DistributedDP, SecAggDP]
 
 #: privacy class -> {nested field: flat field}
 _FIELDS = {
@@ -186,6 +200,9 @@ _FIELDS = {
     DistributedDP: {"noise_multiplier": "noise_multiplier", "clip": "clip",
                     "delta": "delta", "dropout_rate": "dropout_rate",
                     "noise_mode": "noise_mode"},
+    SecAggDP: {"mechanism": "secagg_mechanism", "epsilon": "epsilon", "delta": "delta",
+               "clip": "clip", "bits": "bits", "granularity": "granularity",
+               "dropout_rate": "dropout_rate"},
 }
 
 #: privacy class -> (privacy_mode, {nested field: flat field}); the mode's name is its
@@ -220,7 +237,7 @@ class Experiment:
                                   f"{type(getattr(self, name)).__name__}")
         if type(self.privacy) not in _PRIVACY:
             raise LdpsimError("privacy must be one of ldpsim.LocalDP, MindSpore, CentralDP, "
-                              f"DistributedDP; got {type(self.privacy).__name__}")
+                              f"DistributedDP, SecAggDP; got {type(self.privacy).__name__}")
         if self.client_dp is not None and not isinstance(self.client_dp, DpSgdClients):
             raise LdpsimError("client_dp must be an ldpsim.DpSgdClients or None")
         self.flat()   # validates every value
