@@ -113,9 +113,9 @@ _OPTIONS = (
                                   if s.engine and not s.uses_clip) + ")"),
     *_randomizer_options(),
     ("--secagg-mechanism", "secagg_mechanism", str, ("ddg", "skellam"),
-     "secagg: the clients' integer noise (distributed discrete Gaussian or Skellam)"),
-    ("--bits", "bits", int, None, "secagg: bit-width b of the secure sum mod 2^b (2..32)"),
-    ("--granularity", "granularity", float, None, "secagg: integer grid step gamma (None: "
+     "discrete: the clients' integer noise (distributed discrete Gaussian or Skellam)"),
+    ("--bits", "bits", int, None, "discrete: bit-width b of the secure sum mod 2^b (2..32)"),
+    ("--granularity", "granularity", float, None, "discrete: integer grid step gamma (None: "
      "the finest whose sum fits --bits)"),
     ("--neighbours", "neighbours", str, ("replace", "add-remove"),
      "neighbouring relation: replace = sensitivity 2C, add-remove = C"),

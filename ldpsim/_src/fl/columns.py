@@ -58,9 +58,10 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "privacy_mode": ("setting", "where the noise goes: " + ", ".join(registry.mode_names())),
     "noise_mode": ("setting", "per-client, or aggregate (a simulation shortcut: one exact "
                               "draw of the summed noise; no client holds its noise)"),
-    "noise_multiplier": ("setting", "central/distributed z: noise std on the sum / C"),
+    "noise_multiplier": ("setting", "central/distributed z: noise std on the sum / C (discrete: "
+                                    "the integer noise's std on the decoded sum / C)"),
     "noise_sum_std": ("setting", "std per coordinate of the noise on the weighted sum"),
-    "continuous_noise_std": ("setting", "secagg: std per coordinate on the sum of the "
+    "continuous_noise_std": ("setting", "discrete mode: std per coordinate on the sum of the "
                                         "continuous Gaussian that is (epsilon, delta)-DP per "
                                         "round at the same sensitivity (the reference for "
                                         "noise_sum_std and effective_noise_std); NaN in the "
@@ -125,11 +126,11 @@ COLUMNS: dict[str, tuple[str, str]] = {
                                           "sqrt(d) (compare noise_sum_std, its expectation; "
                                           "integer secure-aggregation modes: the error of the "
                                           "decoded sum, noise + rounding + wrap)"),
-    "wrapped_fraction": ("diagnostic", "integer secure-aggregation modes (ddg, skellam): "
+    "wrapped_fraction": ("diagnostic", "the discrete mode (ddg, skellam over secure aggregation): "
                                        "fraction of the coordinates of the round's integer "
                                        "sum that left the b-bit range and decoded wrongly "
                                        "(NaN for float sums)"),
-    "rounding_failures": ("diagnostic", "integer secure-aggregation modes: clients whose "
+    "rounding_failures": ("diagnostic", "the discrete mode: clients whose "
                                         "conditional randomized rounding failed its norm "
                                         "check on every try and sent the zero vector"),
 }

@@ -182,11 +182,11 @@ class SimulationConfig:
         clipped_count_stddev: σ_b > 0 of the clipped-count release; None: TFF's m/20.
         dropout_rate: distributed only: probability in [0, 1) that a sampled client never
             reports (the noise shortfall is reported per round).
-        secagg_mechanism: secagg only: the clients' integer noise, ``"ddg"`` (distributed
+        secagg_mechanism: privacy_mode "discrete" only: the clients' integer noise, ``"ddg"`` (distributed
             discrete Gaussian, Kairouz, Liu & Steinke 2021) or ``"skellam"`` (Agarwal,
             Kairouz & Liu 2021).
-        bits: secagg only: b in [2, 32], the bit-width of secure aggregation's sum mod 2^b.
-        granularity: secagg only: γ > 0 of the integer grid; None: the finest γ whose sum
+        bits: "discrete" only: b in [2, 32], the bit-width of secure aggregation's sum mod 2^b.
+        granularity: "discrete" only: γ > 0 of the integer grid; None: the finest γ whose sum
             stays inside b bits (wrap probability ≤ 10⁻⁶ per round).
         dp_eps: MindSpore's per-round ε (> 0; MindSpore's default 50).
         dp_delta: MindSpore's δ in (0, 1) (default 0.01).

@@ -11,9 +11,9 @@ A :class:`RoundMechanism` is the composition of the round's stages
 (:mod:`ldpsim._src.fl.stages`: a client stage, an aggregator, a clip policy and the
 server's noise; :func:`chain` composes them like ``optax.chain``) and tells the round
 kernel (:func:`ldpsim.fl.make_round_fn`) everything that differs between the privacy
-modes, so the kernel never branches on a mode's name: which local randomizer each client applies and with which clip bound and
-noise scale, who is kept (dropout), what the server adds, how the sum is normalised, and
-how an adaptive clip bound moves. Its traced knobs (a mode's ``hyper``: noise multiplier,
+modes, so the kernel never branches on a mode's name: which local randomizer each client
+applies and with which clip bound and noise scale, who is kept (dropout), what the server
+adds, how the sum is formed and normalised, and how an adaptive clip bound moves. Its traced knobs (a mode's ``hyper``: noise multiplier,
 σ/C, dropout rate, …) are arguments of those functions, so changing them never
 recompiles; its state (MindSpore's per-client C_k,t, the quantile-adaptive C) is part of
 :class:`ldpsim.fl.ServerState`.
@@ -36,6 +36,11 @@ accounting):
     DP-FedAvg (McMahan et al. 2018; TFF ``gaussian_fixed``/``gaussian_adaptive``):
     unweighted clipped sum + ONE server draw ``N(0, (z_Δ C)²)``, fixed denominator m;
     optionally the quantile-adaptive C (Andrew et al. 2021) with the count noise σ_b.
+:func:`discrete` (``"discrete"``)
+    The distributed discrete Gaussian (Kairouz, Liu & Steinke, ICML 2021) or Skellam
+    mechanism (Agarwal, Kairouz & Liu, NeurIPS 2021) over secure aggregation: clients clip,
+    rotate, scale, round and add integer noise; the server sums the integer reports modulo
+    2^b and decodes once (:func:`ldpsim._src.fl.stages.modular_sum`).
 :func:`distributed` (``"distributed"``)
     Distributed DP (Kairouz, Liu & Steinke, ICML 2021): each client adds ``N(0, (zC)²/m)``; clients drop
     out independently with probability ``dropout_rate`` and the realised noise shortfall

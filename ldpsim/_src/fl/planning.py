@@ -532,7 +532,7 @@ def plan(config: SimulationConfig, population: int, *,
             return dp_client.event_epsilon(event, k, budget) if budget > 0 else math.inf
     mode_row_columns = base.row_columns
 
-    def row_columns(row: dict) -> dict:   # the secagg modes' reference, NaN elsewhere
+    def row_columns(row: dict) -> dict:   # the discrete mode's reference, NaN elsewhere
         return {"continuous_noise_std": math.nan, **mode_row_columns(row)}
 
     return base._replace(mechanism=modes.with_client_training(mech, training),
@@ -550,7 +550,7 @@ SECAGG_WRAP_TARGET = 1e-6
 
 def secagg_mechanism(config: SimulationConfig, dim: int) -> Any:
     """The :class:`~ldpsim._src.privacy.discrete.accounting.DiscreteMechanism` of a
-    ``"secagg"`` run: clip C, ``bits`` b, ``clients_per_round`` m, the model's d, and
+    ``"discrete"`` run: clip C, ``bits`` b, ``clients_per_round`` m, the model's d, and
 
     * the granularity γ: ``config.granularity``, or (None) the finest γ at which the m-client
       sum stays inside b bits with probability ``≥ 1 − SECAGG_WRAP_TARGET``
@@ -570,7 +570,7 @@ def secagg_mechanism(config: SimulationConfig, dim: int) -> Any:
     from ldpsim._src.privacy.discrete import accounting as dacc
 
     if dim is None:
-        raise LdpsimError("privacy_mode='secagg' is planned for the model's dimension: pass "
+        raise LdpsimError("privacy_mode='discrete' is planned for the model's dimension: pass "
                           "dim (plan(..., dim=d))")
     kind, bits, m = config.secagg_mechanism, int(config.bits), int(config.clients_per_round)
     neighbours = "add-remove" if config.sampling == "poisson" else "replace"
@@ -584,7 +584,7 @@ def secagg_mechanism(config: SimulationConfig, dim: int) -> Any:
                                       **{k: v for k, v in common.items() if k != "bits"})
             if not report.rows:
                 raise LdpsimError(
-                    f"bits = {bits} too small for privacy_mode='secagg' ({kind}): no "
+                    f"bits = {bits} too small for privacy_mode='discrete' ({kind}): no "
                     f"granularity keeps the sum of {m} clients (clip {config.clip}, d = {dim}, "
                     f"epsilon {config.epsilon}) inside {bits} bits with probability "
                     f">= 1 - {SECAGG_WRAP_TARGET:g}; use more bits")
@@ -595,7 +595,7 @@ def secagg_mechanism(config: SimulationConfig, dim: int) -> Any:
             mech = dacc.solve_noise(kind, epsilon=config.epsilon, delta=config.delta,
                                     granularity=gamma, **common)
         except LdpsimError as err:
-            raise LdpsimError(f"granularity {gamma:g} cannot fit privacy_mode='secagg' "
+            raise LdpsimError(f"granularity {gamma:g} cannot fit privacy_mode='discrete' "
                               f"({kind}, {bits} bits, clip {config.clip}): {err}; use a "
                               f"coarser granularity or leave it unset") from None
     else:   # no noise: the finest γ whose rounding-and-signal sum fits the bits
@@ -644,7 +644,7 @@ def _continuous_std(epsilon: float, delta: float, sensitivity: float) -> float:
     return hi
 
 
-def _plan_secagg(config: SimulationConfig, population: int, dim: int | None = None
+def _plan_discrete(config: SimulationConfig, population: int, dim: int | None = None
                  ) -> PrivacyPlan:
     """Distributed discrete DP over secure aggregation (:func:`~ldpsim.modes.discrete`):
     user-level DP of the modular sum. ε spent after t rounds: the RDP of each round's sum

@@ -285,7 +285,7 @@ MODES: tuple[ModeSpec, ...] = (
              settings=("noise_multiplier", "delta", "clip", "dropout_rate", "noise_mode"),
              label="distributed DP-FedAvg",
              help="each client N(0,(zC)^2/m)"),
-    ModeSpec(name="secagg", nested=_E + "SecAggDP", plan=_F + "_plan_secagg",
+    ModeSpec(name="discrete", nested=_E + "SecAggDP", plan=_F + "_plan_discrete",
              user_level=True,
              settings=("epsilon", "delta", "clip", "dropout_rate", "secagg_mechanism", "bits",
                        "granularity"),
