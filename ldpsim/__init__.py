@@ -49,7 +49,7 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "SimulationConfig": ("ldpsim._src.fl.config", "SimulationConfig"),
     **{name: ("ldpsim._src.fl.experiment", name) for name in (
         "Experiment", "Data", "Training", "Execution", "LocalDP", "MindSpore", "CentralDP",
-        "AdaptiveClip", "DistributedDP", "DpSgdClients")},
+        "AdaptiveClip", "DistributedDP", "SecAggDP", "DpSgdClients")},
     "simulate": ("ldpsim._src.fl.simulate", "simulate"),
     "simulate_lanes": ("ldpsim._src.fl.simulate", "simulate_lanes"),
     "make_round_fn": ("ldpsim._src.fl.round", "make_round_fn"),

@@ -8,9 +8,13 @@ server adds, and how the mode's state adapts; the kernel never branches on a mod
 
 Factories: :func:`local` (local DP with a registered randomizer), :func:`mindspore`
 (MindSpore Federated's ``DP_ENCRYPT``), :func:`central` (DP-FedAvg, fixed or adaptive
-clipping), :func:`distributed` (distributed DP with dropout), :func:`aggregated` (the exact
+clipping), :func:`distributed` (distributed DP with dropout), :func:`discrete` (the
+distributed discrete Gaussian or Skellam mechanism over secure aggregation's sum of integers
+modulo 2^b), :func:`aggregated` (the exact
 aggregate-noise shortcut of a Gaussian mode) and :func:`with_client_training` (DP-SGD inside
-the clients, composed with any mode). :func:`plan` turns a configuration into its mode,
+the clients, composed with any mode). :func:`chain` composes a mode of your own from the
+round's stages (a client stage, an aggregator, a clip policy, server noise), like
+``optax.chain``. :func:`plan` turns a configuration into its mode,
 traced knobs, results columns and accountant (:class:`PrivacyPlan`).
 """
 
@@ -19,6 +23,8 @@ from ldpsim._src.fl.modes import (
     RoundMechanism,
     aggregated,
     central,
+    chain,
+    discrete,
     distributed,
     local,
     mindspore,
@@ -32,6 +38,8 @@ __all__ = [
     "RoundMechanism",
     "aggregated",
     "central",
+    "chain",
+    "discrete",
     "distributed",
     "local",
     "mindspore",

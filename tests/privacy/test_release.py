@@ -154,7 +154,8 @@ def test_every_results_column_is_classified(toy_data, kw):
 def test_diagnostics_are_the_columns_that_need_client_data():
     assert set(columns.columns_of_kind("diagnostic")) == {
         "noise_norm", "theory_noise_norm", "signal_norm", "snr", "cosine", "clip_fraction",
-        "nonfinite_clients", "train_loss"}
+        "nonfinite_clients", "train_loss", "effective_noise_std", "wrapped_fraction",
+        "rounding_failures"}
     with pytest.raises(ValueError, match="kind must be one of"):
         columns.columns_of_kind("secret")
 

@@ -112,6 +112,11 @@ _OPTIONS = (
      + "; unused by " + ", ".join(s.name for s in registry.RANDOMIZERS
                                   if s.engine and not s.uses_clip) + ")"),
     *_randomizer_options(),
+    ("--secagg-mechanism", "secagg_mechanism", str, ("ddg", "skellam"),
+     "discrete: the clients' integer noise (distributed discrete Gaussian or Skellam)"),
+    ("--bits", "bits", int, None, "discrete: bit-width b of the secure sum mod 2^b (2..32)"),
+    ("--granularity", "granularity", float, None, "discrete: integer grid step gamma (None: "
+     "the finest whose sum fits --bits)"),
     ("--neighbours", "neighbours", str, ("replace", "add-remove"),
      "neighbouring relation: replace = sensitivity 2C, add-remove = C"),
     ("--calibration", "calibration", str, ("analytic", "classic", "mindspore"),

@@ -55,11 +55,17 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "clients_per_round": ("setting", "m, clients per round (expected m under Poisson sampling)"),
     "population": ("setting", "N, clients in the population"),
     "seed": ("setting", "seed of the run"),
-    "privacy_mode": ("setting", "where the noise goes: ldp, mindspore, central, distributed"),
+    "privacy_mode": ("setting", "where the noise goes: " + ", ".join(registry.mode_names())),
     "noise_mode": ("setting", "per-client, or aggregate (a simulation shortcut: one exact "
                               "draw of the summed noise; no client holds its noise)"),
-    "noise_multiplier": ("setting", "central/distributed z: noise std on the sum / C"),
+    "noise_multiplier": ("setting", "central/distributed z: noise std on the sum / C (discrete: "
+                                    "the integer noise's std on the decoded sum / C)"),
     "noise_sum_std": ("setting", "std per coordinate of the noise on the weighted sum"),
+    "continuous_noise_std": ("setting", "discrete mode: std per coordinate on the sum of the "
+                                        "continuous Gaussian that is (epsilon, delta)-DP per "
+                                        "round at the same sensitivity (the reference for "
+                                        "noise_sum_std and effective_noise_std); NaN in the "
+                                        "other modes"),
     "round": ("setting", "round number (1-based)"),
     "sampler_delta_floor": ("setting", "no delta below this is delivered by the float noise "
                                        "sampler's bounded tails (ldpsim.privacy."
@@ -115,6 +121,18 @@ COLUMNS: dict[str, tuple[str, str]] = {
                                         "they are aggregated as noise around a zero "
                                         "substitute, so nothing about them is released"),
     "train_loss": ("diagnostic", "mean local training loss of the participants"),
+    "effective_noise_std": ("diagnostic", "realised root mean square per coordinate of the "
+                                          "noise on the weighted sum, ||sum_k w_k xi_k|| / "
+                                          "sqrt(d) (compare noise_sum_std, its expectation; "
+                                          "integer secure-aggregation modes: the error of the "
+                                          "decoded sum, noise + rounding + wrap)"),
+    "wrapped_fraction": ("diagnostic", "the discrete mode (ddg, skellam over secure aggregation): "
+                                       "fraction of the coordinates of the round's integer "
+                                       "sum that left the b-bit range and decoded wrongly "
+                                       "(NaN for float sums)"),
+    "rounding_failures": ("diagnostic", "the discrete mode: clients whose "
+                                        "conditional randomized rounding failed its norm "
+                                        "check on every try and sent the zero vector"),
 }
 
 
@@ -135,7 +153,8 @@ def columns_of_kind(kind: str) -> tuple[str, ...]:
 
 
 _INT_COLUMNS = ("clients_per_round", "population", "seed", "round", "nonfinite_clients",
-                "clients", "survivors", "max_participation", "retired_clients")
+                "clients", "survivors", "max_participation", "retired_clients",
+                "rounding_failures")
 _STR_COLUMNS = ("dataset", "model", "mechanism", "neighbours", "privacy_mode", "noise_mode")
 
 #: The typed results row: one per evaluated round, with exactly the :data:`COLUMNS` keys

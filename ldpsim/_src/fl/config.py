@@ -44,6 +44,7 @@ PARTITIONS = ("iid", "dirichlet", "shards", "natural", "sampled")  # ldpsim.data
 PRIVACY_MODES = registry.mode_names()                       # ldpsim.modes.PRIVACY_MODES
 NOISE_MODES = ("per-client", "aggregate")                       # ldpsim._src.fl.modes.NOISE_MODES
 MINDSPORE_CLIP_RULES = ("running-min", "overwrite")
+SECAGG_MECHANISMS = ("ddg", "skellam")   # ldpsim._src.privacy.discrete.accounting.MECHANISMS
 STOP_POLICIES = ("client", "run")
 
 
@@ -171,6 +172,12 @@ class SimulationConfig:
         clipped_count_stddev: σ_b > 0 of the clipped-count release; None: TFF's m/20.
         dropout_rate: distributed only: probability in [0, 1) that a sampled client never
             reports (the noise shortfall is reported per round).
+        secagg_mechanism: privacy_mode "discrete" only: the clients' integer noise, ``"ddg"`` (distributed
+            discrete Gaussian, Kairouz, Liu & Steinke 2021) or ``"skellam"`` (Agarwal,
+            Kairouz & Liu 2021).
+        bits: "discrete" only: b in [2, 32], the bit-width of secure aggregation's sum mod 2^b.
+        granularity: "discrete" only: γ > 0 of the integer grid; None: the finest γ whose sum
+            stays inside b bits (wrap probability ≤ 10⁻⁶ per round).
         dp_eps: MindSpore's per-round ε (> 0; MindSpore's default 50).
         dp_delta: MindSpore's δ in (0, 1) (default 0.01).
         dp_norm_clip: MindSpore's multiplier of ‖W_{t+1} − W_t‖ for C_{t+1} (> 0).
@@ -243,6 +250,9 @@ class SimulationConfig:
     clip_learning_rate: float = 0.2
     clipped_count_stddev: float | None = None
     dropout_rate: float = 0.0
+    secagg_mechanism: str = "ddg"
+    bits: int = 16
+    granularity: float | None = None
     dp_eps: float = 50.0
     dp_delta: float = 0.01
     dp_norm_clip: float = 1.0
@@ -335,6 +345,13 @@ class SimulationConfig:
         if rate >= 1:
             raise LdpsimError(f"dropout_rate must be in [0, 1), got {self.dropout_rate!r}")
         object.__setattr__(self, "dropout_rate", rate)
+        check_choice("secagg_mechanism", self.secagg_mechanism, SECAGG_MECHANISMS)
+        if isinstance(self.bits, bool) or not isinstance(self.bits, int) \
+                or not 2 <= self.bits <= 32:
+            raise LdpsimError(f"bits must be an integer in [2, 32], got {self.bits!r}")
+        if self.granularity is not None:
+            object.__setattr__(self, "granularity",
+                               check_positive("granularity", self.granularity))
         micro = check_positive_int("client_dp_micro_batches", self.client_dp_micro_batches)
         object.__setattr__(self, "client_dp_micro_batches", micro)
         if self.batch_size % micro:

@@ -284,7 +284,21 @@ class DpSgdClients:
     noise_multiplier: float = _opt("client_dp_noise_multiplier")
 
 
-Privacy = Union[LocalDP, MindSpore, CentralDP, DistributedDP]
+@_frozen
+class SecAggDP:
+    """Distributed discrete DP over secure aggregation (sums of integers mod 2^bits): the
+    distributed discrete Gaussian or Skellam mechanism, (epsilon, delta) per round."""
+
+    mechanism: str = _opt("secagg_mechanism")
+    epsilon: float = _opt("epsilon")
+    delta: float = _opt("delta")
+    clip: float = _opt("clip")
+    bits: int = _opt("bits")
+    granularity: float | None = _opt("granularity")
+    dropout_rate: float = _opt("dropout_rate")
+
+
+Privacy = Union[LocalDP, MindSpore, CentralDP, DistributedDP, SecAggDP]
 
 
 @functools.lru_cache(maxsize=None)

@@ -93,9 +93,17 @@ class RoundMetrics(NamedTuple):
             clipping), NaN otherwise.
         next_clip: the bound the next round starts from (adaptive rules), else the
             round's bound.
+        effective_noise_std: the realised root mean square per coordinate of the noise on
+            the weighted sum, ``‖Σ_k w_k ξ_k‖/√d`` (against ``noise_sum_std``, its
+            expectation; for an integer aggregator the error of the decoded sum: noise,
+            rounding and any wrap).
+        wrapped_fraction: integer aggregators: the fraction of the integer sum's
+            coordinates that left the ``b``-bit range (decoded wrongly); NaN otherwise.
+        rounding_failures: integer aggregators: clients whose randomized rounding failed
+            its norm check on every try (they sent zero); 0 otherwise.
 
-    The last six are set by the round kernel (:func:`ldpsim.fl.make_round_fn`);
-    :func:`finalize_metrics` leaves them NaN.
+    The last nine are set by the round kernel (:func:`ldpsim.fl.make_round_fn`);
+    :func:`finalize_metrics` leaves them NaN (0 for ``rounding_failures``).
     """
 
     noise_norm: jax.Array
@@ -115,6 +123,9 @@ class RoundMetrics(NamedTuple):
     noise_variance_fraction: jax.Array
     unclipped_fraction: jax.Array
     next_clip: jax.Array
+    effective_noise_std: jax.Array
+    wrapped_fraction: jax.Array
+    rounding_failures: jax.Array
 
 
 def tree_dot(a: PyTree, b: PyTree) -> jax.Array:
@@ -188,5 +199,7 @@ def finalize_metrics(sums: CohortSums, noise_std: jax.typing.ArrayLike
         clip_bound=nan, noise_sum_std=nan, survivors=sums.clients,
         noise_variance_fraction=jnp.ones((), jnp.float32), unclipped_fraction=nan,
         next_clip=nan,
+        effective_noise_std=noise_norm * sums.weight / jnp.sqrt(jnp.float32(max(d, 1))),
+        wrapped_fraction=nan, rounding_failures=jnp.zeros((), jnp.int32),
     )
     return clean, noise, metrics

@@ -7,11 +7,13 @@ knobs (:class:`LocalHyper`, :class:`ReportHyper`, :class:`MindSporeHyper`,
 calibration, results columns and accountant, is host-side work and lives in
 :mod:`ldpsim._src.fl.planning`.
 
-A :class:`RoundMechanism` tells the round kernel (:func:`ldpsim.fl.make_round_fn`)
-everything that differs between the privacy modes, so the kernel never branches on a
-mode's name: which local randomizer each client applies and with which clip bound and
-noise scale, who is kept (dropout), what the server adds, how the sum is normalised, and
-how an adaptive clip bound moves. Its traced knobs (a mode's ``hyper``: noise multiplier,
+A :class:`RoundMechanism` is the composition of the round's stages
+(:mod:`ldpsim._src.fl.stages`: a client stage, an aggregator, a clip policy and the
+server's noise; :func:`chain` composes them like ``optax.chain``) and tells the round
+kernel (:func:`ldpsim.fl.make_round_fn`) everything that differs between the privacy
+modes, so the kernel never branches on a mode's name: which local randomizer each client
+applies and with which clip bound and noise scale, who is kept (dropout), what the server
+adds, how the sum is formed and normalised, and how an adaptive clip bound moves. Its traced knobs (a mode's ``hyper``: noise multiplier,
 σ/C, dropout rate, …) are arguments of those functions, so changing them never
 recompiles; its state (MindSpore's per-client C_k,t, the quantile-adaptive C) is part of
 :class:`ldpsim.fl.ServerState`.
@@ -34,6 +36,11 @@ accounting):
     DP-FedAvg (McMahan et al. 2018; TFF ``gaussian_fixed``/``gaussian_adaptive``):
     unweighted clipped sum + ONE server draw ``N(0, (z_Δ C)²)``, fixed denominator m;
     optionally the quantile-adaptive C (Andrew et al. 2021) with the count noise σ_b.
+:func:`discrete` (``"discrete"``)
+    The distributed discrete Gaussian (Kairouz, Liu & Steinke, ICML 2021) or Skellam
+    mechanism (Agarwal, Kairouz & Liu, NeurIPS 2021) over secure aggregation: clients clip,
+    rotate, scale, round and add integer noise; the server sums the integer reports modulo
+    2^b and decodes once (:func:`ldpsim._src.fl.stages.modular_sum`).
 :func:`distributed` (``"distributed"``)
     Distributed DP (Kairouz, Liu & Steinke, ICML 2021): each client adds ``N(0, (zC)²/m)``; clients drop
     out independently with probability ``dropout_rate`` and the realised noise shortfall
@@ -62,7 +69,7 @@ import jax
 import jax.numpy as jnp
 
 from ldpsim._src._checks import LdpsimError
-from ldpsim._src.fl import dp_client
+from ldpsim._src.fl import dp_client, stages
 from ldpsim._src.privacy import adaptive, registry, server_dp
 from ldpsim._src.privacy import mechanism as mechanism_lib
 
@@ -70,8 +77,8 @@ PyTree = Any
 
 __all__ = ["CentralHyper", "DistributedHyper", "LocalHyper", "MindSporeHyper",
            "NOISE_MODES", "PRIVACY_MODES", "ReportHyper", "RoundMechanism", "aggregated",
-           "central", "distributed", "local", "mindspore", "server_key",
-           "with_client_training"]
+           "central", "chain", "distributed", "local", "mindspore", "quantile_clip",
+           "server_key", "with_client_training"]
 
 PRIVACY_MODES = registry.mode_names()   # the registry's (ldpsim._src.privacy.registry)
 NOISE_MODES = ("per-client", "aggregate")
@@ -133,82 +140,143 @@ class DistributedHyper(NamedTuple):
 # ----------------------------------------------------------------------------- the object
 
 
-def _additive_params(clip: jax.Array, scale: jax.Array, phyper: PyTree) -> PyTree:
+def _additive_params(clip: jax.Array, scale: jax.Array, phyper: PyTree,
+                     round_key: jax.Array = None) -> PyTree:
     return mechanism_lib.MechanismParams(clip, scale)
 
 
 class RoundMechanism(NamedTuple):
-    """Everything the round kernel needs to know about a privacy mode (pure functions).
+    """A privacy mode: the composition of the round's stages (:mod:`ldpsim._src.fl.stages`).
 
     Build one with a factory (:func:`local`, :func:`mindspore`, :func:`central`,
-    :func:`distributed`, :func:`aggregated`); factories are cached, so equal settings give
-    the same object (it keys the engine's compile cache). ``phyper`` below is the mode's
-    traced knobs (:class:`LocalHyper`, …), ``state`` its adaptive state.
+    :func:`distributed`, :func:`aggregated`, :func:`discrete`) or compose your own with
+    :func:`chain`; factories are cached, so equal settings give the same object (it keys the
+    engine's compile cache). ``phyper`` below is the mode's traced knobs
+    (:class:`LocalHyper`, …), ``state`` its clip policy's state.
 
-    Attributes:
+    Fields (the stages):
         name: the privacy mode (``"ldp"``, ``"mindspore"``, ``"central"``,
-            ``"distributed"``), with ``"+aggregate"`` for the shortcut.
-        randomizer: the local randomizer each client applies (a name in
-            :data:`ldpsim.mechanism.REGISTRY`; ``"none"`` clips only).
-        noise_std_factor: additive randomizers: per-coordinate std of a client's noise per
-            unit of its scale (:func:`ldpsim._src.privacy.mechanism.noise_std_factor`); the
-            round's noise variance on the sum is ``Σ_k w_k² (factor·scale_k)²`` unless
-            ``client_noise_var`` is given (0 for report randomizers).
-        weighted: FedAvg weights (the engine's ``weighting``) or one vote per client.
-        fixed_denominator: divide the sum by this m (DP-FedAvg's f̃_f), else by Σw.
-        per_client_clip: clients have their own bounds (the reported clip bound is
-            then the mean over the included clients).
-        init: ``(num_clients, clip) -> state`` (host side, once per run).
-        round_clip: ``(state, clip, phyper) -> C`` of the round.
-        client_scales: ``(state, ids, round_clip, phyper) -> (clip[k], scale[k])``.
-        keep: ``(client_keys[k], phyper) -> bool[k]`` (dropout), or None (keep all).
-        server_noise: ``(server_key, clean_sum, noise_var_sum, round_clip, phyper) ->
-            (noise_sum, noise_var_sum)``, or None (the clients' noise is the noise).
-        update: ``(state, server_key, params, new_params, ids, mask, unclipped_bits,
-            phyper) -> (state, next_clip, unclipped_fraction)``, or None (fixed clip).
-        noise_fraction: ``(survivors) -> realised / target noise variance on the sum``,
-            or None (always 1).
+            ``"distributed"``, ``"ddg"``, ``"skellam"``), with ``"+aggregate"`` for the
+            shortcut.
+        privatizer: the :class:`~ldpsim._src.fl.stages.ClientStage` (clip and scale per
+            client, release, exact variance and mean of the decoded release, dropout).
+        aggregator: the :class:`~ldpsim._src.fl.stages.Aggregator` (float weighted sum, or
+            an integer sum modulo ``2^b`` decoded at the server).
+        clip_policy: the :class:`~ldpsim._src.fl.stages.ClipPolicy` (fixed, MindSpore's
+            per-client bounds, quantile-adaptive).
+        noise: the :class:`~ldpsim._src.fl.stages.ServerNoise`, or None (the clients' noise
+            is the noise).
         client: the clients' local training before the randomizer, a
             :class:`~ldpsim._src.fl.dp_client.ClientTraining` (ordinary training unless
-            composed with DP-SGD clients by :func:`with_client_training`); its traced
-            knobs are ``RoundHyper.client``.
-        client_params: ``(clip[k], scale[k], phyper) -> params`` of the randomizer for one
-            client (vmapped): ``MechanismParams(clip, scale)`` for additive noise (default),
-            the calibrated params in :class:`ReportHyper` for a report randomizer.
-        client_noise_var: ``(params, update) -> scalar``: the mean per-coordinate variance
-            of the client's decoded release for its input
-            (:func:`ldpsim._src.privacy.mechanism.mean_variance_fn`, exact and input
-            dependent), or None: ``(noise_std_factor·scale)²``.
-        client_mean: ``(params, update) -> E[decoded release]`` exactly, for a randomizer
-            whose decoder is biased (SignDS: its bias enters the theory of the aggregate's
-            error), or None (unbiased: the clipped update).
-        release: ``(key, update, params) -> Privatized``: the clients' randomizer, decoded
-            (:func:`ldpsim._src.privacy.randomizer.decoded_release`); the round applies
-            this function and never looks the randomizer up by its name.
+            composed with DP-SGD clients by :func:`with_client_training`); its traced knobs
+            are ``RoundHyper.client``.
+
+    The properties below read the stages under the names of the flat object this one
+    replaces (``randomizer``, ``noise_std_factor``, ``weighted``, ``fixed_denominator``,
+    ``per_client_clip``, ``init``, ``round_clip``, ``client_scales``, ``keep``,
+    ``server_noise``, ``update``, ``noise_fraction``, ``client_params``,
+    ``client_noise_var``, ``client_mean``, ``release``).
     """
 
     name: str
-    randomizer: str
-    noise_std_factor: float
-    weighted: bool
-    fixed_denominator: float | None
-    per_client_clip: bool
-    init: Callable[[int, float], PyTree]
-    round_clip: Callable[[PyTree, jax.Array, PyTree], jax.Array]
-    client_scales: Callable[..., tuple[jax.Array, jax.Array]]
-    keep: Callable[[jax.Array, PyTree], jax.Array] | None = None
-    server_noise: Callable[..., tuple[PyTree, jax.Array]] | None = None
-    update: Callable[..., tuple[PyTree, jax.Array, jax.Array]] | None = None
-    noise_fraction: Callable[[jax.Array], jax.Array] | None = None
+    privatizer: stages.ClientStage
+    aggregator: stages.Aggregator
+    clip_policy: stages.ClipPolicy = stages.FIXED_CLIP
+    noise: stages.ServerNoise | None = None
     client: dp_client.ClientTraining = dp_client.PLAIN
-    client_params: Callable[..., PyTree] = _additive_params
-    client_noise_var: Callable[[PyTree, PyTree], jax.Array] | None = None
-    client_mean: Callable[[PyTree, PyTree], PyTree] | None = None
-    release: Callable[..., Any] = mechanism_lib.GAUSSIAN.privatize
+
+    # --- the stages' functions under their former flat names
+    @property
+    def randomizer(self) -> str:
+        return self.privatizer.randomizer
+
+    @property
+    def noise_std_factor(self) -> float:
+        return self.privatizer.noise_std_factor
+
+    @property
+    def weighted(self) -> bool:
+        return self.aggregator.weighted
+
+    @property
+    def fixed_denominator(self) -> float | None:
+        return self.aggregator.fixed_denominator
+
+    @property
+    def per_client_clip(self) -> bool:
+        return self.clip_policy.per_client
+
+    @property
+    def init(self) -> Callable[[int, float], PyTree]:
+        return self.clip_policy.init
+
+    @property
+    def round_clip(self) -> Callable:
+        return self.clip_policy.round_clip
+
+    @property
+    def update(self) -> Callable | None:
+        return self.clip_policy.update
+
+    @property
+    def client_scales(self) -> Callable:
+        return self.privatizer.client_scales
+
+    @property
+    def keep(self) -> Callable | None:
+        return self.privatizer.keep
+
+    @property
+    def noise_fraction(self) -> Callable | None:
+        return self.privatizer.noise_fraction
+
+    @property
+    def client_params(self) -> Callable:
+        return self.privatizer.params
+
+    @property
+    def client_noise_var(self) -> Callable | None:
+        return self.privatizer.noise_var
+
+    @property
+    def client_mean(self) -> Callable | None:
+        return self.privatizer.mean
+
+    @property
+    def release(self) -> Callable:
+        return self.privatizer.release
+
+    @property
+    def server_noise(self) -> Callable | None:
+        return None if self.noise is None else self.noise.add
 
 
-def _no_state(num_clients: int, clip: float) -> tuple:
-    return ()
+def chain(*parts: Any, name: str = "custom",
+          client: dp_client.ClientTraining = dp_client.PLAIN) -> RoundMechanism:
+    """A :class:`RoundMechanism` composed of ``parts``, like ``optax.chain``: one
+    :class:`~ldpsim._src.fl.stages.ClientStage` (required), and at most one
+    :class:`~ldpsim._src.fl.stages.Aggregator` (default: the FedAvg-weighted float sum),
+    :class:`~ldpsim._src.fl.stages.ClipPolicy` (default: fixed) and
+    :class:`~ldpsim._src.fl.stages.ServerNoise` (default: none), in any order.
+
+    Raises:
+        TypeError: a part is not a stage, a stage kind is given twice, or no client stage.
+    """
+    kinds = {stages.ClientStage: "privatizer", stages.Aggregator: "aggregator",
+             stages.ClipPolicy: "clip_policy", stages.ServerNoise: "noise"}
+    found: dict = {}
+    for part in parts:
+        field = kinds.get(type(part))
+        if field is None:
+            raise TypeError(f"chain takes round stages (ClientStage, Aggregator, ClipPolicy, "
+                            f"ServerNoise), got {type(part).__name__}")
+        if field in found:
+            raise TypeError(f"chain got two {type(part).__name__} stages")
+        found[field] = part
+    if "privatizer" not in found:
+        raise TypeError("chain needs a ClientStage")
+    found.setdefault("aggregator", stages.float_sum())
+    return RoundMechanism(name=name, client=client, **found)
 
 
 def _fixed_clip(state: PyTree, clip: jax.Array, phyper: PyTree) -> jax.Array:
@@ -219,7 +287,7 @@ def _full(ids: jax.Array, value: jax.Array) -> jax.Array:
     return jnp.full(ids.shape, value, jnp.float32)
 
 
-def _report_params(clip, scale, phyper: ReportHyper) -> PyTree:
+def _report_params(clip, scale, phyper: ReportHyper, round_key=None) -> PyTree:
     return phyper.params
 
 
@@ -269,15 +337,15 @@ def _local(name: str, privatize: Callable, decode: Callable | None, mean: Callab
         return _full(ids, clip), _full(ids, scale)
 
     extra = {} if by_scale else dict(
-        client_params=_report_params,
-        client_noise_var=mechanism_lib.mean_variance(variance),
-        client_mean=None if unbiased else mean)
-    return RoundMechanism(name="ldp", randomizer=name,
-                          noise_std_factor=float(noise_std_factor or 0.0),
-                          weighted=True, fixed_denominator=None, per_client_clip=False,
-                          init=_no_state, round_clip=_fixed_clip, client_scales=client_scales,
-                          release=mechanism_lib.decoded_release(privatize, decode, additive),
-                          **extra)
+        params=_report_params,
+        noise_var=mechanism_lib.mean_variance(variance),
+        mean=None if unbiased else mean)
+    extra.setdefault("params", _additive_params)
+    privatizer = stages.ClientStage(
+        randomizer=name, noise_std_factor=float(noise_std_factor or 0.0),
+        client_scales=client_scales,
+        release=mechanism_lib.decoded_release(privatize, decode, additive), **extra)
+    return chain(privatizer, stages.float_sum(weighted=True), name="ldp")
 
 
 @functools.cache
@@ -303,33 +371,35 @@ def mindspore(running_min: bool = True) -> RoundMechanism:
         next_clip = jnp.sum(jnp.where(participated, state.clip, 0.0)) / n_part
         return state, next_clip, _f32(jnp.nan)
 
-    return RoundMechanism(name="mindspore", randomizer="gaussian", noise_std_factor=1.0,
-                          weighted=True, fixed_denominator=None, per_client_clip=True,
-                          init=init, round_clip=_fixed_clip, client_scales=client_scales,
-                          update=update, release=mechanism_lib.GAUSSIAN.privatize)
+    privatizer = stages.ClientStage(
+        randomizer="gaussian", noise_std_factor=1.0, client_scales=client_scales,
+        params=_additive_params, release=mechanism_lib.GAUSSIAN.privatize)
+    policy = stages.ClipPolicy(init=init, round_clip=_fixed_clip, update=update,
+                               per_client=True)
+    return chain(privatizer, stages.float_sum(weighted=True), policy, name="mindspore")
+
+
+def _clip_only_scales(state, ids, round_clip, phyper):
+    return _full(ids, round_clip), jnp.zeros(ids.shape, jnp.float32)
+
+
+#: Clients that clip only (the server adds the noise).
+_CLIP_ONLY_CLIENTS = stages.ClientStage(
+    randomizer="none", noise_std_factor=0.0, client_scales=_clip_only_scales,
+    params=_additive_params, release=mechanism_lib.CLIP_ONLY.privatize)
+
+
+def _central_noise(skey, clean_sum, var_sum, round_clip, phyper: CentralHyper):
+    std_sum = phyper.noise_multiplier * round_clip
+    noise = server_dp.aggregate_gaussian_noise(skey, clean_sum, std_sum, 1.0)
+    return noise, std_sum * std_sum
 
 
 @functools.cache
-def central(clients_per_round: int, adaptive_clip: bool = False) -> RoundMechanism:
-    """DP-FedAvg: clients clip only; the server adds ``N(0, (z·C)² I)`` to the unweighted
-    sum and divides by the fixed ``clients_per_round``. ``adaptive_clip``: C follows the
-    quantile rule of Andrew et al. (2021) from the noisy count of unclipped clients."""
+def quantile_clip(clients_per_round: int) -> stages.ClipPolicy:
+    """The quantile-adaptive clip bound of Andrew et al. (2021), moved by the noisy count of
+    unclipped clients (knobs in :class:`CentralHyper`)."""
     m = float(clients_per_round)
-
-    def client_scales(state, ids, round_clip, phyper):
-        return _full(ids, round_clip), jnp.zeros(ids.shape, jnp.float32)
-
-    def server_noise(skey, clean_sum, var_sum, round_clip, phyper: CentralHyper):
-        std_sum = phyper.noise_multiplier * round_clip
-        noise = server_dp.aggregate_gaussian_noise(skey, clean_sum, std_sum, 1.0)
-        return noise, std_sum * std_sum
-
-    if not adaptive_clip:
-        return RoundMechanism(name="central", randomizer="none", noise_std_factor=0.0,
-                              weighted=False, fixed_denominator=m, per_client_clip=False,
-                              init=_no_state, round_clip=_fixed_clip,
-                              client_scales=client_scales, server_noise=server_noise,
-                              release=mechanism_lib.CLIP_ONLY.privatize)
 
     def init(num_clients: int, clip: float):
         return adaptive.quantile_clip(clients_per_round=1.0, initial_clip=clip).init()
@@ -341,11 +411,28 @@ def central(clients_per_round: int, adaptive_clip: bool = False) -> RoundMechani
         state, info = rule.update(state, jax.random.fold_in(skey, 1), bits)
         return state, state.clip, info.unclipped_fraction
 
-    return RoundMechanism(name="central", randomizer="none", noise_std_factor=0.0,
-                          weighted=False, fixed_denominator=m, per_client_clip=False,
-                          init=init, round_clip=lambda state, clip, phyper: state.clip,
-                          client_scales=client_scales, server_noise=server_noise,
-                          update=update, release=mechanism_lib.CLIP_ONLY.privatize)
+    return stages.ClipPolicy(init=init, round_clip=lambda state, clip, phyper: state.clip,
+                             update=update)
+
+
+@functools.cache
+def central(clients_per_round: int, adaptive_clip: bool = False) -> RoundMechanism:
+    """DP-FedAvg: clients clip only; the server adds ``N(0, (z·C)² I)`` to the unweighted
+    sum and divides by the fixed ``clients_per_round``. ``adaptive_clip``: C follows the
+    quantile rule of Andrew et al. (2021) from the noisy count of unclipped clients."""
+    m = float(clients_per_round)
+    policy = quantile_clip(clients_per_round) if adaptive_clip else stages.FIXED_CLIP
+    return chain(_CLIP_ONLY_CLIENTS, stages.float_sum(weighted=False, fixed_denominator=m),
+                 stages.ServerNoise(_central_noise), policy, name="central")
+
+
+def _dropout_keep(keys, phyper):
+    coin = jax.vmap(lambda k: jax.random.uniform(jax.random.fold_in(k, _DROPOUT_SALT)))(keys)
+    return coin >= phyper.dropout_rate
+
+
+def _survivor_fraction(m: float) -> Callable[[jax.Array], jax.Array]:
+    return lambda survivors: survivors.astype(jnp.float32) / jnp.float32(m)
 
 
 @functools.cache
@@ -358,16 +445,12 @@ def distributed(clients_per_round: int) -> RoundMechanism:
         return (_full(ids, round_clip),
                 _full(ids, phyper.noise_multiplier * round_clip / jnp.sqrt(jnp.float32(m))))
 
-    def keep(keys, phyper: DistributedHyper):
-        coin = jax.vmap(lambda k: jax.random.uniform(jax.random.fold_in(k, _DROPOUT_SALT)))(keys)
-        return coin >= phyper.dropout_rate
-
-    return RoundMechanism(name="distributed", randomizer="gaussian", noise_std_factor=1.0,
-                          weighted=False, fixed_denominator=m, per_client_clip=False,
-                          init=_no_state, round_clip=_fixed_clip, client_scales=client_scales,
-                          keep=keep, release=mechanism_lib.GAUSSIAN.privatize,
-                          noise_fraction=lambda survivors: survivors.astype(jnp.float32)
-                          / jnp.float32(m))
+    privatizer = stages.ClientStage(
+        randomizer="gaussian", noise_std_factor=1.0, client_scales=client_scales,
+        params=_additive_params, release=mechanism_lib.GAUSSIAN.privatize,
+        keep=_dropout_keep, noise_fraction=_survivor_fraction(m))
+    return chain(privatizer, stages.float_sum(weighted=False, fixed_denominator=m),
+                 name="distributed")
 
 
 def _aggregate_noise(skey, clean_sum, var_sum, round_clip, phyper):
@@ -382,18 +465,23 @@ def aggregated(mech: RoundMechanism) -> RoundMechanism:
 
     Raises:
         ValueError: the clients' randomizer is not Gaussian (the shortcut is exact for
-            Gaussian noise only).
+            Gaussian noise only), or the mode sums integers.
     """
     if mech.client_noise_var is not None:
         raise ValueError(f"noise_mode='aggregate' is exact for Gaussian noise only, got the "
                          f"report randomizer {mech.randomizer!r}")
+    if mech.aggregator.name != "float":
+        raise ValueError(f"noise_mode='aggregate' is exact for a float sum only; {mech.name!r} "
+                         f"sums integers")
     if mech.server_noise is not None or mech.noise_std_factor == 0.0:   # nothing to move
         return mech
     if mech.release is not mechanism_lib.GAUSSIAN.privatize:
         raise ValueError(f"noise_mode='aggregate' is exact for Gaussian noise only, got "
                          f"{mech.randomizer!r}")
-    return mech._replace(name=mech.name + "+aggregate", randomizer="none",
-                         server_noise=_aggregate_noise, release=mechanism_lib.CLIP_ONLY.privatize)
+    privatizer = mech.privatizer._replace(randomizer="none",
+                                          release=mechanism_lib.CLIP_ONLY.privatize)
+    return mech._replace(name=mech.name + "+aggregate", privatizer=privatizer,
+                         noise=stages.ServerNoise(_aggregate_noise))
 
 
 @functools.cache
@@ -404,3 +492,121 @@ def with_client_training(mech: RoundMechanism,
     guarantees hold side by side, each for its own relation: the mode's for the client's
     update (or user), the trainer's for one example of a client's data."""
     return mech if mech.client is training else mech._replace(client=training)
+
+
+# ----------------------------------------------------------------------------- integer modes
+
+_ROTATION_SALT = 0x726F7461   # "rota": the round's shared rotation key, from the server key
+
+
+class DiscreteHyper(NamedTuple):
+    """``"ddg"``/``"skellam"``: the dropout probability (the mechanism's γ, noise and bits are
+    static: they fix the integer sampler and the modulus, part of the compiled program)."""
+
+    dropout_rate: jax.Array
+
+
+class DiscreteParams(NamedTuple):
+    """One client's parameters in an integer mode: its clip bound and the round's rotation key
+    (shared by every client of the round, public)."""
+
+    clip: jax.Array
+    rotation_key: jax.Array
+
+
+class DiscreteRelease(NamedTuple):
+    """A client's release in an integer mode (the fields the kernel reads of a
+    :class:`~ldpsim.mechanism.Privatized`, plus the integer report's diagnostics).
+
+    Attributes:
+        noisy: the report, ``int32[D]`` wrapped to ``b`` bits (what secure aggregation sums).
+        clipped: the clipped update (simulation only). noise: ``()`` (known after decoding).
+        norm, release_norm, was_clipped, finite: as in :class:`~ldpsim.mechanism.Privatized`.
+        exact: the report before the wrap (rounded vector + noise) as float32; diagnostic.
+        ok: the conditional rounding passed its norm check (else the report is the noise
+            alone around the zero vector).
+    """
+
+    noisy: jax.Array
+    clipped: PyTree
+    noise: tuple
+    norm: jax.Array
+    release_norm: jax.Array
+    was_clipped: jax.Array
+    finite: jax.Array
+    exact: jax.Array
+    ok: jax.Array
+
+
+def _rotation_key(round_key: jax.Array) -> jax.Array:
+    return jax.random.fold_in(round_key, _ROTATION_SALT)
+
+
+@functools.cache
+def discrete(mech: Any, noise: bool = True) -> RoundMechanism:
+    """Distributed discrete DP under secure aggregation, as deployed: the distributed
+    discrete Gaussian (``mech.mechanism == "ddg"``; Kairouz, Liu & Steinke, ICML 2021) or
+    the Skellam mechanism (``"skellam"``; Agarwal, Kairouz & Liu, NeurIPS 2021).
+
+    ``mech`` is a :class:`ldpsim._src.privacy.discrete.accounting.DiscreteMechanism` (host
+    side: clip C, granularity γ, the per-client integer noise, ``clients`` m, the model's
+    ``dim`` d, ``bits`` b). Each client clips its update to C (L2), and runs
+    :func:`ldpsim._src.privacy.discrete.pipeline.encode`: the randomized Hadamard rotation
+    with the round's shared key, scaling by 1/γ, conditional randomized rounding, its own
+    integer noise (keyed by its id), the wrap to b bits. Clients drop out with
+    ``DiscreteHyper.dropout_rate`` (the survivors' noise is what protects, as in
+    :func:`distributed`). The server sums the survivors' reports modulo 2^b
+    (:func:`ldpsim._src.fl.stages.modular_sum`) and decodes once (unwrap, unscale,
+    unrotate); the mean divides by the fixed m. ``noise=False``: no integer noise (the
+    exact tests of the arithmetic; not private).
+    """
+    from jax.flatten_util import ravel_pytree
+
+    from ldpsim._src.privacy.discrete import hadamard, modular, pipeline
+    from ldpsim._src.privacy.discrete.accounting import DiscreteMechanism
+
+    if not isinstance(mech, DiscreteMechanism):
+        raise LdpsimError(f"discrete() takes a DiscreteMechanism, got {type(mech).__name__}")
+    m = float(mech.clients)
+    inv_gamma = jnp.float32(1.0 / mech.granularity)
+    gamma_sq = float(mech.granularity) ** 2
+    noise_var = float(mech.client_variance) if noise else 0.0
+
+    def client_scales(state, ids, round_clip, phyper):
+        return _full(ids, round_clip), jnp.zeros(ids.shape, jnp.float32)
+
+    def params(clip, scale, phyper, round_key):
+        return DiscreteParams(clip, _rotation_key(round_key))
+
+    def _clip(update, p: DiscreteParams):
+        return mechanism_lib.CLIP_ONLY.privatize(
+            None, update, mechanism_lib.MechanismParams(p.clip, jnp.float32(0.0)))
+
+    def release(key, update, p: DiscreteParams):
+        priv = _clip(update, p)
+        flat, _, _ = hadamard.flatten_pad(priv.clipped)
+        report, v, ok = pipeline.encode(p.rotation_key, key, flat, mech, noise=noise)
+        z = modular.wrap(report - v, mech.bits)   # the noise (exact while |z| < 2^(b-1))
+        return DiscreteRelease(report, priv.clipped, (), priv.norm, priv.release_norm,
+                               priv.was_clipped, priv.finite,
+                               v.astype(jnp.float32) + z.astype(jnp.float32), ok)
+
+    def variance(p: DiscreteParams, update):
+        """γ²(σ̂² + mean_j f_j(1 − f_j)): the decoded release's per-coordinate variance
+        (H has entries ±1/√D, so each decoded coordinate gets the mean of the rotated
+        coordinates' rounding variances; conditioning on the norm check ignored)."""
+        flat, _, _ = hadamard.flatten_pad(_clip(update, p).clipped)
+        y = hadamard.rotate(p.rotation_key, flat) * inv_gamma
+        f = y - jnp.floor(y)
+        return jnp.float32(gamma_sq) * (jnp.float32(noise_var) + jnp.mean(f * (1.0 - f)))
+
+    def decode(round_key, signed, like):
+        flat = pipeline.decode(_rotation_key(round_key), signed, mech)
+        return ravel_pytree(like)[1](flat)
+
+    privatizer = stages.ClientStage(
+        randomizer=mech.mechanism, noise_std_factor=0.0, client_scales=client_scales,
+        params=params, release=release, noise_var=variance, keep=_dropout_keep,
+        noise_fraction=_survivor_fraction(m))
+    aggregator = stages.modular_sum(mech.bits, mech.padded_dim, decode, m)
+    return chain(privatizer, aggregator, name=mech.mechanism)

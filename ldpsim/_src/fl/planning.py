@@ -530,5 +530,159 @@ def plan(config: SimulationConfig, population: int, *,
                 return dp_client.event_epsilon(event, k, config.delta)
             budget = _bounded_gaussian_budget(config.delta, shift, dim, k * steps)
             return dp_client.event_epsilon(event, k, budget) if budget > 0 else math.inf
+    mode_row_columns = base.row_columns
+
+    def row_columns(row: dict) -> dict:   # the discrete mode's reference, NaN elsewhere
+        return {"continuous_noise_std": math.nan, **mode_row_columns(row)}
+
     return base._replace(mechanism=modes.with_client_training(mech, training),
-                         client_hyper=knobs, client_epsilon_of=client_epsilon_of)
+                         client_hyper=knobs, client_epsilon_of=client_epsilon_of,
+                         row_columns=row_columns)
+
+
+# ----------------------------------------------------------------------------- secure aggregation
+
+#: Largest per-round probability that the b-bit sum wraps which a plan accepts (the wrap is
+#: reported per round in ``wrapped_fraction``; a larger bound is an error: nothing wraps
+#: silently).
+SECAGG_WRAP_TARGET = 1e-6
+
+
+def secagg_mechanism(config: SimulationConfig, dim: int) -> Any:
+    """The :class:`~ldpsim._src.privacy.discrete.accounting.DiscreteMechanism` of a
+    ``"discrete"`` run: clip C, ``bits`` b, ``clients_per_round`` m, the model's d, and
+
+    * the granularity γ: ``config.granularity``, or (None) the finest γ at which the m-client
+      sum stays inside b bits with probability ``≥ 1 − SECAGG_WRAP_TARGET``
+      (:func:`~ldpsim._src.privacy.discrete.accounting.bits_needed` at this one b);
+    * the per-client integer noise (σ of the discrete Gaussian, or the Skellam variance) that
+      makes one round ``(epsilon, delta)``-DP for one user of the sum
+      (:func:`~ldpsim._src.privacy.discrete.accounting.solve_noise`); ε = inf: no noise (the
+      mechanism then holds the smallest noise only to size the wrap bound).
+
+    Neighbours: replace one user for the engine's fixed-size cohorts, add/remove under
+    Poisson sampling (as central/distributed DP-FedAvg).
+
+    Raises:
+        LdpsimError: b too small for C, m and d at any γ (or at the given γ), a γ too fine
+            for int32 rounding, or no noise reaching ε.
+    """
+    from ldpsim._src.privacy.discrete import accounting as dacc
+
+    if dim is None:
+        raise LdpsimError("privacy_mode='discrete' is planned for the model's dimension: pass "
+                          "dim (plan(..., dim=d))")
+    kind, bits, m = config.secagg_mechanism, int(config.bits), int(config.clients_per_round)
+    neighbours = "add-remove" if config.sampling == "poisson" else "replace"
+    common = dict(clients=m, dim=int(dim), clip=float(config.clip), bits=bits,
+                  neighbours=neighbours)
+    smallest = 0.5 if kind == "ddg" else 1e-6
+    if config.private:
+        if config.granularity is None:
+            report = dacc.bits_needed(kind, epsilon=config.epsilon, delta=config.delta,
+                                      wrap_target=SECAGG_WRAP_TARGET, bit_range=(bits,),
+                                      **{k: v for k, v in common.items() if k != "bits"})
+            if not report.rows:
+                raise LdpsimError(
+                    f"bits = {bits} too small for privacy_mode='discrete' ({kind}): no "
+                    f"granularity keeps the sum of {m} clients (clip {config.clip}, d = {dim}, "
+                    f"epsilon {config.epsilon}) inside {bits} bits with probability "
+                    f">= 1 - {SECAGG_WRAP_TARGET:g}; use more bits")
+            gamma = report.rows[0].granularity
+        else:
+            gamma = float(config.granularity)
+        try:
+            mech = dacc.solve_noise(kind, epsilon=config.epsilon, delta=config.delta,
+                                    granularity=gamma, **common)
+        except LdpsimError as err:
+            raise LdpsimError(f"granularity {gamma:g} cannot fit privacy_mode='discrete' "
+                              f"({kind}, {bits} bits, clip {config.clip}): {err}; use a "
+                              f"coarser granularity or leave it unset") from None
+    else:   # no noise: the finest γ whose rounding-and-signal sum fits the bits
+        def make(g):
+            return dacc.DiscreteMechanism(kind, granularity=g, noise=smallest, **common)
+
+        if config.granularity is not None:
+            mech = make(float(config.granularity))
+        else:
+            hi = float(config.clip)
+            lo = hi / 2.0**28
+            if dacc.wrap_probability(make(hi)) > SECAGG_WRAP_TARGET:
+                mech = make(hi)   # check_wrap below names the problem
+            else:
+                for _ in range(60):
+                    mid = math.sqrt(lo * hi)
+                    ok = dacc.wrap_probability(make(mid)) <= SECAGG_WRAP_TARGET
+                    lo, hi = (lo, mid) if ok else (mid, hi)
+                    if hi / lo < 1.001:
+                        break
+                mech = make(hi)
+    dacc.check_wrap(mech, SECAGG_WRAP_TARGET)
+    return mech
+
+
+def _continuous_std(epsilon: float, delta: float, sensitivity: float) -> float:
+    """The std on the sum of the continuous Gaussian that is (ε, δ)-DP for one round at this
+    sensitivity, by the same RDP conversion as the discrete modes (Mironov 2017; dp_accounting's
+    conversion): the reference for their effective noise."""
+    from ldpsim._src.privacy.discrete import accounting as dacc
+
+    orders = dacc.DDG_ORDERS
+
+    def eps_of(std: float) -> float:
+        return dacc.rdp_to_epsilon(orders, dacc.gaussian_rdp(orders, l2=sensitivity,
+                                                             variance=std * std), delta)
+
+    lo, hi = 1e-9 * sensitivity, sensitivity
+    while eps_of(hi) > epsilon:
+        lo, hi = hi, hi * 4
+    for _ in range(100):
+        mid = math.sqrt(lo * hi)
+        lo, hi = (lo, mid) if eps_of(mid) <= epsilon else (mid, hi)
+        if hi / lo < 1 + 1e-9:
+            break
+    return hi
+
+
+def _plan_discrete(config: SimulationConfig, population: int, dim: int | None = None
+                 ) -> PrivacyPlan:
+    """Distributed discrete DP over secure aggregation (:func:`~ldpsim.modes.discrete`):
+    user-level DP of the modular sum. ε spent after t rounds: the RDP of each round's sum
+    (Kairouz, Liu & Steinke 2021, Proposition 14, for the discrete Gaussian; Agarwal, Kairouz
+    & Liu 2021, Theorem 3.5, for Skellam) with the smallest realised survivor count of the
+    rounds so far, composed over the t rounds
+    (:func:`~ldpsim._src.privacy.discrete.accounting.discrete_epsilon`); no amplification by
+    the cohort sampling (conservative)."""
+    from ldpsim._src.privacy.discrete import accounting as dacc
+
+    mech = secagg_mechanism(config, dim)
+    m = int(config.clients_per_round)
+    gamma = mech.granularity
+    client_std = gamma * math.sqrt(mech.client_variance) if config.private else 0.0
+    sens = (2.0 if mech.neighbours == "replace" else 1.0) * config.clip
+    continuous = _continuous_std(config.epsilon, config.delta, sens) if config.private else 0.0
+    columns = {"mechanism": mech.mechanism, "neighbours": mech.neighbours,
+               "epsilon": config.epsilon, "delta": config.delta, "clip": config.clip,
+               "sensitivity": sens, "sigma": client_std,
+               # the integer noise on the sum over C (rounding not included)
+               "noise_multiplier": client_std * math.sqrt(m) / config.clip,
+               "sampler_delta_floor": math.nan}
+    cache: dict = {}
+
+    def epsilon_of(k: int, t: int, frac: float) -> float:
+        if t == 0:
+            return 0.0
+        if not config.private:
+            return math.inf
+        survivors = max(1, min(m, int(math.floor(frac * m + 1e-9))))
+        if (t, survivors) not in cache:
+            cache[(t, survivors)] = dacc.discrete_epsilon(mech, config.delta, rounds=t,
+                                                          survivors=survivors)
+        return cache[(t, survivors)]
+
+    def row_columns(row: dict) -> dict:
+        return {"clip_bound": config.clip, "continuous_noise_std": continuous}
+
+    return PrivacyPlan(modes.discrete(mech, noise=config.private),
+                       modes.DiscreteHyper(_f32(config.dropout_rate)), columns, row_columns,
+                       epsilon_of, delta_of=lambda k, t, frac: config.delta if t else 0.0)

@@ -6,16 +6,20 @@ A round (:func:`make_round_fn`)::
       -> ldpsim._src.fl.sharding.map_cohort: on each of D devices (D = 1: no sharding),
          lax.scan over chunks of that device's contiguous 1/D of the cohort:
            gather the chunk's data from the population
-           vmap over the chunk: local training + the mode's local randomizer, decoded
-             (the server's estimate of each clipped update: itself for additive noise)
-           accumulate Σw·clipped, Σw·noise, Σw, Σw², Σw²s², counts   (memory O(chunk × model))
-             (noise = decoded − clipped; s² the client's exact per-coordinate variance)
+           vmap over the chunk: local training + the client stage (clip, scale, release:
+             the randomizer, decoded, or an integer report)
+           accumulate Σw·clipped, Σw², Σw²s², counts, and the aggregator's part: Σw·noise
+             (float sum; noise = decoded − clipped) or Σ reports mod 2³² (integer sum)
+             (memory O(chunk × model); s² the client's exact per-coordinate variance)
          then psum of the per-device sums over the mesh
-      -> the mode's server noise, Δ̄ = (Σw·clipped + Σw·noise) / (Σw or fixed m),
-         server optimizer step, the mode's state update (adaptive clip), metrics
+      -> the aggregator's decoding (integer sum: mod 2^b, unscale, unrotate; noise =
+         decoded − clean), the server-noise stage,
+         Δ̄ = (Σw·clipped + Σw·noise) / (Σw or fixed m),
+         server optimizer step, the clip policy's update (adaptive clip), metrics
 
-Everything that differs between privacy modes comes from a
-:class:`~ldpsim.modes.RoundMechanism`; this module never looks at a mode's name.
+Everything that differs between privacy modes comes from the stages of a
+:class:`~ldpsim.modes.RoundMechanism` (:mod:`ldpsim._src.fl.stages`); this module never
+looks at a mode's name.
 
 Randomness by position: client ``c`` in round ``t`` uses
 ``k = fold_in(fold_in(root_key, t), c)`` (``root_key = ServerState.key``), split into a
@@ -110,7 +114,8 @@ def client_key(root_key: jax.Array, round_idx: jax.typing.ArrayLike,
 
 
 def chunk_sums(w: jax.Array, include: jax.Array, mask: jax.Array, priv: Any,
-               loss: jax.Array, counts: jax.Array) -> metrics_lib.CohortSums:
+               loss: jax.Array, counts: jax.Array, *, noise: Any = None
+               ) -> metrics_lib.CohortSums:
     """One chunk's contribution to the round's :class:`~ldpsim.fl.CohortSums`.
 
     Args:
@@ -120,10 +125,12 @@ def chunk_sums(w: jax.Array, include: jax.Array, mask: jax.Array, priv: Any,
         mask: bool[k], real (non-padding) slot.
         priv: the chunk's :class:`~ldpsim.mechanism.Privatized` releases (vmapped).
         loss: float32[k] mean local training losses. counts: int32[k] examples.
+        noise: the chunk's noise sum as the round's aggregator computes it
+            (:attr:`ldpsim._src.fl.stages.Aggregator.chunk`); None: ``Σ w·priv.noise``.
     """
     return metrics_lib.CohortSums(
         clean=server_lib.weighted_sum(w, priv.clipped),
-        noise=server_lib.weighted_sum(w, priv.noise),
+        noise=server_lib.weighted_sum(w, priv.noise) if noise is None else noise,
         weight=jnp.sum(w),
         weight_sq=jnp.sum(w * w),
         clients=jnp.sum(mask, dtype=jnp.int32),
@@ -213,42 +220,48 @@ def make_round_fn(*, apply_fn: Callable,
     n_devices = sharding.resolve_devices(devices)
     client_weighting = weighting if mech.weighted else "uniform"
 
-    def one_client(params, x, y, count, key, clip, scale, hyper):
+    client_stage = mech.privatizer
+    aggregator = mech.aggregator
+
+    def one_client(params, x, y, count, key, clip, scale, hyper, round_key):
         train_key, noise_key = jax.random.split(key)
         opt = client_lib.client_optimizer(client_optimizer, hyper.client_lr)
         delta, cm = train(params, x, y, count, hyper.client, apply_fn=apply_fn, optimizer=opt,
                           batch_size=batch_size, key=train_key, local_steps=local_steps,
                           local_epochs=local_epochs)
-        mparams = mech.client_params(clip, scale, hyper.privacy)
+        mparams = client_stage.params(clip, scale, hyper.privacy, round_key)
         release = privatize(noise_key, delta, mparams)
-        if mech.client_noise_var is None:   # additive: iid noise of std factor·scale
-            var = jnp.square(mech.noise_std_factor * scale)
-        else:                               # exact, for this client's input
-            var = mech.client_noise_var(mparams, delta)
+        if client_stage.noise_var is None:   # additive: iid noise of std factor·scale
+            var = jnp.square(client_stage.noise_std_factor * scale)
+        else:                                # exact, for this client's input
+            var = client_stage.noise_var(mparams, delta)
         bias = ()
-        if mech.client_mean is not None:    # a biased decoder: E[decoded] − clipped
-            bias = jax.tree_util.tree_map(jnp.subtract, mech.client_mean(mparams, delta),
+        if client_stage.mean is not None:    # a biased decoder: E[decoded] − clipped
+            bias = jax.tree_util.tree_map(jnp.subtract, client_stage.mean(mparams, delta),
                                           release.clipped)
         return release, cm.loss, var, bias
 
     def chunk_fn(operands, c_ids, c_mask):
-        params, key, round_idx, population, pstate, round_clip, hyper = operands
+        params, key, round_idx, population, pstate, round_clip, hyper, round_key = operands
         x, y, counts = population.gather(c_ids)
         keys = jax.vmap(lambda c: client_key(key, round_idx, c))(c_ids)
-        clip, scale = mech.client_scales(pstate, c_ids, round_clip, hyper.privacy)
-        priv, loss, var, bias = jax.vmap(one_client, in_axes=(None, 0, 0, 0, 0, 0, 0, None))(
-            params, x, y, counts, keys, clip, scale, hyper)
+        clip, scale = client_stage.client_scales(pstate, c_ids, round_clip, hyper.privacy)
+        priv, loss, var, bias = jax.vmap(
+            one_client, in_axes=(None, 0, 0, 0, 0, 0, 0, None, None))(
+            params, x, y, counts, keys, clip, scale, hyper, round_key)
         include = c_mask   # a non-finite update enters as its privatized zero substitute
-        if mech.keep is not None:
-            include = include & mech.keep(keys, hyper.privacy)
+        if client_stage.keep is not None:
+            include = include & client_stage.keep(keys, hyper.privacy)
         w = server_lib.aggregation_weights(counts, include, client_weighting)
+        noise_part, payload = aggregator.chunk(w, include, priv)
         extra = _ModeSums(
             noise_var=jnp.sum(w * w * var),
             bits=jnp.sum(adaptive.quantile_bits(priv.release_norm, clip, include)),
             survivors=jnp.sum(include, dtype=jnp.int32),
             clip=jnp.sum(include.astype(jnp.float32) * clip),
             bias=server_lib.weighted_sum(w, bias))
-        return chunk_sums(w, include, c_mask, priv, loss, counts), extra
+        sums = chunk_sums(w, include, c_mask, priv, loss, counts, noise=noise_part)
+        return sums, extra, payload
 
     def round_fn(state: ServerState, population, round_idx, cohort_ids, cohort_mask,
                  hyper: RoundHyper):
@@ -257,23 +270,26 @@ def make_round_fn(*, apply_fn: Callable,
         mask = jnp.asarray(cohort_mask, bool)
         skey = modes_lib.server_key(state.key, round_idx)
         round_clip = mech.round_clip(state.privacy, hyper.clip, hyper.privacy)
-        zeros = (metrics_lib.CohortSums.zeros(params),
-                 _ModeSums.zeros(None if mech.client_mean is None else params))
+        noise_zero, payload_zero = aggregator.zeros(params)
+        zeros = (metrics_lib.CohortSums.zeros(params)._replace(noise=noise_zero),
+                 _ModeSums.zeros(None if client_stage.mean is None else params), payload_zero)
         operands = (params, state.key, round_idx, population, state.privacy, round_clip,
-                    hyper)
-        sums, extra = sharding.map_cohort(
+                    hyper, skey)
+        sums, extra, payload = sharding.map_cohort(
             chunk_fn, zeros, operands, ids, mask, chunk_size=chunk_size, devices=n_devices,
             chunks_in_flight=chunks_in_flight)
+        noise_sum, diagnostics = aggregator.finalize(sums.noise, payload, sums.clean, skey)
+        sums = sums._replace(noise=noise_sum)
         var_sum = extra.noise_var
-        if mech.server_noise is not None:
-            noise, var_sum = mech.server_noise(skey, sums.clean, var_sum, round_clip,
-                                               hyper.privacy)
+        if mech.noise is not None:
+            noise, var_sum = mech.noise.add(skey, sums.clean, var_sum, round_clip,
+                                            hyper.privacy)
             sums = sums._replace(noise=noise)
-        if mech.fixed_denominator is not None:  # DP-FedAvg's f̃_f: divide by m
-            sums = sums._replace(weight=jnp.float32(mech.fixed_denominator))
+        if aggregator.fixed_denominator is not None:  # DP-FedAvg's f̃_f: divide by m
+            sums = sums._replace(weight=jnp.float32(aggregator.fixed_denominator))
         noise_std = jnp.sqrt(var_sum / jnp.maximum(sums.weight_sq, 1e-30))
         clean, noise, rm = metrics_lib.finalize_metrics(sums, noise_std)
-        if mech.client_mean is not None:   # a biased decoder: E‖z̄‖² = ‖bias‖² + variance
+        if client_stage.mean is not None:   # a biased decoder: E‖z̄‖² = ‖bias‖² + variance
             inv = jnp.where(sums.weight > 0, 1.0 / jnp.where(sums.weight > 0, sums.weight, 1.0),
                             0.0)
             bias_norm = metrics_lib.tree_norm(extra.bias) * inv
@@ -285,20 +301,22 @@ def make_round_fn(*, apply_fn: Callable,
         new_params, opt_state = server_lib.server_update(params, state.opt_state, aggregate, opt)
 
         survivors = extra.survivors
-        if mech.per_client_clip:
+        if mech.clip_policy.per_client:
             clip_bound = jnp.where(survivors > 0, extra.clip / jnp.maximum(survivors, 1),
                                    round_clip)
         else:
             clip_bound = jnp.asarray(round_clip, jnp.float32)
         pstate, next_clip, unclipped = state.privacy, clip_bound, jnp.float32(jnp.nan)
-        if mech.update is not None:
-            pstate, next_clip, unclipped = mech.update(
+        if mech.clip_policy.update is not None:
+            pstate, next_clip, unclipped = mech.clip_policy.update(
                 state.privacy, skey, params, new_params, ids, mask, extra.bits, hyper.privacy)
-        fraction = (jnp.float32(1.0) if mech.noise_fraction is None
-                    else mech.noise_fraction(survivors))
+        fraction = (jnp.float32(1.0) if client_stage.noise_fraction is None
+                    else client_stage.noise_fraction(survivors))
         metrics = rm._replace(clip_bound=clip_bound, noise_sum_std=jnp.sqrt(var_sum),
                               survivors=survivors, noise_variance_fraction=fraction,
-                              unclipped_fraction=unclipped, next_clip=next_clip)
+                              unclipped_fraction=unclipped, next_clip=next_clip,
+                              wrapped_fraction=diagnostics.wrapped_fraction,
+                              rounding_failures=diagnostics.rounding_failures)
         return ServerState(new_params, opt_state, state.key, pstate), metrics
 
     return round_fn

@@ -300,6 +300,14 @@ MODES: tuple[ModeSpec, ...] = (
              settings=("noise_multiplier", "delta", "clip", "dropout_rate", "noise_mode"),
              label="distributed DP-FedAvg",
              help="each client N(0,(zC)^2/m)"),
+    ModeSpec(name="discrete", nested=_E + "SecAggDP", plan=_F + "_plan_discrete",
+             user_level=True,
+             settings=("epsilon", "delta", "clip", "dropout_rate", "secagg_mechanism", "bits",
+                       "granularity"),
+             label="distributed discrete DP over secure aggregation",
+             help="secure aggregation of integers mod 2^bits: each client clips, rotates, "
+                  "rounds and adds discrete Gaussian or Skellam noise (--secagg-mechanism, "
+                  "--bits, --granularity; --epsilon per round of the sum)"),
 )
 
 

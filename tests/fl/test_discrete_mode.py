@@ -1,0 +1,349 @@
+"""The integer aggregator and the discrete privacy mode (distributed discrete Gaussian or
+Skellam over secure aggregation's sum modulo 2^b), through the round's stages and the kernel.
+
+References are independent of the code under test: NumPy's int64 sums for the modular
+arithmetic, the rounding's deterministic error bound (|x̃ − x| < 1 per coordinate), and the
+variance the sampler's law has (Skellam: the Poisson rates; discrete Gaussian: the spec's
+realised variance) for the statistical checks.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from ldpsim import LdpsimError
+from ldpsim._src.fl import modes, planning, sharding, stages
+from ldpsim._src.fl.config import SimulationConfig
+from ldpsim._src.fl.round import RoundHyper, init_state, make_round_fn
+from ldpsim._src.privacy.discrete.accounting import DiscreteMechanism
+from ldpsim.models import get_model
+
+from toy_data import toy_logreg_problem
+
+REPO = Path(__file__).resolve().parents[2]
+D_TOY = 21   # logreg 6 -> 3: d = 21, padded to D = 32
+
+
+def _reports(ids, d, bits, seed=0):
+    """Random int32 reports (already wrapped to ``bits`` bits) keyed by client id."""
+    def one(c):
+        u = jax.random.bits(jax.random.fold_in(jax.random.key(seed), c), (d,), jnp.uint32)
+        if bits == 32:
+            return jax.lax.bitcast_convert_type(u, jnp.int32)
+        return (u >> (32 - bits)).astype(jnp.int32) - jnp.int32(1 << (bits - 1))
+
+    return jax.vmap(one)(ids)
+
+
+class _R:   # the fields the modular aggregator reads of a release
+    def __init__(self, noisy):
+        self.noisy = noisy
+        self.exact = noisy.astype(jnp.float32)
+        self.ok = jnp.ones(noisy.shape[0], bool)
+
+
+def _modular_total(m, d, bits, chunk, devices=1):
+    agg = stages.modular_sum(bits, d, lambda key, s, like: s, float(m))
+
+    def chunk_fn(operands, ids, mask):
+        return agg.chunk(jnp.ones(ids.shape), mask, _R(_reports(ids, d, bits)))
+
+    ids = jnp.arange(m, dtype=jnp.int32)
+    _, payload = sharding.map_cohort(chunk_fn, agg.zeros(None), (), ids, jnp.ones(m, bool),
+                                     chunk_size=chunk, devices=devices)
+    return np.asarray(payload.total), agg
+
+
+@pytest.mark.parametrize("bits", [8, 32])
+def test_modular_sum_is_the_exact_integer_sum_mod_2_to_the_b_for_every_chunking(bits):
+    m, d = 37, 64
+    ref = np.asarray(_reports(jnp.arange(m, dtype=jnp.int32), d, bits)).astype(np.int64)
+    ref = ref.sum(0) % (1 << bits)                    # NumPy int64: no wrap before the mod
+    ref = np.where(ref >= 1 << (bits - 1), ref - (1 << bits), ref)
+    for chunk in (1, 5, 37):
+        total, agg = _modular_total(m, d, bits, chunk)
+        mask = (1 << bits) - 1 if bits < 32 else 0xFFFFFFFF
+        got = (total.astype(np.int64) & mask)
+        got = np.where(got >= 1 << (bits - 1), got - (1 << bits), got)
+        np.testing.assert_array_equal(got, ref)
+        # finalize: decoded − clean; with decode = identity and clean = 0, the signed sum
+        noise, _ = agg.finalize((), stages.ModularPayload(
+            jnp.asarray(total), jnp.zeros(d), jnp.int32(0)), jnp.zeros(d), None)
+        np.testing.assert_array_equal(np.asarray(noise), ref.astype(np.float32))
+
+
+_CHILD = r"""
+import sys, numpy as np
+sys.path.insert(0, sys.argv[1])
+import test_discrete_mode as t
+for bits in (12, 32):
+    one = t._modular_total(37, 64, bits, 3, devices=1)[0]
+    four = t._modular_total(37, 64, bits, 3, devices=4)[0]
+    assert one.dtype == np.uint32 and np.array_equal(one, four), bits
+print("OK")
+"""
+
+
+@pytest.mark.slow
+def test_modular_sum_on_four_devices_is_the_same_integers():
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
+               PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tests")]))
+    proc = subprocess.run([sys.executable, "-c", _CHILD, str(Path(__file__).parent)], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-2000:]
+
+
+# ----------------------------------------------------------------------------- the stages
+
+
+def _stage_round(dm, updates, round_key, noise=True, include=None):
+    """The discrete mode's stages on given updates (no training): decoded sum, clean sum,
+    diagnostics, releases."""
+    mech = modes.discrete(dm, noise)
+    st, agg = mech.privatizer, mech.aggregator
+    n = jax.tree_util.tree_leaves(updates)[0].shape[0]
+    keys = jax.vmap(lambda c: jax.random.fold_in(jax.random.key(5), c))(jnp.arange(n))
+    p = st.params(jnp.float32(dm.clip), jnp.float32(0.0), None, round_key)
+    rel = jax.vmap(lambda k, u: st.release(k, u, p))(keys, updates)
+    include = jnp.ones(n, bool) if include is None else include
+    _, payload = agg.chunk(jnp.ones(n), include, rel)
+    clean = jax.tree_util.tree_map(lambda c: jnp.sum(jnp.where(
+        include.reshape((-1,) + (1,) * (c.ndim - 1)), c, 0.0), 0), rel.clipped)
+    noise_sum, diag = agg.finalize((), payload, clean, round_key)
+    decoded = jax.tree_util.tree_map(jnp.add, clean, noise_sum)
+    return decoded, clean, diag, rel
+
+
+@pytest.mark.parametrize("kind", ["skellam", pytest.param("ddg", marks=pytest.mark.slow)])
+def test_without_noise_the_decoded_sum_is_the_clipped_sum_up_to_the_rounding(kind):
+    """|x̃ᵢ − yᵢ| < 1 per rotated coordinate and the rotation is orthogonal, so
+    ‖decoded − Σ clipped‖ ≤ γ·‖Σ (x̃ − y)‖ ≤ γ·n·√D (plus float32 rounding, far smaller)."""
+    n, d = 12, 1000
+    u = jax.random.normal(jax.random.key(1), (n, d)) * 0.02   # norms ~0.63 < C
+    dm = DiscreteMechanism(kind, clip=1.0, granularity=1e-3, noise=1.0, clients=n, dim=d,
+                           bits=24)
+    decoded, clean, diag, rel = _stage_round(dm, {"w": u}, jax.random.key(9), noise=False)
+    err = float(jnp.linalg.norm(decoded["w"] - clean["w"]))
+    bound = dm.granularity * n * math.sqrt(dm.padded_dim)
+    assert 0 < err <= bound
+    # and the rounding is unbiased: the error is a sum of n·D independent zero-mean terms of
+    # variance <= 1/4, so E err² <= γ²·n·D/4; Markov at 20x: false failure < 5%·... (< 0.05)
+    assert err ** 2 <= 20 * dm.granularity ** 2 * n * dm.padded_dim / 4
+    # the clip is exact: the clean sum is the sum of the clipped inputs (norms < C here)
+    np.testing.assert_allclose(np.asarray(clean["w"]), np.asarray(u.sum(0)), rtol=1e-5,
+                               atol=1e-6)
+    assert float(diag.wrapped_fraction) == 0.0 and int(diag.rounding_failures) == 0
+    assert bool(jnp.all(rel.ok))
+
+
+@pytest.mark.parametrize("kind,noise,n,rounds", [
+    ("skellam", 9.0, 16, 4), pytest.param("ddg", 3.0, 4, 2, marks=pytest.mark.slow)])
+def test_decoded_noise_variance_is_the_mechanisms_times_gamma_squared(kind, noise, n, rounds):
+    """Zero updates: no rounding error, so the decoded sum is γ·Hᵀ(Σ z) and, H being
+    orthogonal (d = D = 1024), ‖decoded‖²/γ² = ‖Σ z‖², a sum of D·rounds independent squares
+    of mean n·v (v the per-client variance of the sampler's law: μ for Skellam, the spec's
+    realised σ̂² for the discrete Gaussian). Its relative std is √((2 + κ)/(D·rounds)), κ the
+    excess kurtosis of Σz (≤ 1/(n·v) for Skellam, ~0 for the discrete Gaussian); the
+    tolerance is 5 of those stds: false failure < 1e-5 (normal approximation of a sum of
+    ≥ 2048 terms)."""
+    d = 1024
+    dm = DiscreteMechanism(kind, clip=1.0, granularity=0.01, noise=noise, clients=n, dim=d,
+                           bits=24)
+    stat = 0.0
+    for r in range(rounds):
+        decoded, _, diag, _ = _stage_round(dm, {"w": jnp.zeros((n, d))}, jax.random.key(100 + r))
+        stat += float(jnp.sum(jnp.square(decoded["w"]))) / dm.granularity ** 2
+        assert float(diag.wrapped_fraction) == 0.0
+    v = dm.client_variance
+    mean = d * rounds * n * v
+    rel_std = math.sqrt((2 + 1 / (n * v)) / (d * rounds))
+    assert abs(stat / mean - 1) <= 5 * rel_std, (stat / mean, rel_std)
+
+
+def test_a_wrapped_sum_is_detected_and_reported():
+    """Few bits and a fine grid: the integer sum leaves [−2^(b−1), 2^(b−1)) on some
+    coordinates, the diagnostic counts them, and the decoded sum is wrong there."""
+    n, d = 8, 256
+    u = jnp.ones((n, d)) / math.sqrt(d)             # norm 1 each; the sum's norm is 8
+    dm = DiscreteMechanism("skellam", clip=1.0, granularity=1e-3, noise=1.0, clients=n, dim=d,
+                           bits=10)
+    decoded, clean, diag, rel = _stage_round(dm, {"w": u}, jax.random.key(3), noise=False)
+    frac = float(diag.wrapped_fraction)
+    # reference: the exact integer sum from the releases' pre-wrap values, in int64
+    exact = np.asarray(rel.exact).astype(np.int64).sum(0)
+    ref = np.mean((exact < -512) | (exact >= 512))
+    assert frac == pytest.approx(ref) and frac > 0.1
+    assert float(jnp.linalg.norm(decoded["w"] - clean["w"])) > 1.0
+
+
+@pytest.mark.slow
+def test_dropped_clients_contribute_nothing_to_the_integer_sum():
+    n, d = 6, 64
+    u = jax.random.normal(jax.random.key(2), (n, d)) * 0.05
+    dm = DiscreteMechanism("skellam", clip=1.0, granularity=1e-3, noise=4.0, clients=n, dim=d,
+                           bits=20)
+    keep = jnp.array([True, False, True, True, False, True])
+    both, _, _, _ = _stage_round(dm, {"w": u}, jax.random.key(4), include=keep)
+    only, _, _, _ = _stage_round(dm, {"w": jnp.where(keep[:, None], u, 0.0)},
+                                 jax.random.key(4), include=keep)
+    np.testing.assert_array_equal(np.asarray(both["w"]), np.asarray(only["w"]))
+
+
+# ----------------------------------------------------------------------------- the kernel
+
+
+@pytest.fixture(scope="module")
+def toy():
+    pop, xt, yt = toy_logreg_problem(n_clients=24)
+    model = get_model("logreg", input_shape=(6,), num_classes=3)
+    params = model.init(jax.random.key(0), jnp.zeros((1, 6)))
+    return pop, model, params
+
+
+def _kernel_round(toy, dm, chunk, noise=True, dropout=0.0, m=10):
+    pop, model, params = toy
+    mech = modes.discrete(dm, noise)
+    fn = jax.jit(make_round_fn(apply_fn=model.apply, mechanism=mech, local_steps=2,
+                               batch_size=4, chunk_size=chunk))
+    state = init_state(params, jax.random.key(7))
+    hyper = RoundHyper.create(clip=1.0, client_lr=0.1, server_lr=1.0,
+                              privacy=modes.DiscreteHyper(jnp.float32(dropout)))
+    ids = jnp.arange(m, dtype=jnp.int32)
+    return fn(state, pop, 0, ids, jnp.ones(m, bool), hyper)
+
+
+def test_kernel_round_is_the_same_for_every_chunk_size_and_reports_its_diagnostics(toy):
+    dm = DiscreteMechanism("skellam", clip=1.0, granularity=1e-3, noise=16.0, clients=10,
+                           dim=D_TOY, bits=20)
+    (s3, r3), (s10, _) = _kernel_round(toy, dm, 3), _kernel_round(toy, dm, 10)
+    # the decoded sum is the same integers decoded the same way; the float clean sum (and so
+    # noise = decoded − clean) differs by float rounding of the chunked sum only
+    for a, b in zip(jax.tree_util.tree_leaves(s3.params), jax.tree_util.tree_leaves(s10.params)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=1e-6)
+    assert float(r3.wrapped_fraction) == 0.0 and int(r3.rounding_failures) == 0
+    assert int(r3.survivors) == 10
+    # noise_sum_std: γ·√(m·(μ + mean rounding variance)); the rounding adds at most 1/4
+    lo = dm.granularity * math.sqrt(10 * 16.0)
+    assert lo <= float(r3.noise_sum_std) <= dm.granularity * math.sqrt(10 * 16.25) * 1.0001
+    assert float(r3.effective_noise_std) > 0
+
+
+@pytest.mark.slow
+def test_kernel_dropout_keeps_the_survivors_and_reports_the_shortfall(toy):
+    dm = DiscreteMechanism("skellam", clip=1.0, granularity=1e-3, noise=16.0, clients=10,
+                           dim=D_TOY, bits=20)
+    _, rm = _kernel_round(toy, dm, 5, dropout=0.5)
+    s = int(rm.survivors)
+    assert 0 < s < 10 and float(rm.noise_variance_fraction) == pytest.approx(s / 10)
+
+
+# ----------------------------------------------------------------------------- planning
+
+
+def _cfg(**kw):
+    base = dict(dataset="synthetic", model="logreg", population=30, clients_per_round=10,
+                rounds=2, privacy_mode="discrete", epsilon=4.0, delta=1e-5, clip=1.0)
+    base.update(kw)
+    return SimulationConfig(**base)
+
+
+def test_plan_solves_noise_for_the_per_round_epsilon_and_fits_the_bits():
+    from ldpsim._src.privacy.discrete import accounting as dacc
+
+    p = planning.plan(_cfg(secagg_mechanism="skellam", bits=16), 30, dim=D_TOY)
+    dm = p.mechanism.privatizer   # the stage; the DiscreteMechanism is in the plan's columns
+    assert p.mechanism.name == "skellam" and p.mechanism.aggregator.name == "modular"
+    assert dm.randomizer == "skellam"
+    assert p.epsilon_of(1, 1, 1.0) <= 4.0
+    assert p.epsilon_of(1, 1, 1.0) == pytest.approx(4.0, rel=1e-3)
+    assert p.epsilon_of(2, 2, 1.0) > p.epsilon_of(1, 1, 1.0)    # composed over rounds
+    assert p.epsilon_of(1, 1, 0.5) > p.epsilon_of(1, 1, 1.0)    # dropouts: less noise
+    mech = planning.secagg_mechanism(_cfg(secagg_mechanism="skellam", bits=16), D_TOY)
+    assert dacc.wrap_probability(mech) <= planning.SECAGG_WRAP_TARGET
+    row = p.row_columns({"clip_bound": 1.0})
+    assert row["continuous_noise_std"] > 0
+
+
+@pytest.mark.parametrize("kw,match", [(dict(bits=4), "bits = 4 too small"),
+                                      (dict(bits=12, granularity=1e-7), "granularity")])
+def test_bits_too_small_or_gamma_that_cannot_fit_is_a_clear_error(kw, match):
+    with pytest.raises(LdpsimError, match=match):
+        planning.plan(_cfg(secagg_mechanism="skellam", **kw), 30, dim=D_TOY)
+
+
+@pytest.mark.parametrize("kw,match", [(dict(bits=1), "bits"), (dict(bits=33), "bits"),
+                                      (dict(granularity=0.0), "granularity"),
+                                      (dict(secagg_mechanism="gauss"), "secagg_mechanism")])
+def test_bad_settings_are_errors(kw, match):
+    with pytest.raises(LdpsimError, match=match):
+        _cfg(**kw)
+
+
+def test_secagg_settings_in_another_mode_are_errors():
+    with pytest.raises(LdpsimError, match="bits"):
+        SimulationConfig(dataset="synthetic", model="logreg", privacy_mode="central", bits=12)
+
+
+@pytest.mark.slow
+def test_cli_run_discrete_end_to_end(tmp_path):
+    import pandas as pd
+
+    from ldpsim.cli import main
+
+    out = tmp_path / "m.csv"
+    rc = main(["run", "--dataset", "synthetic", "--model", "logreg", "--population", "30",
+               "--clients-per-round", "10", "--rounds", "2", "--local-steps", "1",
+               "--chunk-size", "5", "--no-progress", "--privacy-mode", "discrete",
+               "--secagg-mechanism", "skellam", "--bits", "16", "--epsilon", "4",
+               "--delta", "1e-5", "--clip", "0.5", "--out", str(out)])
+    assert rc == 0
+    df = pd.read_csv(out)
+    assert list(df["round"]) == [1, 2] and (df["mechanism"] == "skellam").all()
+    assert (df["wrapped_fraction"] == 0).all() and (df["rounding_failures"] == 0).all()
+    assert df["epsilon_spent"].iloc[0] == pytest.approx(4.0, rel=1e-3)
+    # the discrete noise on the sum is within 10% of the continuous Gaussian's at equal ε
+    ratio = df["noise_sum_std"] / df["continuous_noise_std"]
+    assert ((ratio > 0.99) & (ratio < 1.1)).all()
+
+
+@pytest.mark.slow
+def test_lenet5_round_with_skellam_at_real_size():
+    """d = 61,706 (D = 65,536): one discrete-mode round of 4 clients through the kernel. The
+    realised
+    noise on the sum matches its expectation: ‖noise‖²/d averages d nearly independent
+    coordinates (rotation-mixed), relative std ≈ √(2/d) = 0.6%; tolerance 5% (false failure
+    far below 1e-9)."""
+    from ldpsim.data import PaddedPopulation
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(8, 4, 28, 28, 1)).astype(np.float32)
+    y = rng.integers(0, 10, size=(8, 4))
+    pop = PaddedPopulation.from_arrays(x, y, np.full(8, 4), num_classes=10, compact=False)
+    model = get_model("lenet5", input_shape=(28, 28, 1), num_classes=10)
+    params = model.init(jax.random.key(0), jnp.zeros((1, 28, 28, 1)))
+    d = sum(p.size for p in jax.tree_util.tree_leaves(params))
+    assert d == 61706
+    cfg = SimulationConfig(dataset="synthetic", model="lenet5", population=8,
+                           clients_per_round=4, rounds=1, privacy_mode="discrete",
+                           secagg_mechanism="skellam", bits=18, epsilon=4.0, delta=1e-5,
+                           clip=1.0)
+    p = planning.plan(cfg, 8, dim=d)
+    fn = jax.jit(make_round_fn(apply_fn=model.apply, mechanism=p.mechanism, local_steps=1,
+                               batch_size=4, chunk_size=2))
+    state = init_state(params, jax.random.key(7))
+    hyper = RoundHyper.create(clip=1.0, client_lr=0.1, server_lr=1.0, privacy=p.hyper)
+    _, rm = fn(state, pop, 0, jnp.arange(4, dtype=jnp.int32), jnp.ones(4, bool), hyper)
+    assert float(rm.wrapped_fraction) == 0.0 and int(rm.rounding_failures) == 0
+    assert float(rm.effective_noise_std) == pytest.approx(float(rm.noise_sum_std), rel=0.05)
+    # within 10% of the continuous Gaussian's noise at the same per-round (ε, δ)
+    ref = p.row_columns({"clip_bound": 1.0})["continuous_noise_std"]
+    assert 0.99 < float(rm.noise_sum_std) / ref < 1.1
