@@ -40,14 +40,15 @@ def examples(n: int) -> int:
     return n if _in_ci() or not fast else max(10, n // 5)
 
 
-#: XLA option of the fast tier: LLVM's backend optimisation off.  The HLO (fusion, layout,
-#: the program the tests inspect) is unchanged; only the machine-code optimisation that is most
-#: of a CPU compilation's cost is skipped (the fast tier is ~1 compilation per test).  The
-#: full suite (CI) compiles with XLA's defaults, as users do.  An XLA_FLAGS that already sets
-#: the level wins.
+#: XLA option of the test suite (both tiers): LLVM's backend optimisation off.  The HLO (fusion,
+#: layout, the program the tests inspect) is unchanged; only the machine-code optimisation that
+#: is most of a CPU compilation's cost is skipped (about one compilation per test).  Users
+#: compile with XLA's defaults: tests/test_xla_defaults.py runs rounds of every mode both ways
+#: and checks they agree up to float rounding.  An XLA_FLAGS that already sets the level wins;
+#: LDPSIM_TEST_XLA_DEFAULTS=1 runs the suite with XLA's defaults.
 FAST_TIER_XLA_FLAG = "--xla_backend_optimization_level=0"
 
-#: XLA option of the fast tier: XLA:CPU's older elemental code generator instead of its MLIR
+#: XLA option of the test suite: XLA:CPU's older elemental code generator instead of its MLIR
 #: fusion emitters, which take about half of what is left of a small program's compile time.
 #: The lowered program and XLA's fusion decisions are unchanged (the optimised HLO only no
 #: longer wraps each unfused operation in a fusion of its own); what differs is how each loop
@@ -70,8 +71,12 @@ def _xla_knows(flag: str) -> bool:
 
 def pytest_configure(config):
     # Runs before collection in the main process and in every xdist worker, before JAX starts.
+    # Both tiers compile with the suite's XLA options (see tests/README.md): compilation is
+    # most of the suite's cost, and tests/test_xla_defaults.py checks that XLA's default
+    # options, which users get, give the same round up to float rounding.
     if "not slow" in (config.getoption("markexpr", "") or ""):
         os.environ["LDPSIM_FAST_TIER"] = "1"
+    if os.environ.get("LDPSIM_TEST_XLA_DEFAULTS") != "1":
         flags = os.environ.get("XLA_FLAGS", "")
         if "xla_backend_optimization_level" not in flags:
             flags = f"{flags} {FAST_TIER_XLA_FLAG}".strip()
@@ -80,11 +85,10 @@ def pytest_configure(config):
                 not in flags and _xla_knows(FAST_TIER_XLA_EMITTER_FLAG)):
             flags = f"{flags} {FAST_TIER_XLA_EMITTER_FLAG}"
         os.environ["XLA_FLAGS"] = flags
-        # With -n, every test of a file runs in one worker: a module's fixtures and the
-        # compilations its tests share are paid once, not once per worker.  (The full suite
-        # keeps xdist's default, which spreads its few long end-to-end files.)
-        if getattr(config.option, "dist", "no") == "load":
-            config.option.dist = "loadfile"
+    # With -n, every test of a file runs in one worker: a module's fixtures and the
+    # compilations its tests share are paid once, not once per worker.
+    if getattr(config.option, "dist", "no") == "load":
+        config.option.dist = "loadfile"
     # One JAX compilation cache for this run (both tiers), shared by the xdist workers, the
     # command-line subprocesses the tests start and tests that build the same program again:
     # a compiled program is reused, never rebuilt (compilation is most of a slow test's cost).

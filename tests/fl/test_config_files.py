@@ -29,6 +29,15 @@ RECORDED = json.loads((FIXTURES / "committed_configs.json").read_text())
 MANIFESTS = sorted(FIXTURES.glob("main_run_*.manifest.json"))
 
 
+def is_simulation_file(path: Path) -> bool:
+    """A sweep/run file of SimulationConfig settings: not an ``ldpsim dpsgd`` file (a [train]
+    table, another schema) nor an experiment driver's own file ([grid] cells)."""
+    import tomllib
+
+    table = tomllib.loads(path.read_text())
+    return not ({"train", "dp", "accounting"} & set(table) or "cells" in table.get("grid", {}))
+
+
 def _value(v):
     return float(v) if v in ("inf", "-inf", "nan") else v
 
@@ -50,7 +59,7 @@ def test_every_committed_file_is_recorded():
 
     files = {str(p.relative_to(REPO)) for folder in ("experiments", "notebooks", "docs")
              for p in (REPO / folder).rglob("*.toml")
-             if not {"train", "dp", "accounting"} & set(tomllib.loads(p.read_text()))}
+             if is_simulation_file(p)}
     assert files and files == set(RECORDED["files"])
 
 
@@ -113,10 +122,11 @@ def test_manifest_of_then_runs_again_to_the_same_history(tmp_path):
     then = list(csv.DictReader((FIXTURES / "main_run_central_adaptive.csv").open()))
     assert len(again) == len(then) == 2
     for a, b in zip(again, then):
-        assert a.keys() == b.keys()
-        for k in a:
+        assert a.keys() >= b.keys()   # columns may be added (new diagnostics), never lost
+        for k in b:
             if k == "wall_time" or a[k] == b[k]:
                 continue
             # float32 reductions: XLA's CPU thread pool may sum in another order in another
-            # process (seen: train_loss 1 ulp apart); anything else must match exactly
-            assert float(a[k]) == pytest.approx(float(b[k]), rel=1e-6), k
+            # process (seen: train_loss 1 ulp apart), and the suite compiles with other
+            # machine-code options than main's recording (tests/conftest.py): a few ulps
+            assert float(a[k]) == pytest.approx(float(b[k]), rel=1e-5), k

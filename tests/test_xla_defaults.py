@@ -1,0 +1,72 @@
+"""The suite's XLA options against XLA's defaults, which users compile with.
+
+The test suite compiles with LLVM's backend optimisation off and XLA:CPU's older loop emitter
+(tests/conftest.py): compilation is most of the suite's cost.  Those options change how the
+machine code is generated, not the program (HLO) it computes, so a history may differ only by
+float rounding (a different fused-multiply-add contraction or vectorised reduction order).
+This test runs short simulations of every privacy mode with continuous noise here (the suite's
+options) and in a child process with XLA's defaults, and compares their histories.
+
+Randomizers that decide by comparing floats (PrivUnit's and the discrete modes' coins) are left
+out: a last-bit difference may flip one coin, which changes the draw, not the law.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+CASES = {
+    "ldp-lenet5": dict(dataset="mnist", model="lenet5", privacy_mode="ldp", epsilon=500.0),
+    "mindspore": dict(privacy_mode="mindspore"),
+    "central-adaptive": dict(privacy_mode="central", adaptive_clip=True, noise_multiplier=0.5),
+    "distributed": dict(privacy_mode="distributed", dropout_rate=0.2),
+}
+COMMON = dict(population=40, clients_per_round=8, rounds=1, seed=3)
+
+_CHILD = r"""
+import json, math, sys
+from ldpsim import SimulationConfig, simulate
+case = json.loads(sys.argv[1])
+rows = simulate(SimulationConfig(**case), progress=False)
+keep = lambda v: float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+print(json.dumps([{k: keep(v) for k, v in r.items() if keep(v) is not None} for r in rows]))
+"""
+
+
+def _history(case: dict, env: dict) -> list[dict]:
+    out = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(case)], env=env,
+                         capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_suite_options_and_xla_defaults_give_the_same_history(name, data_root):
+    case = {**COMMON, **CASES[name]}
+    if case.get("dataset") == "mnist":
+        case["data_dir"] = str(data_root)
+    suite_env = dict(os.environ)
+    assert "xla_backend_optimization_level=0" in suite_env.get("XLA_FLAGS", ""), \
+        "the suite's options are not set (tests/conftest.py)"
+    default_env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    ours, theirs = _history(case, suite_env), _history(case, default_env)
+    assert len(ours) == len(theirs) == case["rounds"]
+    for a, b in zip(ours, theirs):
+        assert a.keys() == b.keys()
+        for k in a:
+            if any(t in k for t in ("time", "seconds", "per_s", "compile")):
+                continue   # timings, not results
+            # One round of float32 training from one start: rounding differences of a few
+            # ulps per operation stay below 1e-3 relative (a noisy model's loss of ~10^4 is a
+            # sum of large logits, the least stable figure); a wrong program does not.
+            # Accuracy counts argmaxes: a near-tie may flip on a last bit, so allow 20 of the
+            # 10,000 test images.
+            atol = 2e-3 if k == "accuracy" else 1e-6
+            np.testing.assert_allclose(a[k], b[k], rtol=1e-3, atol=atol, err_msg=k)
