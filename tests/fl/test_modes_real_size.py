@@ -22,7 +22,7 @@ NaN, so its local training diverges (NaN loss, NaN gradients, NaN update). Each 
   released the zero substitute's release and nothing else (docs/privacy_sharp_edges.md,
   "Diverged clients"); aggregation weights are uniform so that both clients weigh the same.
 
-DP-SGD clients clip every example's gradient (ldpsim._src.privacy.dpsgd), so a NaN example's
+DP-SGD clients clip every example's gradient (ldpsim._src.fl.dpsgd.aggregate), so a NaN example's
 gradient becomes the zero substitute there, inside the client: the client's update stays
 finite (it is not counted as non-finite) and, with the DP-SGD noise at 0, is exactly zero.
 

@@ -36,10 +36,9 @@ from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import optax
-from jax import lax
 
 from ldpsim._src.fl import client as client_lib
+from ldpsim._src.fl.evaluate import make_eval_fn
 from ldpsim._src.fl import metrics as metrics_lib
 from ldpsim._src.fl import modes as modes_lib
 from ldpsim._src.fl import server as server_lib
@@ -320,34 +319,3 @@ def make_round_fn(*, apply_fn: Callable,
         return ServerState(new_params, opt_state, state.key, pstate), metrics
 
     return round_fn
-
-
-def make_eval_fn(apply_fn: Callable, batch_size: int = 500) -> Callable:
-    """``evaluate(params, x, y) -> (accuracy, mean cross-entropy)`` over a whole test set.
-
-    Batched with ``lax.map`` (memory O(batch)); the last batch is padded and masked, so
-    the result is exact for any test-set size.
-    """
-
-    def evaluate(params, x, y):
-        n = x.shape[0]
-        b = min(batch_size, n)
-        nb = -(-n // b)
-        pad = nb * b - n
-        valid = jnp.arange(nb * b) < n
-        xp = jnp.concatenate([x, jnp.zeros((pad,) + x.shape[1:], x.dtype)]) if pad else x
-        yp = jnp.concatenate([y, jnp.zeros((pad,), y.dtype)]) if pad else y
-
-        def one(batch):
-            xb, yb, vb = batch
-            logits = apply_fn(params, xb)
-            ce = optax.softmax_cross_entropy_with_integer_labels(logits, yb)
-            correct = (jnp.argmax(logits, -1) == yb)
-            return (jnp.sum(jnp.where(vb, correct, False), dtype=jnp.float32),
-                    jnp.sum(jnp.where(vb, ce, 0.0)))
-
-        correct, ce = lax.map(one, (xp.reshape((nb, b) + x.shape[1:]), yp.reshape(nb, b),
-                                    valid.reshape(nb, b)))
-        return jnp.sum(correct) / n, jnp.sum(ce) / n
-
-    return evaluate

@@ -20,7 +20,7 @@ from ldpsim._src.fl.dpsgd.guarantee import step_noise_multipliers
 from ldpsim._src.fl.dpsgd.ledger import Ledger
 from ldpsim._src.fl.dpsgd.steps import make_epoch_fn, make_optimizer, make_poisson_epoch_fn
 from ldpsim._src.fl.loop import run_loop
-from ldpsim._src.fl.round import make_eval_fn
+from ldpsim._src.fl.evaluate import make_eval_fn
 from ldpsim._src.models import get_model
 
 __all__ = ["num_train_rows", "train_dpsgd"]
