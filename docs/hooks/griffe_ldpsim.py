@@ -38,7 +38,7 @@ def _lazy_targets(name: str) -> dict[str, str]:
     if name == "ldpsim.fl":
         return {k: f"ldpsim._src.fl.{m}.{k}" for k, m in mod._EXPORTS.items()}
     if name == "ldpsim.plots":
-        return {k: f"{m}.{k}" for k, m in mod._LAZY.items()}
+        return {k: f"{m}.{k}" for k, m in getattr(mod, "_LAZY", {}).items()}
     return {}
 
 
