@@ -22,7 +22,10 @@ import numpy as np
 import pytest
 
 CASES = {
-    "ldp-lenet5": dict(dataset="mnist", model="lenet5", privacy_mode="ldp", epsilon=500.0),
+    # LeNet-5 without noise: under local DP noise its loss after one round is chaotic in the
+    # last bits (a blown-up model's logits), so the noise paths run on the small model below.
+    "lenet5": dict(dataset="mnist", model="lenet5", privacy_mode="ldp", epsilon=float("inf")),
+    "ldp": dict(privacy_mode="ldp", epsilon=8.0),
     "mindspore": dict(privacy_mode="mindspore"),
     "central-adaptive": dict(privacy_mode="central", adaptive_clip=True, noise_multiplier=0.5),
     "distributed": dict(privacy_mode="distributed", dropout_rate=0.2),
