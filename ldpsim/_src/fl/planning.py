@@ -656,6 +656,14 @@ def _plan_discrete(config: SimulationConfig, population: int, dim: int | None = 
     from ldpsim._src.privacy.discrete import accounting as dacc
 
     mech = secagg_mechanism(config, dim)
+    if mech.mechanism == "skellam" and config.private:
+        # The exact discrete Gaussian sampler realises its law exactly; Skellam's Poisson
+        # draws (jax.random.poisson, float32 rejection) have no proven distance to the ideal
+        # law yet, so the ε printed for them is the ideal mechanism's.
+        warnings.warn("discrete mode with Skellam noise: the epsilon printed is the ideal "
+                      "Skellam mechanism's; the float32 Poisson sampler that runs is not proven "
+                      "to realise it (use --secagg-mechanism ddg for a guarantee of the code "
+                      "that runs)", stacklevel=2)
     m = int(config.clients_per_round)
     gamma = mech.granularity
     client_std = gamma * math.sqrt(mech.client_variance) if config.private else 0.0
