@@ -12,7 +12,7 @@ import pytest
 from scipy import stats
 
 from ldpsim.data import PaddedPopulation
-from ldpsim._src.fl import modes, planning
+from ldpsim._src.fl import modes, planning, stages
 from ldpsim._src.fl.round import RoundHyper, init_state, make_round_fn
 from ldpsim.models import get_model
 from ldpsim._src.privacy import server_dp
@@ -343,18 +343,24 @@ def test_a_new_mode_is_one_object_the_kernel_runs_unchanged(setup):
     # A mode written outside ldpsim: clients clip to C and add N(0, (s·C)²) with s a traced
     # knob, the server averages with one vote per client. Built from the public fields of
     # RoundMechanism only; the round kernel is not touched.
+    # Twice: composed from stages with modes.chain, and with the former flat field names
+    # through _replace (deprecated, still honoured); both must run identically.
     model, params, pop = setup
     base = modes.local("gaussian")
-    mine = base._replace(
-        name="my-mode", weighted=False,
-        client_scales=lambda state, ids, clip, ph: (jnp.full(ids.shape, clip),
-                                                   jnp.full(ids.shape, ph.scale * clip)))
+
+    def scales(state, ids, clip, ph):
+        return jnp.full(ids.shape, clip), jnp.full(ids.shape, ph.scale * clip)
+
+    composed = modes.chain(base.privatizer._replace(client_scales=scales),
+                           stages.float_sum(weighted=False), name="my-mode")
+    with pytest.warns(DeprecationWarning, match="round stages"):
+        legacy = base._replace(name="my-mode", weighted=False, client_scales=scales)
+    assert legacy == composed
     state = init_state(params, jax.random.key(3))
     ids, mask = _cohort(10)
-    fn = jax.jit(make_round_fn(apply_fn=model.apply, mechanism=mine, local_steps=2,
-                               batch_size=4, chunk_size=4))
     hyper = RoundHyper.create(sigma=2.0, clip=0.25, client_lr=0.3, server_lr=1.0)
-    new, rm = fn(state, pop, 0, ids, mask, hyper)
+    new, rm = jax.jit(make_round_fn(apply_fn=model.apply, mechanism=composed, local_steps=2,
+                                    batch_size=4, chunk_size=4))(state, pop, 0, ids, mask, hyper)
     # It equals local DP with σ = 2·0.25 and uniform weights, same keys.
     ref_fn = jax.jit(make_round_fn(apply_fn=model.apply, mechanism=base, local_steps=2,
                                    batch_size=4, chunk_size=4, weighting="uniform"))

@@ -63,6 +63,7 @@ clipped-count noise) use :func:`server_key`.
 from __future__ import annotations
 
 import functools
+import warnings
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -250,6 +251,64 @@ class RoundMechanism(NamedTuple):
     def server_noise(self) -> Callable | None:
         return None if self.noise is None else self.noise.add
 
+
+#: The former flat fields of RoundMechanism -> (stage field, the stage's attribute).
+_LEGACY_FIELDS: dict[str, tuple[str, str]] = {
+    "randomizer": ("privatizer", "randomizer"),
+    "noise_std_factor": ("privatizer", "noise_std_factor"),
+    "client_scales": ("privatizer", "client_scales"),
+    "client_params": ("privatizer", "params"),
+    "release": ("privatizer", "release"),
+    "client_noise_var": ("privatizer", "noise_var"),
+    "client_mean": ("privatizer", "mean"),
+    "keep": ("privatizer", "keep"),
+    "noise_fraction": ("privatizer", "noise_fraction"),
+    "weighted": ("aggregator", "weighted"),
+    "fixed_denominator": ("aggregator", "fixed_denominator"),
+    "per_client_clip": ("clip_policy", "per_client"),
+    "init": ("clip_policy", "init"),
+    "round_clip": ("clip_policy", "round_clip"),
+    "update": ("clip_policy", "update"),
+    "server_noise": ("noise", "add"),
+}
+
+
+
+_namedtuple_replace = RoundMechanism._replace
+
+
+def _replace(self: RoundMechanism, /, **changes: Any) -> RoundMechanism:
+    """A copy with ``changes``: the stage fields, or (deprecated) the former flat names, each
+    routed to the stage that now holds it (``weighted=False`` replaces the aggregator's
+    ``weighted``, ``client_scales=f`` the client stage's, ``server_noise=f`` the server
+    noise's ``add``).
+
+    Raises:
+        ValueError: a name that is neither a field nor a former flat name.
+    """
+    legacy = {k: changes.pop(k) for k in list(changes) if k in _LEGACY_FIELDS}
+    out = _namedtuple_replace(self, **changes)
+    if not legacy:
+        return out
+    warnings.warn(
+        f"RoundMechanism._replace({', '.join(sorted(legacy))}=...): the flat fields are now "
+        f"round stages; replace the stage (e.g. privatizer=mech.privatizer._replace("
+        f"client_scales=...), aggregator=stages.float_sum(weighted=False)) or compose one "
+        f"with modes.chain", DeprecationWarning, stacklevel=2)
+    by_stage: dict = {}
+    for flat, value in legacy.items():
+        stage, attr = _LEGACY_FIELDS[flat]
+        by_stage.setdefault(stage, {})[attr] = value
+    for stage, attrs in by_stage.items():
+        if stage == "noise":
+            add = attrs["add"]
+            out = _namedtuple_replace(out, noise=None if add is None else stages.ServerNoise(add))
+        else:
+            out = _namedtuple_replace(out, **{stage: getattr(out, stage)._replace(**attrs)})
+    return out
+
+
+RoundMechanism._replace = _replace
 
 def chain(*parts: Any, name: str = "custom",
           client: dp_client.ClientTraining = dp_client.PLAIN) -> RoundMechanism:
