@@ -9,7 +9,7 @@ privacy loss is unbounded, and the bound only approaches the claim through rare 
 (FPR ~ 1e-6 for ε = 4 at δ = 1e-5), whose Clopper–Pearson bounds are wide.
 
 Part 2 -- the full-mechanism path: ``--full-trials`` runs (default 10⁶, half under each
-input) of the real :func:`ldpsim._src.privacy.mechanisms.gaussian_randomizer` on a LeNet-5-shaped
+input) of the real :func:`ldpsim._src.privacy.noise.mechanisms.gaussian_randomizer` on a LeNet-5-shaped
 update (10 leaves, d = 61,706), each projected on ``x1 − x0`` inside the kernel; wall time
 and noise throughput.
 
@@ -57,7 +57,7 @@ import jax
 import numpy as np
 
 from ldpsim import audit as A
-from ldpsim._src.privacy.calibration import analytic_gaussian_epsilon, classic_gaussian_sigma
+from ldpsim._src.privacy.noise.calibration import analytic_gaussian_epsilon, classic_gaussian_sigma
 
 LENET5 = [(5, 5, 1, 6), (6,), (5, 5, 6, 16), (16,), (400, 120), (120,), (120, 84), (84,), (84, 10), (10,)]
 DELTA = 1e-5

@@ -10,18 +10,18 @@ same run, in wall-clock time and in process CPU time (all threads; steadier than
 when other jobs share the cores).
 
 ``--set samplers`` times only the samplers the privacy accounting distinguishes
-(:func:`ldpsim._src.privacy.sampling.sampler_model`): the N(0, 1) impls ``"fast"``,
+(:func:`ldpsim._src.privacy.noise.sampling.sampler_model`): the N(0, 1) impls ``"fast"``,
 ``"tail"`` (96-bit radius uniform, reach 11.60), ``"icdf"`` and ``jax.random.normal``, and
-the standard Laplace samplers ``"bits"`` (:func:`ldpsim._src.privacy.sampling.laplace`) and
+the standard Laplace samplers ``"bits"`` (:func:`ldpsim._src.privacy.noise.sampling.laplace`) and
 ``jax.random.laplace``. ``--set all`` (default) adds the rows below.
 
 Rows:
   * ``jax.random.normal threefry``: the baseline (default key impl).
   * ``jax.random.normal rbg`` / ``unsafe_rbg``: JAX's other key impls.
   * ``jax.random.bits threefry``: raw 32-bit words, no transform (context).
-  * ``ldpsim fast normal (default)``: :func:`ldpsim._src.privacy.sampling.normal`,
+  * ``ldpsim fast normal (default)``: :func:`ldpsim._src.privacy.noise.sampling.normal`,
     ``impl="fast"`` (Threefry-2x32-20 + Box–Muller), the engine's default via
-    :func:`ldpsim._src.privacy.mechanisms.gaussian_noise`.
+    :func:`ldpsim._src.privacy.noise.mechanisms.gaussian_noise`.
   * ``ldpsim icdf normal``: ``impl="icdf"`` (same bits, 64-bit inverse CDF).
   * ``ldpsim tail normal``: ``impl="tail"`` (``"fast"`` plus a second cipher block for the
     low 64 bits of the radius uniform).
@@ -64,7 +64,7 @@ import jax
 import jax.numpy as jnp
 
 from ldpsim._src import _xla
-from ldpsim._src.privacy import mechanisms, sampling
+from ldpsim._src.privacy.noise import mechanisms, sampling
 
 
 def _client_keys(root, rnd, clients):

@@ -40,7 +40,7 @@ import jax
 import jax.numpy as jnp
 
 from ldpsim._src import _xla
-from ldpsim._src.privacy import mechanism
+from ldpsim._src.privacy.randomizers import mechanism
 
 
 def _factories(dim: int, epsilon: float) -> dict:

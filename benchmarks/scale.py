@@ -8,7 +8,7 @@ resident memory (``VmHWM`` from ``/proc/self/status``, read by the child at the 
   ``main``), for each n in ``--ns`` and each MODE in ``--modes``:
 
   - ``per-client``: every client's d-dimensional noise is drawn for real
-    (:func:`ldpsim._src.privacy.mechanisms.gaussian_noise`, key ``fold_in(root, client)``),
+    (:func:`ldpsim._src.privacy.noise.mechanisms.gaussian_noise`, key ``fold_in(root, client)``),
     plus its random direction, in chunks of clients inside one ``fori_loop``: O(n·d) time,
     O(chunk·d) memory;
   - ``aggregate``: the mean noise is drawn from its exact distribution N(0, σ²/n·I): O(d).
@@ -78,7 +78,7 @@ def child_noise(n: int, mode: str, dim: int, trials: int, repeats: int, chunk: i
     import jax
 
     from ldpsim.cli import main
-    from ldpsim._src.privacy import averaging
+    from ldpsim._src.privacy.analysis import averaging
 
     start = time.perf_counter()
     warm = averaging._chunk_for(10**9, dim, chunk)  # the chunk every large n uses

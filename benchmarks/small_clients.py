@@ -119,7 +119,7 @@ class _Ldpsim:
             hyper = RoundHyper.create(sigma=SIGMA, clip=CLIP, client_lr=s["lr"],
                                       server_lr=s["server_lr"])
         else:
-            from ldpsim._src.privacy import mechanism as mechanism_lib
+            from ldpsim._src.privacy.randomizers import mechanism as mechanism_lib
 
             lm = mechanism_lib.make(mech, epsilon=PRIVUNIT_EPS, dim=num_params(self.params),
                                     clip=CLIP)
@@ -166,7 +166,7 @@ def machine_limits(shape: dict) -> dict:
 
     from ldpsim._src import _xla
     from ldpsim._src.fl import client as client_lib
-    from ldpsim._src.privacy import sampling
+    from ldpsim._src.privacy.noise import sampling
     from ldpsim.models import get_model, num_params
 
     def best(fn, n):

@@ -106,7 +106,7 @@ def worker(mode: str, m: int, chunk: int, repeats: int, budget_s: float,
     from ldpsim._src.fl.privatize import privatize
     from ldpsim._src.fl._policy import chunk_layout, resolve_chunks_in_flight
     from ldpsim._src.fl.round import RoundHyper, init_state, make_round_fn
-    from ldpsim._src.privacy import mechanisms
+    from ldpsim._src.privacy.noise import mechanisms
 
     pop, model, params, ids = _setup(m)
     mask = jnp.ones(m, bool)
@@ -183,7 +183,7 @@ def machine_limits() -> dict:
     from ldpsim._src import _xla
     from ldpsim._src.fl import client as client_lib
     from ldpsim.models import num_params
-    from ldpsim._src.privacy import sampling
+    from ldpsim._src.privacy.noise import sampling
 
     a = jnp.ones((2048, 2048), jnp.float32)
     mm = jax.jit(lambda a: a @ a)

@@ -56,17 +56,17 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "RoundHyper": ("ldpsim._src.fl.round", "RoundHyper"),
     "ServerState": ("ldpsim._src.fl.round", "ServerState"),
 
-    "Privatized": ("ldpsim._src.privacy.mechanism", "Privatized"),
-    "Report": ("ldpsim._src.privacy.mechanism", "Report"),
-    "gaussian_randomizer": ("ldpsim._src.privacy.mechanism", "gaussian_randomizer"),
-    "laplace_randomizer": ("ldpsim._src.privacy.mechanism", "laplace_randomizer"),
-    "clip_by_global_norm": ("ldpsim._src.privacy.clipping", "clip_by_global_norm"),
-    "clip_by_l1_norm": ("ldpsim._src.privacy.clipping", "clip_by_l1_norm"),
+    "Privatized": ("ldpsim._src.privacy.randomizers.mechanism", "Privatized"),
+    "Report": ("ldpsim._src.privacy.randomizers.mechanism", "Report"),
+    "gaussian_randomizer": ("ldpsim._src.privacy.randomizers.mechanism", "gaussian_randomizer"),
+    "laplace_randomizer": ("ldpsim._src.privacy.randomizers.mechanism", "laplace_randomizer"),
+    "clip_by_global_norm": ("ldpsim._src.privacy.randomizers.clipping", "clip_by_global_norm"),
+    "clip_by_l1_norm": ("ldpsim._src.privacy.randomizers.clipping", "clip_by_l1_norm"),
     "weighted_mean": ("ldpsim._src.fl.server", "weighted_mean"),
-    "calibrate": ("ldpsim._src.privacy.calibration", "calibrate"),
-    "ldp_epsilon": ("ldpsim._src.privacy.accounting", "ldp_epsilon"),
-    "dpfedavg_epsilon": ("ldpsim._src.privacy.accounting", "dpfedavg_epsilon"),
-    "dpsgd_epsilon": ("ldpsim._src.privacy.accounting", "dpsgd_epsilon"),
+    "calibrate": ("ldpsim._src.privacy.noise.calibration", "calibrate"),
+    "ldp_epsilon": ("ldpsim._src.privacy.accountants.accounting", "ldp_epsilon"),
+    "dpfedavg_epsilon": ("ldpsim._src.privacy.accountants.accounting", "dpfedavg_epsilon"),
+    "dpsgd_epsilon": ("ldpsim._src.privacy.accountants.accounting", "dpsgd_epsilon"),
 }
 
 _EXPORTS["use_host_devices"] = ("ldpsim._src._devices", "use_host_devices")

@@ -16,8 +16,8 @@ the engine's round runs), :func:`privunit2`, :func:`privunitg`, :func:`duchi`,
 (:data:`REGISTRY`, one entry per randomizer: adding one is one module and one entry).
 """
 
-from ldpsim._src.privacy.duchi import make as duchi
-from ldpsim._src.privacy.mechanism import (
+from ldpsim._src.privacy.randomizers.duchi import make as duchi
+from ldpsim._src.privacy.randomizers.mechanism import (
     ADDITIVE,
     REGISTRY,
     LocalMechanism,
@@ -31,10 +31,10 @@ from ldpsim._src.privacy.mechanism import (
     make,
     total_variance,
 )
-from ldpsim._src.privacy.privunit2 import make as privunit2
-from ldpsim._src.privacy.privunitg import make as privunitg
-from ldpsim._src.privacy.rr import make as randomized_response
-from ldpsim._src.privacy.signds import make as signds
+from ldpsim._src.privacy.randomizers.privunit2 import make as privunit2
+from ldpsim._src.privacy.randomizers.privunitg import make as privunitg
+from ldpsim._src.privacy.randomizers.rr import make as randomized_response
+from ldpsim._src.privacy.randomizers.signds import make as signds
 
 __all__ = [
     "ADDITIVE",

@@ -5,7 +5,7 @@ Importable and useful on its own, without :mod:`ldpsim.fl`.  The frontier's figu
 :class:`DeprecationWarning`).
 """
 
-from ldpsim._src.privacy.calibration import (
+from ldpsim._src.privacy.noise.calibration import (
     SHORTFALL_RTOL,
     Calibration,
     CalibrationShortfallWarning,
@@ -21,14 +21,14 @@ from ldpsim._src.privacy.calibration import (
     mindspore_gaussian_sigma,
     sensitivity,
 )
-from ldpsim._src.privacy.clipping import (
+from ldpsim._src.privacy.randomizers.clipping import (
     clip_by_global_norm,
     clip_by_l1_norm,
     clip_per_layer,
     global_norm,
     per_layer_bound,
 )
-from ldpsim._src.privacy.accounting import (
+from ldpsim._src.privacy.accountants.accounting import (
     LdpAccountant,
     PrivacyReport,
     SampledGaussianAccountant,
@@ -41,10 +41,10 @@ from ldpsim._src.privacy.accounting import (
     mechanism_epsilon,
     total_epsilon,
 )
-from ldpsim._src.privacy.adaptive import AdaptiveClip, mindspore_clip, quantile_clip
-from ldpsim._src.privacy.averaging import effective_num_clients, expected_noise_norm, noise_study
-from ldpsim._src.privacy.calibration import SamplerTailWarning, sampler_delta_floor
-from ldpsim._src.privacy.realised import (
+from ldpsim._src.privacy.server.adaptive import AdaptiveClip, mindspore_clip, quantile_clip
+from ldpsim._src.privacy.analysis.averaging import effective_num_clients, expected_noise_norm, noise_study
+from ldpsim._src.privacy.noise.calibration import SamplerTailWarning, sampler_delta_floor
+from ldpsim._src.privacy.noise.realised import (
     AdditiveRealisation,
     SamplerModel,
     additive_realisation,
@@ -62,29 +62,29 @@ from ldpsim._src.fl.dpsgd.aggregate import (
     dp_sgd,
     microbatch_grads,
 )
-from ldpsim._src.privacy.mechanism import (
+from ldpsim._src.privacy.randomizers.mechanism import (
     LocalMechanism,
     MechanismParams,
     Privatized,
     gaussian_randomizer,
     laplace_randomizer,
 )
-from ldpsim._src.privacy.duchi import make as duchi
-from ldpsim._src.privacy.privunit2 import make as privunit2
-from ldpsim._src.privacy.privunitg import make as privunitg
-from ldpsim._src.privacy.randomizer import Report, total_variance
-from ldpsim._src.privacy.rr import k_randomized_response
-from ldpsim._src.privacy.rr import make as randomized_response
-from ldpsim._src.privacy.signds import make as signds
-from ldpsim._src.privacy.monitors import RDPMonitor, ZCDPMonitor
-from ldpsim._src.privacy.ledger import PrivacyLedger
-from ldpsim._src.privacy.secagg import (
+from ldpsim._src.privacy.randomizers.duchi import make as duchi
+from ldpsim._src.privacy.randomizers.privunit2 import make as privunit2
+from ldpsim._src.privacy.randomizers.privunitg import make as privunitg
+from ldpsim._src.privacy.randomizers.randomizer import Report, total_variance
+from ldpsim._src.privacy.randomizers.rr import k_randomized_response
+from ldpsim._src.privacy.randomizers.rr import make as randomized_response
+from ldpsim._src.privacy.randomizers.signds import make as signds
+from ldpsim._src.privacy.accountants.monitors import RDPMonitor, ZCDPMonitor
+from ldpsim._src.privacy.accountants.ledger import PrivacyLedger
+from ldpsim._src.privacy.accountants.secagg import (
     secagg_epsilon,
     secagg_noise_multiplier,
     secagg_sigma,
     secagg_survivors,
 )
-from ldpsim._src.privacy.shuffling import (
+from ldpsim._src.privacy.accountants.shuffling import (
     ShuffleReport,
     shuffle_delta,
     shuffle_epsilon,
@@ -93,19 +93,19 @@ from ldpsim._src.privacy.shuffling import (
     shuffle_rounds_epsilon,
     stronger_clone_applies,
 )
-from ldpsim._src.privacy.shuffling import closed_form_epsilon as shuffle_closed_form_epsilon
-from ldpsim._src.privacy.trust import (
+from ldpsim._src.privacy.accountants.shuffling import closed_form_epsilon as shuffle_closed_form_epsilon
+from ldpsim._src.privacy.accountants.trust import (
     TRUST_MODELS,
     TrustModelNoise,
     shuffle_local_epsilon,
     trust_model_noise,
 )
-from ldpsim._src.privacy.frontier import FrontierRow, frontier, frontier_cell
-from ldpsim._src.privacy.frontier import lower_bound as frontier_lower_bound
-from ldpsim._src.privacy.frontier import winners as frontier_winners
+from ldpsim._src.privacy.analysis.frontier import FrontierRow, frontier, frontier_cell
+from ldpsim._src.privacy.analysis.frontier import lower_bound as frontier_lower_bound
+from ldpsim._src.privacy.analysis.frontier import winners as frontier_winners
 import warnings as _warnings
 
-from ldpsim._src.privacy.mechanisms import (
+from ldpsim._src.privacy.noise.mechanisms import (
     add_gaussian_noise,
     add_laplace_noise,
     gaussian_noise,

@@ -22,7 +22,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ldpsim._src.privacy.calibration import analytic_gaussian_sigma  # noqa: E402
+from ldpsim._src.privacy.noise.calibration import analytic_gaussian_sigma  # noqa: E402
 from ldpsim.sweep import SweepConfig, run_sweep  # noqa: E402
 
 DIM = 1000

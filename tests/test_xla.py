@@ -9,7 +9,7 @@ import pytest
 
 from ldpsim import LdpsimError
 from ldpsim._src import _xla
-from ldpsim._src.privacy import sampling
+from ldpsim._src.privacy.noise import sampling
 
 
 def test_options_on_cpu_and_override(monkeypatch):

@@ -33,7 +33,7 @@ from scipy import stats
 from ldpsim import audit as A
 from ldpsim._src._checks import LdpsimError
 from ldpsim.cli import main
-from ldpsim._src.privacy.calibration import calibrate, classic_gaussian_sigma
+from ldpsim._src.privacy.noise.calibration import calibrate, classic_gaussian_sigma
 
 CONFIDENCE = 1 - 1e-4
 C = 1.0
@@ -319,7 +319,7 @@ def test_one_dimensional_game_is_the_full_randomizers_first_coordinate():
 
 
 def test_engine_mechanism_interface_plugs_in():
-    from ldpsim._src.privacy import mechanism
+    from ldpsim._src.privacy.randomizers import mechanism
 
     local = mechanism.make("gaussian", epsilon=2.0, delta=DELTA, clip=C)
     x0, x1 = A.worst_case_pair(TEMPLATE, clip=C, direction="dense")

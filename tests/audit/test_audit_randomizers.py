@@ -19,7 +19,7 @@ import pytest
 
 from ldpsim._src._checks import LdpsimError
 from ldpsim._src.audit import _audit, _mechanisms
-from ldpsim._src.privacy import duchi, rr
+from ldpsim._src.privacy.randomizers import duchi, rr
 
 TRIALS = 20_000
 

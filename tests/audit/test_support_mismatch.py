@@ -32,10 +32,10 @@ from scipy import special, stats
 from ldpsim import audit as A
 from ldpsim._src.audit import _audit, _mismatch
 from ldpsim._src.cli import main
-from ldpsim._src.privacy import calibration
-from ldpsim._src.privacy import mechanism as mechanism_lib
-from ldpsim._src.privacy import privunitg
-from ldpsim._src.privacy import randomizer as rz
+from ldpsim._src.privacy.noise import calibration
+from ldpsim._src.privacy.randomizers import mechanism as mechanism_lib
+from ldpsim._src.privacy.randomizers import privunitg
+from ldpsim._src.privacy.randomizers import randomizer as rz
 
 CONFIDENCE = 0.999
 ALPHA = 1 - CONFIDENCE

@@ -58,7 +58,7 @@ def test_shuffle_rounds():
                            "--rounds 16 --json")
     assert rc == 0, err
     rec = json.loads(out)
-    from ldpsim._src.privacy.shuffling import shuffle_rounds_epsilon
+    from ldpsim._src.privacy.accountants.shuffling import shuffle_rounds_epsilon
 
     assert rec["epsilon"] == pytest.approx(shuffle_rounds_epsilon(1.0, 2000, 16, 1e-6))
     assert rec["epsilon_one_round"] < rec["epsilon"] < 16 * rec["epsilon_one_round"]

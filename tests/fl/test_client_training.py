@@ -18,7 +18,7 @@ from ldpsim.data import PaddedPopulation
 from ldpsim._src.fl import dp_client, modes, planning
 from ldpsim._src.fl.config import SimulationConfig
 from ldpsim._src.fl.round import RoundHyper, init_state, make_round_fn
-from ldpsim._src.privacy import calibration
+from ldpsim._src.privacy.noise import calibration
 from ldpsim.models import get_model
 
 FEATURES, CLASSES, MAX_EX, N = 5, 3, 8, 24
@@ -106,7 +106,7 @@ def test_no_privacy_plan_has_no_epsilon():
     assert math.isnan(plan.epsilon_of(5, 5, 1.0))
 
 
-@pytest.mark.filterwarnings("ignore::ldpsim._src.privacy.calibration.SamplerTailWarning")
+@pytest.mark.filterwarnings("ignore::ldpsim._src.privacy.noise.calibration.SamplerTailWarning")
 def test_client_dp_plan_composes_with_every_mode():
     for mode, extra in (("ldp", dict(epsilon=4.0)), ("central", dict(noise_multiplier=1.0)),
                         ("distributed", dict(noise_multiplier=1.0)),

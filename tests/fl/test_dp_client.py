@@ -17,7 +17,7 @@ from ldpsim.data import PaddedPopulation
 from ldpsim._src.fl.client import client_optimizer, local_update
 from ldpsim._src.fl.dp_client import dp_client_epsilon, dp_local_update, make_dp_client_update
 from ldpsim.models import get_model
-from ldpsim._src.privacy.accounting import dpsgd_epsilon
+from ldpsim._src.privacy.accountants.accounting import dpsgd_epsilon
 
 SHAPE = (5,)
 CLASSES = 3

@@ -25,8 +25,8 @@ from ldpsim._src.fl.dpsgd.ledger import epsilon_by_epoch
 from ldpsim._src.fl.dpsgd.steps import make_poisson_epoch_fn, presummed_dp_aggregate
 from ldpsim._src.fl.dpsgd.train import train_dpsgd
 from ldpsim.models import get_model
-from ldpsim._src.privacy.accounting import dpsgd_epsilon
-from ldpsim._src.privacy.monitors import RDPMonitor
+from ldpsim._src.privacy.accountants.accounting import dpsgd_epsilon
+from ldpsim._src.privacy.accountants.monitors import RDPMonitor
 
 # A small, fast variant of experiments/mindarmour_lenet_dpsgd.toml: an MLP on 2,048 MNIST
 # rows, 32 steps of (expected) batch 64 with 32 micro-batches, Gaussian noise, Linear
@@ -428,7 +428,7 @@ def test_shuffle_adaptive_epsilon_charges_each_epoch_its_worst_multiplier():
 
 def test_poisson_noise_decay_composes_each_steps_multiplier():
     """AdaGaussian (fixed clip bound): each Poisson step with its decayed multiplier."""
-    from ldpsim._src.privacy.monitors import decayed_noise_multipliers
+    from ldpsim._src.privacy.accountants.monitors import decayed_noise_multipliers
 
     z0, r, n, B = 6.0, 0.05, 320, 64
     cfg = DpsgdConfig(noise_multiplier=z0, epochs=2, batch_size=B, micro_batches=8,
@@ -499,7 +499,7 @@ def test_micro_batch_sensitivity_really_is_2c():
     Linear softmax model without bias at W = 0: ∇ℓ(x, y) = (softmax(0) − e_y) xᵀ, so an
     example with x_b = −3 x_a (same label) turns the chunk mean gradient from g_a to −g_a.
     """
-    from ldpsim._src.privacy.clipping import clip_by_global_norm
+    from ldpsim._src.privacy.randomizers.clipping import clip_by_global_norm
     from ldpsim._src.fl.dpsgd.aggregate import microbatch_grads
 
     apply_fn = lambda p, x: x @ p  # noqa: E731
@@ -657,7 +657,7 @@ def test_poisson_step_uses_every_sampled_example_once(micro_batches, capacity):
 
 def test_presummed_aggregate_equals_dp_aggregate():
     """With all K units valid and divisor K, the Poisson per-example aggregator is dp_aggregate."""
-    from ldpsim._src.privacy.clipping import clip_by_global_norm
+    from ldpsim._src.privacy.randomizers.clipping import clip_by_global_norm
     from ldpsim._src.fl.dpsgd.aggregate import dp_aggregate
 
     K = 6
@@ -773,7 +773,7 @@ def test_sampler_floor_makes_epsilon_inf_when_noise_is_tiny():
     """Bounded-tail noise (docs/privacy_sharp_edges.md §4): z = 0.05 with micro-batches
     (value multiplier 0.025) tells neighbours apart with probability ~1 whenever the
     example is in the step, so no δ = 1e-5 holds, with either sampling."""
-    from ldpsim._src.privacy.calibration import SamplerTailWarning, sampler_delta_floor
+    from ldpsim._src.privacy.noise.calibration import SamplerTailWarning, sampler_delta_floor
 
     for sampling, q in (("shuffle", 1.0), ("poisson", 256 / 60000)):
         cfg = DpsgdConfig(noise_multiplier=0.05, clip_mechanism=None, sampling=sampling,

@@ -13,7 +13,7 @@ import dp_accounting
 import pytest
 
 from ldpsim._src.fl.dp_client import event_epsilon
-from ldpsim._src.privacy import mechanism
+from ldpsim._src.privacy.randomizers import mechanism
 
 
 def _rr(eps0: float, k: int = 2) -> dp_accounting.RandomizedResponseDpEvent:

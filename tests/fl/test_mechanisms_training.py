@@ -19,8 +19,8 @@ from ldpsim._src._checks import LdpsimError
 from ldpsim._src.fl import modes, planning
 from ldpsim._src.fl.config import MECHANISMS, REPORT_MECHANISMS, SimulationConfig
 from ldpsim._src.fl.simulate import build_data, simulate, simulate_lanes
-from ldpsim._src.privacy import calibration
-from ldpsim._src.privacy import mechanism as mechanism_lib
+from ldpsim._src.privacy.noise import calibration
+from ldpsim._src.privacy.randomizers import mechanism as mechanism_lib
 
 #: The small synthetic default (60 features, 10 classes) with logistic regression, d = 610.
 BASE = dict(dataset="synthetic", model="logreg", population=300, examples_per_client=8,

@@ -15,7 +15,7 @@ from ldpsim.data import PaddedPopulation
 from ldpsim._src.fl import modes, planning, stages
 from ldpsim._src.fl.round import RoundHyper, init_state, make_round_fn
 from ldpsim.models import get_model
-from ldpsim._src.privacy import server_dp
+from ldpsim._src.privacy.server import server_dp
 
 FEATURES, CLASSES, MAX_EX, N = 6, 3, 8, 40
 

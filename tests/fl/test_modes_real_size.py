@@ -129,7 +129,7 @@ def test_small_only_modes_release_through_the_l2_clip():
     import inspect
 
     from ldpsim._src.fl import modes
-    from ldpsim._src.privacy import mechanism
+    from ldpsim._src.privacy.randomizers import mechanism
 
     assert modes.local("gaussian").randomizer == "gaussian"
     assert modes.distributed(K).randomizer == "gaussian"

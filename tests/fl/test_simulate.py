@@ -156,7 +156,7 @@ def test_config_is_frozen_and_keyword_only():
 
 
 def test_noise_scale_uses_the_calibration():
-    from ldpsim._src.privacy.calibration import calibrate
+    from ldpsim._src.privacy.noise.calibration import calibrate
 
     c = SimulationConfig(epsilon=2.0, delta=1e-5, clip=0.5, neighbours="add-remove")
     sigma, sens, mech = planning.noise_scale(c)

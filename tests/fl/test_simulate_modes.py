@@ -130,7 +130,7 @@ def test_mindspore_replace_neighbours_doubles_sigma(data):
 @pytest.mark.slow
 @pytest.mark.parametrize("sampling", ["uniform", "poisson"])
 def test_central_epsilon_spent_is_dpfedavg_epsilon(data, sampling):
-    from ldpsim._src.privacy import accounting
+    from ldpsim._src.privacy.accountants import accounting
 
     z, m = 0.9, 8
     history = sim.simulate(_config(privacy_mode="central", noise_multiplier=z, clip=0.5,
@@ -149,7 +149,7 @@ def test_central_epsilon_spent_is_dpfedavg_epsilon(data, sampling):
 
 @pytest.mark.slow
 def test_central_adaptive_uses_the_noise_split(data):
-    from ldpsim._src.privacy.adaptive import adaptive_noise_split
+    from ldpsim._src.privacy.server.adaptive import adaptive_noise_split
 
     z, m, c0 = 0.1, 8, 0.1
     history = sim.simulate(_config(privacy_mode="central", adaptive_clip=True, noise_multiplier=z,
@@ -234,7 +234,7 @@ def test_bad_mode_combinations_raise(kw, field):
 @pytest.mark.slow
 def test_cli_run_central_writes_csv(tmp_path):
     from ldpsim.cli import main
-    from ldpsim._src.privacy import accounting
+    from ldpsim._src.privacy.accountants import accounting
 
     out = tmp_path / "x.csv"
     rc = main(["run", "--dataset", "synthetic", "--model", "logreg", "--population", "30",

@@ -16,7 +16,7 @@ from ldpsim.cli import main
 from ldpsim._src.cli.cmd_plot import KINDS as CLI_KINDS
 from ldpsim.plots import KINDS, plot
 from ldpsim._src.plots.figures import eps_colors
-from ldpsim._src.privacy.averaging import noise_study
+from ldpsim._src.privacy.analysis.averaging import noise_study
 from ldpsim.sweep import run_sweep
 from sweep_fakes import FakeRunner, small_config
 

@@ -19,7 +19,7 @@ from dp_accounting.pld import PLDAccountant
 
 from ldpsim._src._checks import LdpsimError
 from ldpsim.cli import main
-from ldpsim._src.privacy.accounting import (
+from ldpsim._src.privacy.accountants.accounting import (
     LdpAccountant,
     SampledGaussianAccountant,
     dpfedavg_epsilon,

@@ -29,7 +29,7 @@ from ldpsim.cli import main
 from ldpsim._src.fl import simulate as sim
 from ldpsim._src.fl.config import SimulationConfig
 from toy_data import toy_logreg_problem
-from ldpsim._src.privacy import accounting
+from ldpsim._src.privacy.accountants import accounting
 
 REPLACE = dp_accounting.NeighboringRelation.REPLACE_ONE
 ADD_REMOVE = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
@@ -168,7 +168,7 @@ def test_full_participation_solver_matches_the_exact_gaussian():
 
 
 def test_adaptive_clipping_split_composes_to_half_the_multiplier_under_replace():
-    from ldpsim._src.privacy.adaptive import adaptive_noise_split
+    from ldpsim._src.privacy.server.adaptive import adaptive_noise_split
 
     z = 1.1
     z_value, sb = adaptive_noise_split(z, 100)
@@ -269,7 +269,7 @@ def test_engine_ldp_epsilon_spent_is_exact(full_cohort_data, neighbours, factor)
                         clients_per_round=16)
     assert [r["max_participation"] for r in rows] == [3, 6]
     eps = [r["epsilon_spent"] for r in rows]
-    from ldpsim._src.privacy.calibration import analytic_gaussian_sigma
+    from ldpsim._src.privacy.noise.calibration import analytic_gaussian_sigma
 
     sigma = analytic_gaussian_sigma(10.0, 1e-5, factor * 1.0)
     # every client takes part in every round: 6 Gaussians of sensitivity factor·C

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ldpsim import LdpsimError
-from ldpsim._src.privacy import adaptive, server_dp
+from ldpsim._src.privacy.server import adaptive, server_dp
 
 # Global model of 4 consecutive rounds, W_1 .. W_4 (2-d, Pythagorean steps):
 #   g_1 = ‖W_1 − W_2‖ = 0.05, g_2 = 0.1, g_3 = 0.02.

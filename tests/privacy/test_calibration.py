@@ -8,7 +8,7 @@ import pytest
 from dp_accounting import gaussian_mechanism
 
 from ldpsim import LdpsimError
-from ldpsim._src.privacy import calibration as cal
+from ldpsim._src.privacy.noise import calibration as cal
 
 # the MindSpore calibration reference table (exact σ, Balle & Wang 2018) (Δ = 1): ε, δ, exact σ, java-faithful σ, classic σ.
 TABLE = [

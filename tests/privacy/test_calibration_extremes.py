@@ -18,7 +18,7 @@ from scipy import stats
 
 from ldpsim import LdpsimError
 from ldpsim.cli import main
-from ldpsim._src.privacy import calibration as cal
+from ldpsim._src.privacy.noise import calibration as cal
 
 import mpmath as mp  # noqa: E402 (a dependency of dp-accounting)
 
@@ -139,7 +139,7 @@ def test_achieved_is_exact_and_warning_iff_shortfall(method, eps, delta):
     json.dumps(c.as_dict(), allow_nan=False)
 
 
-@pytest.mark.filterwarnings("ignore::ldpsim._src.privacy.calibration.ClassicGaussianRangeWarning")
+@pytest.mark.filterwarnings("ignore::ldpsim._src.privacy.noise.calibration.ClassicGaussianRangeWarning")
 def test_classic_misses_for_large_epsilon():
     with pytest.warns(cal.CalibrationShortfallWarning, match="classic"):
         sigma = cal.classic_gaussian_sigma(10.0, 0.01)

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from conftest import examples
 
-from ldpsim._src.privacy import clipping
+from ldpsim._src.privacy.randomizers import clipping
 
 
 def _tree(seed: int, scale: float, shapes):

@@ -20,7 +20,7 @@ from ldpsim._src.fl.dpsgd.aggregate import (
     microbatch_grads,
     update_clip_norm,
 )
-from ldpsim._src.privacy.monitors import decayed_noise_multipliers
+from ldpsim._src.privacy.accountants.monitors import decayed_noise_multipliers
 
 
 def _grads():

@@ -1,4 +1,4 @@
-"""The mechanism frontier (ldpsim._src.privacy.frontier): measured MSE against exact theory,
+"""The mechanism frontier (ldpsim._src.privacy.analysis.frontier): measured MSE against exact theory,
 chunking, the lower bound's formula, keys and bad input.
 
 Statistical checks use fixed keys (deterministic), tolerances from the sampling error: the
@@ -17,9 +17,10 @@ import pytest
 from scipy import special
 
 from ldpsim._src._checks import LdpsimError
-from ldpsim._src.privacy import calibration, duchi
-from ldpsim._src.privacy import frontier as fr
-from ldpsim._src.privacy import mechanism
+from ldpsim._src.privacy.noise import calibration
+from ldpsim._src.privacy.randomizers import duchi
+from ldpsim._src.privacy.analysis import frontier as fr
+from ldpsim._src.privacy.randomizers import mechanism
 
 UNBIASED = ("gaussian", "laplace", "privunit2", "privunitg", "duchi")
 

@@ -18,7 +18,7 @@ import pytest
 from scipy import stats
 
 from ldpsim._src._checks import LdpsimError
-from ldpsim._src.privacy import mechanisms, sampling
+from ldpsim._src.privacy.noise import mechanisms, sampling
 
 LN2 = math.log(2.0)
 

@@ -12,8 +12,8 @@ from dp_accounting.pld import PLDAccountant
 from dp_accounting.rdp import RdpAccountant
 
 from ldpsim._src._checks import LdpsimError
-from ldpsim._src.privacy import mechanism, rr
-from ldpsim._src.privacy.ledger import PrivacyLedger
+from ldpsim._src.privacy.randomizers import mechanism, rr
+from ldpsim._src.privacy.accountants.ledger import PrivacyLedger
 
 REPLACE = dp_accounting.NeighboringRelation.REPLACE_ONE
 
@@ -92,7 +92,7 @@ def test_pure_mechanism_basic_and_shuffled_rounds():
     with pytest.raises(LdpsimError, match="pure"):
         PrivacyLedger.from_mechanism(gauss, gauss.params, 2, method="basic")
     # One participation = one shuffled round of 500 reports (the clone pair's PLD).
-    from ldpsim._src.privacy import shuffling
+    from ldpsim._src.privacy.accountants import shuffling
 
     one = shuffling.shuffle_pld(1.0, 500)
     shuf = PrivacyLedger(3, pld=one, delta=1e-6)

@@ -1,4 +1,4 @@
-"""ldpsim._src.privacy.mechanism: a local randomizer as one object of pure functions."""
+"""ldpsim._src.privacy.randomizers.mechanism: a local randomizer as one object of pure functions."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import pytest
 
 from ldpsim import LdpsimError
 from ldpsim._src.fl.privatize import privatize
-from ldpsim._src.privacy import calibration, mechanism
+from ldpsim._src.privacy.noise import calibration
+from ldpsim._src.privacy.randomizers import mechanism
 
 TREE = {"w": jnp.arange(12.0).reshape(3, 4) / 10.0, "b": jnp.array([3.0, -4.0])}
 

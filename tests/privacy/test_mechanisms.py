@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from ldpsim._src.privacy import calibration, mechanisms
-from ldpsim._src.privacy import mechanism as mechanism_lib
+from ldpsim._src.privacy.noise import calibration, mechanisms
+from ldpsim._src.privacy.randomizers import mechanism as mechanism_lib
 
 TREE = {"conv": jnp.zeros((5, 5, 1, 6)), "dense": {"w": jnp.zeros((400, 120)), "b": jnp.zeros(120)}}
 

@@ -9,8 +9,8 @@ import pytest
 from scipy import special
 
 from ldpsim._src._checks import LdpsimError
-from ldpsim._src.privacy.accounting import dpsgd_epsilon
-from ldpsim._src.privacy.monitors import (
+from ldpsim._src.privacy.accountants.accounting import dpsgd_epsilon
+from ldpsim._src.privacy.accountants.monitors import (
     MINDARMOUR_ORDERS,
     RDPMonitor,
     ZCDPMonitor,

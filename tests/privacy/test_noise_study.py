@@ -19,8 +19,8 @@ from scipy import stats
 from ldpsim._src._checks import LdpsimError
 from ldpsim.cli import main
 from ldpsim._src.cli.cmd_noise import COLUMNS
-from ldpsim._src.privacy import averaging as A
-from ldpsim._src.privacy.calibration import analytic_gaussian_sigma
+from ldpsim._src.privacy.analysis import averaging as A
+from ldpsim._src.privacy.noise.calibration import analytic_gaussian_sigma
 
 Z = 5.0  # 5 standard errors: two-sided false-failure rate 5.7e-7 per check
 ALPHA = 2 * stats.norm.sf(Z)   # the same two-sided false-failure rate, for the χ² windows

@@ -10,7 +10,7 @@ Why sizes matter: XLA on CPU hands a float reduction whose input has ≥ 4,096 e
 YNNPACK, whose max does not propagate NaN (``jnp.max`` of 4,096 NaNs is ``-inf``), so a
 finiteness test read off a float max passed an all-NaN update of LeNet-5's size and its NaN
 reached the release; one update of ≤ 4,095 entries behaved, but under ``vmap`` the count is
-over the cohort, so 8 clients of 4,095 did not (see ``ldpsim._src.privacy.clipping._safe_norm``).
+over the cohort, so 8 clients of 4,095 did not (see ``ldpsim._src.privacy.randomizers.clipping._safe_norm``).
 
 Sizes: LeNet-5 (61,706 parameters in 10 leaves), the project's LSTM ``lstm_fedavg`` (820,522
 in its 9 real leaves) and 10⁶. Each cohort is one ``jit(vmap(...))`` over 8 clients that share
@@ -37,7 +37,7 @@ import pytest
 
 import ldpsim
 from ldpsim._src.fl.privatize import privatize as fl_privatize
-from ldpsim._src.privacy import clipping, mechanism
+from ldpsim._src.privacy.randomizers import clipping, mechanism
 
 F32_MAX = float(np.finfo(np.float32).max)
 CLIP = 1.0
@@ -269,7 +269,7 @@ PATHS = ADDITIVE + ("privunit2", "signds")
 def test_paths_cover_every_finiteness_test():
     import inspect
 
-    from ldpsim._src.privacy import duchi, privunit2, privunitg, projunit, signds
+    from ldpsim._src.privacy.randomizers import duchi, privunit2, privunitg, projunit, signds
 
     for mod in (duchi, privunit2, privunitg, projunit):
         assert "rz.clip_flat(update" in inspect.getsource(mod.privatize), mod.__name__

@@ -22,8 +22,8 @@ from privunit_coins import norm_coin, p_lower
 from scipy import linalg, stats
 
 from ldpsim._src._checks import LdpsimError
-from ldpsim._src.privacy import privunitg as pg
-from ldpsim._src.privacy import projunit as pj
+from ldpsim._src.privacy.randomizers import privunitg as pg
+from ldpsim._src.privacy.randomizers import projunit as pj
 
 _project = jax.jit(pj.project)
 _backproject = jax.jit(pj.backproject)
@@ -133,7 +133,7 @@ def test_printed_guarantee_is_privunitg_realised_in_k_dimensions(eps, fast):
 def test_the_k_dimensional_step_is_privunitg_with_the_same_key():
     """Given ``w``, the direction and norm are PrivUnitG's own draws (same keys, same
     bits), so PrivUnitG's tests of the realised samplers cover them."""
-    from ldpsim._src.privacy import privunitg
+    from ldpsim._src.privacy.randomizers import privunitg
 
     m = _m(4.0, 200, 16, False)
     g = privunitg.make(epsilon=4.0, dim=16)
@@ -441,7 +441,7 @@ def test_projunit_costs_little_over_privunitg():
     """At the paper's d = 2¹⁵, k = 1,000: ProjUnit's exact worst-case MSE is within
     1 + O(ε/k) of PrivUnitG's (here < 1.05 for ε ≤ 15), FastProjUnit's within 1.05 too; each
     client sends k + 1 floats and a 64-bit seed instead of d + 1 floats."""
-    from ldpsim._src.privacy import frontier as fr
+    from ldpsim._src.privacy.analysis import frontier as fr
 
     d = 2**15
     for eps in (1.0, 8.0, 15.0):
@@ -480,7 +480,7 @@ def test_frontier_monte_carlo_agrees_with_the_formulas():
     a mean of 400 i.i.d. trials: false-failure rate ~6e-7 per mechanism; FastProjUnit with
     d = d', its formula exact up to the O(1/k) bias, ≤ 2·ρ²·f/(4c) ≈ 0.03 beside an MSE of
     ~600, inside the window)."""
-    from ldpsim._src.privacy import frontier as fr
+    from ldpsim._src.privacy.analysis import frontier as fr
 
     for name, mech in [("privunitg", None), ("projunit", _m(4.0, 256, 16, False)),
                        ("fastprojunit", _m(4.0, 256, 16, True))]:

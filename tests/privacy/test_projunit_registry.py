@@ -9,8 +9,9 @@ import math
 import pandas as pd
 import pytest
 
-from ldpsim._src.privacy import frontier as fr
-from ldpsim._src.privacy import mechanism, projunit, registry
+from ldpsim._src.privacy.analysis import frontier as fr
+from ldpsim._src.privacy.randomizers import mechanism, projunit
+from ldpsim._src.privacy import registry
 from ldpsim.cli import main
 
 NAMES = ("projunit", "fastprojunit")

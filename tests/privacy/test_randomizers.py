@@ -20,7 +20,7 @@ import pytest
 from scipy import integrate, special, stats
 
 from ldpsim._src._checks import LdpsimError
-from ldpsim._src.privacy import mechanism, randomizer, rr, signds
+from ldpsim._src.privacy.randomizers import mechanism, randomizer, rr, signds
 
 REPORT = ("privunit2", "privunitg", "duchi", "signds", "rr")
 EPS = (0.5, 2.0, 8.0)

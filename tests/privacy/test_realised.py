@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 from scipy import integrate, special
 
-from ldpsim._src.privacy import calibration as cal
-from ldpsim._src.privacy import realised
+from ldpsim._src.privacy.noise import calibration as cal
+from ldpsim._src.privacy.noise import realised
 
 
 def _density(model):

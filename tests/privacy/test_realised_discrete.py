@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 from scipy import special, stats
 
-from ldpsim._src.privacy import duchi, mechanism, rr, signds
+from ldpsim._src.privacy.randomizers import duchi, mechanism, rr, signds
 
 mpmath.mp.dps = 60
 EPS = (1.0, 4.0, 8.0, 16.0, 20.0, 30.0, 100.0)

@@ -1,7 +1,7 @@
 """What the float32 PrivUnitG and PrivUnit2 deliver: the samplers' ranges, their laws, and the
 printed (ε', δ') against independent computations of the realised guarantee.
 
-The model is that of :mod:`ldpsim._src.privacy.realised`: each sampler's transform is exact
+The model is that of :mod:`ldpsim._src.privacy.noise.realised`: each sampler's transform is exact
 real maths on its uniforms, whose reach is kept (a 96-bit uniform ``(K + ½)/2⁹⁶`` reaches
 ``[2⁻⁹⁷, 1 − 2⁻⁹⁷]``; ``sampling.normal(impl="icdf")`` reaches ``|z| ≤ Φ̄⁻¹(2⁻⁶⁴)``). The
 references here are mpmath (100 digits) and scipy, never ldpsim inverting itself.
@@ -25,7 +25,8 @@ import pytest
 from privunit_coins import norm_coin, p_lower
 from scipy import integrate, special, stats
 
-from ldpsim._src.privacy import mechanism, privunit2, privunitg, randomizer, sampling
+from ldpsim._src.privacy.randomizers import mechanism, privunit2, privunitg, randomizer
+from ldpsim._src.privacy.noise import sampling
 
 mp = mpmath.mp.clone() if hasattr(mpmath.mp, "clone") else mpmath.mp
 mp.dps = 100

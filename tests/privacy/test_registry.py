@@ -22,7 +22,7 @@ PACKAGE = ROOT / "ldpsim"
 #: Modules allowed to spell a mode's name besides its spec's modules: the round kernel's
 #: factories of each mode (one function per mode), and the theory table of trust models,
 #: whose ``"central"`` is a trust model of its own list (ldpsim.privacy.TRUST_MODELS).
-_MODE_HOMES = {"ldpsim/_src/fl/modes.py", "ldpsim/_src/privacy/trust.py"}
+_MODE_HOMES = {"ldpsim/_src/fl/modes.py", "ldpsim/_src/privacy/accountants/trust.py"}
 
 
 def _module_file(dotted: str) -> str:
@@ -94,7 +94,8 @@ def test_every_reader_agrees_with_the_registry():
     from ldpsim._src.audit import _mechanisms
     from ldpsim._src.cli import cmd_run
     from ldpsim._src.fl import config, modes
-    from ldpsim._src.privacy import frontier, mechanism
+    from ldpsim._src.privacy.analysis import frontier
+    from ldpsim._src.privacy.randomizers import mechanism
 
     engine = tuple(s.name for s in registry.RANDOMIZERS if s.engine)
     assert config.MECHANISMS == engine
@@ -136,7 +137,7 @@ def test_a_spec_added_to_the_registry_is_a_choice_everywhere(extra_randomizer, c
     from ldpsim._src.cli import main
     from ldpsim._src.cli._guards import not_applicable
     from ldpsim._src.fl.config import SimulationConfig
-    from ldpsim._src.privacy import mechanism
+    from ldpsim._src.privacy.randomizers import mechanism
 
     assert "throwaway" in registry.engine_randomizers()
     # configuration validation: a choice, whose option applies to it and to no other

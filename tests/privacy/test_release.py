@@ -18,7 +18,7 @@ from ldpsim._src.fl import columns
 from ldpsim._src.fl import simulate as sim
 from ldpsim._src.fl.config import SimulationConfig
 from toy_data import toy_logreg_problem
-from ldpsim._src.privacy import calibration, sampling
+from ldpsim._src.privacy.noise import calibration, sampling
 
 # ------------------------------------------------------------------ sampler tails
 

@@ -1,4 +1,4 @@
-"""Tests of ldpsim._src.privacy.sampling: exact generator, accurate transform, N(0, 1) law.
+"""Tests of ldpsim._src.privacy.noise.sampling: exact generator, accurate transform, N(0, 1) law.
 
 Statistical tests use fixed keys (so they are deterministic); each tolerance is
 derived from the sampling error, and the comment states the probability that a
@@ -14,7 +14,7 @@ import pytest
 from scipy import special, stats
 
 from ldpsim._src._checks import LdpsimError
-from ldpsim._src.privacy import sampling
+from ldpsim._src.privacy.noise import sampling
 
 N_BIG = 1 << 21  # 2,097,152 samples for the distribution tests
 
@@ -317,7 +317,7 @@ def test_rbg_key_works_with_reference_impl():
 
 
 def test_default_impl_follows_the_key_type():
-    from ldpsim._src.privacy import mechanisms
+    from ldpsim._src.privacy.noise import mechanisms
 
     assert sampling.resolve_impl(jax.random.key(0), None) == "tail"
     assert sampling.resolve_impl(jax.random.PRNGKey(0), None) == "tail"

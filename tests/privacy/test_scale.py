@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ldpsim._src.privacy import averaging as A
+from ldpsim._src.privacy.analysis import averaging as A
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -83,7 +83,7 @@ def test_simulate_average_passes_no_array_of_size_n():
 _CHILD = """
 import json, sys, jax
 from pathlib import Path
-from ldpsim._src.privacy import averaging as A
+from ldpsim._src.privacy.analysis import averaging as A
 n, d = int(sys.argv[1]), int(sys.argv[2])
 out = A.simulate_average(jax.random.key(0), num_clients=n, dim=d, noise_scale=1.0, clip=1.0,
                          method="per-client")

@@ -11,7 +11,7 @@ from dp_accounting.pld import PLDAccountant
 from dp_accounting.rdp import RdpAccountant
 
 from ldpsim._src._checks import LdpsimError
-from ldpsim._src.privacy.secagg import (
+from ldpsim._src.privacy.accountants.secagg import (
     secagg_epsilon,
     secagg_noise_multiplier,
     secagg_sigma,

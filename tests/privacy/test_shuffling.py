@@ -9,7 +9,7 @@ import pytest
 from scipy import stats
 
 from ldpsim._src._checks import LdpsimError
-from ldpsim._src.privacy import shuffling as sh
+from ldpsim._src.privacy.accountants import shuffling as sh
 
 
 # --------------------------------------------------------------------------- published values

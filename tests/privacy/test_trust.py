@@ -12,8 +12,8 @@ from scipy import stats
 
 from ldpsim import privacy
 from ldpsim._src._checks import LdpsimError
-from ldpsim._src.privacy.shuffling import shuffle_epsilon
-from ldpsim._src.privacy.trust import TRUST_MODELS, shuffle_local_epsilon, trust_model_noise
+from ldpsim._src.privacy.accountants.shuffling import shuffle_epsilon
+from ldpsim._src.privacy.accountants.trust import TRUST_MODELS, shuffle_local_epsilon, trust_model_noise
 
 
 def _gaussian_delta(eps: float, sigma: float, sens: float) -> float:

@@ -48,7 +48,7 @@ def attack_mechanisms() -> tuple[str, ...]:
     the clipped update before inverting it. ``"none"`` is ε = inf of any of them; a
     randomizer without an ε argument, with a biased decoder (SignDS: the attacker's model of
     the release, the clipped update, would not hold) or of a category (RR) is not listed."""
-    from ldpsim._src.privacy import mechanism
+    from ldpsim._src.privacy.randomizers import mechanism
 
     names = []
     for name, e in mechanism.REGISTRY.items():
@@ -68,7 +68,7 @@ def build_mechanism(name: str, *, epsilon: float, delta: float, clip: float, dim
     passed, so pure-DP randomizers ignore δ). ε = inf gives clipping without noise: an
     additive randomizer with noise scale 0 (L1 clipping for Laplace), or for a report
     randomizer :func:`~ldpsim.mechanism.clip_only` (L2)."""
-    from ldpsim._src.privacy import mechanism
+    from ldpsim._src.privacy.randomizers import mechanism
 
     if name not in attack_mechanisms():
         raise LdpsimError(f"mechanism must be one of {', '.join(attack_mechanisms())}; "
@@ -93,7 +93,7 @@ def release_of(mech, key: jax.Array, update: Any, params: Any) -> Any:
     """What the server holds for one client: an additive randomizer's release
     (``clipped + noise``), or a report randomizer's report decoded to its unbiased
     estimate of the clipped update (a pytree like ``update``)."""
-    from ldpsim._src.privacy import mechanism
+    from ldpsim._src.privacy.randomizers import mechanism
 
     out = mech.privatize(key, update, params)
     if isinstance(out, mechanism.Privatized):

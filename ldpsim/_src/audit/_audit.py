@@ -284,7 +284,7 @@ def audit_randomizer(
     :func:`scalar_laplace`); with ``dim`` the real randomizer on a ``dim``-coordinate update
     (or a pytree template), scored by its projection on ``x1 − x0``. RR is played on values
     0 and 1 of ``k`` with :func:`rr_score`. With ``use_support`` the sampler's tail bound
-    (:data:`ldpsim._src.privacy.sampling.TAIL_BOUND`, ``LAPLACE_TAIL_BOUNDS``) is used as the
+    (:data:`ldpsim._src.privacy.noise.sampling.TAIL_BOUND`, ``LAPLACE_TAIL_BOUNDS``) is used as the
     support of the scores: outputs beyond it are impossible, not merely unobserved. With
     ``support_check`` (default) the releases also go through the support-mismatch test
     (``result.support_mismatch``; :func:`audit`), and :attr:`AuditReport.refuted` counts it.
@@ -292,7 +292,7 @@ def audit_randomizer(
     Raises:
         LdpsimError: bad arguments (the message names them).
     """
-    from ldpsim._src.privacy import calibration, sampling
+    from ldpsim._src.privacy.noise import calibration, sampling
 
     check_choice("mechanism", mechanism, MECHANISMS)
     if mechanism in _mechanisms.REPORT_RANDOMIZERS:   # PrivUnit2/G, Duchi et al., SignDS

@@ -8,7 +8,7 @@ the score, so only scalars (or, when counting, a histogram) reach the host; memo
 O(chunk × output size) whatever the number of trials.
 
 For threefry keys (JAX's default) the per-trial keys are derived with ldpsim's unrolled
-Threefry (:func:`ldpsim._src.privacy.sampling.threefry2x32`, bit-for-bit ``jax.random.fold_in``,
+Threefry (:func:`ldpsim._src.privacy.noise.sampling.threefry2x32`, bit-for-bit ``jax.random.fold_in``,
 about 3× faster on CPU); other key types use ``jax.random.fold_in``.
 """
 
@@ -26,7 +26,7 @@ import numpy as np
 from ldpsim._src import _xla
 from ldpsim._src._checks import LdpsimError, check_positive_int
 from ldpsim._src.audit._mechanisms import Mechanism, Score
-from ldpsim._src.privacy import sampling
+from ldpsim._src.privacy.noise import sampling
 
 PyTree = Any
 

@@ -21,10 +21,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from ldpsim._src._checks import LdpsimError, check_choice, check_positive, check_positive_int
-from ldpsim._src.privacy import mechanism as mechanism_lib
-from ldpsim._src.privacy import rr as rr_lib
-from ldpsim._src.privacy import registry, sampling
-from ldpsim._src.privacy.calibration import NEIGHBOURS
+from ldpsim._src.privacy.randomizers import mechanism as mechanism_lib
+from ldpsim._src.privacy.randomizers import rr as rr_lib
+from ldpsim._src.privacy import registry
+from ldpsim._src.privacy.noise import sampling
+from ldpsim._src.privacy.noise.calibration import NEIGHBOURS
 
 PyTree = Any
 Mechanism = Callable[[jax.Array, PyTree], PyTree]
@@ -121,7 +122,7 @@ def from_local_mechanism(local: Any) -> Mechanism:
 def scalar_gaussian(*, clip: float, stddev: float, impl: str | None = None) -> Mechanism:
     """The Gaussian randomizer's sufficient statistic: ``clip(x, −C, C) + stddev·normal(key)``.
 
-    One scalar draw of :func:`ldpsim._src.privacy.sampling.normal` (``impl`` None: the engine's
+    One scalar draw of :func:`ldpsim._src.privacy.noise.sampling.normal` (``impl`` None: the engine's
     default for the key, ``"fast"`` for threefry keys), the very value the full randomizer
     puts on the first coordinate of its first leaf with the same key, so its bounded tails
     are audited too.
@@ -290,7 +291,7 @@ def signds_statistics(params: Any, inputs: dict[str, Any]) -> tuple:
     ``|S ∩ T_b(x)|`` of reported indices inside its top-k set for the reported sign ``b``
     (the count ν the sampler draws when the report comes from ``x``; discrete, so every
     count seen under one input and never under the other is a candidate region)."""
-    from ldpsim._src.privacy import signds
+    from ldpsim._src.privacy.randomizers import signds
 
     return tuple(Statistic(n, fn) for n, fn in signds.audit_statistics(params, inputs))
 

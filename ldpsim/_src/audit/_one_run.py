@@ -62,7 +62,7 @@ from scipy import optimize, special, stats
 
 from ldpsim._src._checks import LdpsimError, check_nonnegative, check_open_unit
 from ldpsim._src.audit._bounds import clopper_pearson_upper
-from ldpsim._src.privacy.calibration import analytic_gaussian_epsilon
+from ldpsim._src.privacy.noise.calibration import analytic_gaussian_epsilon
 
 __all__ = ["EPSILON_GRID_MAX", "gdp_epsilon", "gdp_mu_lower_bound", "one_run_epsilon_cap",
            "one_run_epsilon_lower_bound", "one_run_guesses", "one_run_p_value"]

@@ -112,8 +112,8 @@ from ldpsim._src.fl.experiment import Experiment
 from ldpsim._src.fl.round import ClientDpHyper, RoundHyper, client_key, make_round_fn
 from ldpsim._src.fl.simulate import build_data, initial_state, model_name_for, sample_cohort
 from ldpsim._src.models import get_model
-from ldpsim._src.privacy import calibration
-from ldpsim._src.privacy import mechanism as mechanism_lib
+from ldpsim._src.privacy.noise import calibration
+from ldpsim._src.privacy.randomizers import mechanism as mechanism_lib
 
 __all__ = ["GUESS_FRACTIONS", "OBSERVATIONS", "PLANTED_BUGS", "CanaryPopulation",
            "PipelineAudit", "audit_pipeline", "canary_client_update", "canary_design",

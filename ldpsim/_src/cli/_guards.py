@@ -471,7 +471,7 @@ MAX_NOISE_CLIENTS = 2**31 - 1
 def noise_memory(clients: Sequence[int], dim: int, draw: str, chunk_size: int | None) -> tuple[float, str]:
     """``(bytes, parts)``: memory of the largest trial of ``ldpsim noise`` (float32 buffers:
     a chunk of clients x d per-client, or a few d-vectors for the aggregate draw; the same
-    rule as :func:`ldpsim._src.privacy.averaging.choose_method`)."""
+    rule as :func:`ldpsim._src.privacy.analysis.averaging.choose_method`)."""
     worst, parts = 0.0, ""
     for n in clients:
         method = draw if draw != "auto" else ("per-client" if n * dim <= 2**27 else "aggregate")

@@ -220,8 +220,8 @@ def _ldp(args) -> dict:
     import sys
 
     from ldpsim._src._checks import LdpsimError
-    from ldpsim._src.privacy.accounting import ldp_epsilon, resolve_sensitivity
-    from ldpsim._src.privacy.calibration import calibrate, sampler_delta_floor
+    from ldpsim._src.privacy.accountants.accounting import ldp_epsilon, resolve_sensitivity
+    from ldpsim._src.privacy.noise.calibration import calibrate, sampler_delta_floor
 
     if args.epsilon is not None and args.clip is None and args.sensitivity is None:
         args.clip = 1.0   # sigma / sensitivity is what counts; C cancels
@@ -265,7 +265,7 @@ def _ldp(args) -> dict:
 
 
 def _dpfedavg(args) -> dict:
-    from ldpsim._src.privacy.accounting import dpfedavg_epsilon, dpfedavg_noise_multiplier
+    from ldpsim._src.privacy.accountants.accounting import dpfedavg_epsilon, dpfedavg_noise_multiplier
 
     common = dict(clients_per_round=args.clients_per_round, population=args.population,
                   rounds=args.rounds, delta=args.delta, sampling=args.sampling,
@@ -280,7 +280,7 @@ def _dpfedavg(args) -> dict:
 
 def _dpsgd(args) -> dict:
     from ldpsim._src._checks import LdpsimError, check_positive_int
-    from ldpsim._src.privacy.accounting import dpsgd_epsilon, dpsgd_noise_multiplier
+    from ldpsim._src.privacy.accountants.accounting import dpsgd_epsilon, dpsgd_noise_multiplier
 
     if args.steps is not None:
         steps = args.steps
@@ -292,7 +292,7 @@ def _dpsgd(args) -> dict:
         if args.target_epsilon is not None or args.sampling != "poisson" or args.epochs is None:
             raise LdpsimError("--method mindarmour needs --noise-multiplier, --epochs and "
                               "poisson sampling")
-        from ldpsim._src.privacy.monitors import NEIGHBOURING, RDPMonitor
+        from ldpsim._src.privacy.accountants.monitors import NEIGHBOURING, RDPMonitor
 
         per_epoch = args.num_examples // args.batch_size
         monitor = RDPMonitor(args.num_examples, args.batch_size, args.noise_multiplier,
@@ -316,9 +316,9 @@ def _dpsgd(args) -> dict:
 
 def _shuffle(args) -> dict:
     from ldpsim._src._checks import LdpsimError
-    from ldpsim._src.privacy import shuffling
+    from ldpsim._src.privacy.accountants import shuffling
 
-    from ldpsim._src.privacy.accounting import _check_count
+    from ldpsim._src.privacy.accountants.accounting import _check_count
 
     rounds = _check_count("rounds", args.rounds)
     out = shuffling.shuffle_report(args.epsilon0, args.clients, args.delta,
@@ -340,9 +340,9 @@ def _shuffle(args) -> dict:
 
 
 def _secagg(args) -> dict:
-    from ldpsim._src.privacy.accounting import ldp_epsilon
+    from ldpsim._src.privacy.accountants.accounting import ldp_epsilon
     from ldpsim._src._checks import LdpsimError
-    from ldpsim._src.privacy.secagg import secagg_epsilon, secagg_sigma
+    from ldpsim._src.privacy.accountants.secagg import secagg_epsilon, secagg_sigma
 
     if args.target_epsilon is not None:
         if args.survivors is not None:

@@ -71,7 +71,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ldpsim._src.privacy.calibration import (
+    from ldpsim._src.privacy.noise.calibration import (
         CalibrationShortfallWarning,
         calibrate,
         sampler_delta_floor,

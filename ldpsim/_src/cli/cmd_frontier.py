@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
     from ldpsim._src._checks import LdpsimError, check_open_unit, check_positive_int
     from ldpsim._src.cli._guards import check_seed
     from ldpsim._src.plots.figures import FORMATS
-    from ldpsim._src.privacy import frontier as fr
+    from ldpsim._src.privacy.analysis import frontier as fr
 
     mechanisms = _parse(args.mechanisms, "mechanisms", str)
     for m in mechanisms:

@@ -119,8 +119,8 @@ def run(args: argparse.Namespace) -> int:
 
     import jax
 
-    from ldpsim._src.privacy.averaging import noise_study
-    from ldpsim._src.privacy.calibration import calibrate
+    from ldpsim._src.privacy.analysis.averaging import noise_study
+    from ldpsim._src.privacy.noise.calibration import calibrate
 
     delta = args.delta if args.delta is not None else (1e-5 if args.mechanism == "gaussian" else None)
     cal = calibrate(args.mechanism, epsilon=epsilon, delta=delta, clip=args.clip,

@@ -177,7 +177,7 @@ _OPTIONS = (
     ("--client-dp-clip", "client_dp_clip", float, None, "DP-SGD micro-batch clip bound"),
     ("--client-dp-noise-multiplier", "client_dp_noise_multiplier", float, None,
      "DP-SGD noise multiplier (std z*C on the clipped sum)"),
-    # Per-client budget (ldpsim._src.privacy.ledger through the driver).
+    # Per-client budget (ldpsim._src.privacy.accountants.ledger through the driver).
     ("--stop-at-epsilon", "stop_at_epsilon", float, None,
      "per-client budget E (ldp, mindspore): a ledger keeps each client's spent epsilon "
      "from its own participations and no client's exceeds E (see --stop-policy); None: "

@@ -13,7 +13,7 @@ import numpy as np
 from ldpsim._src._checks import LdpsimError
 from ldpsim._src.fl import planning
 from ldpsim._src.fl.config import SimulationConfig
-from ldpsim._src.privacy.ledger import PrivacyLedger
+from ldpsim._src.privacy.accountants.ledger import PrivacyLedger
 
 __all__ = ["budget_columns", "budget_ledger"]
 

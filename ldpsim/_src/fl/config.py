@@ -166,7 +166,7 @@ class SimulationConfig:
             clipped updates divided by C (0: no noise, ε = inf).
         adaptive_clip: central only: quantile-adaptive C (Andrew et al. 2021; TFF
             ``gaussian_adaptive``), starting from ``clip``; z is split between the value
-            and the clipped-count releases (:func:`ldpsim._src.privacy.adaptive.adaptive_noise_split`).
+            and the clipped-count releases (:func:`ldpsim._src.privacy.server.adaptive.adaptive_noise_split`).
         target_quantile: adaptive clipping's target quantile γ in [0, 1].
         clip_learning_rate: adaptive clipping's geometric learning rate η ≥ 0.
         clipped_count_stddev: σ_b > 0 of the clipped-count release; None: TFF's m/20.
@@ -379,7 +379,7 @@ class SimulationConfig:
         self._check_budget()       # its own message first (stop_at_epsilon's modes)
         self._check_applicable()
         if self.adaptive_clip:
-            from ldpsim._src.privacy.adaptive import adaptive_noise_split
+            from ldpsim._src.privacy.server.adaptive import adaptive_noise_split
 
             adaptive_noise_split(self.noise_multiplier, self.clients_per_round,
                                  self.clipped_count_stddev)

@@ -53,7 +53,7 @@ accounting):
     A simulation shortcut for any mode whose clients add Gaussian noise: the clients only
     clip and the server draws the round's noise once,
     ``Σ_k w_k ξ_k ~ N(0, Σ_k w_k² σ_k² I)`` exactly in distribution
-    (:func:`ldpsim._src.privacy.server_dp.aggregate_gaussian_noise`), O(d) instead of O(m·d).
+    (:func:`ldpsim._src.privacy.server.server_dp.aggregate_gaussian_noise`), O(d) instead of O(m·d).
 
 Keys: client c in round t uses ``client_key(root, t, c)``; its dropout coin is
 ``fold_in`` of that key with a salt; the server's draws (central noise, aggregate noise,
@@ -71,8 +71,9 @@ import jax.numpy as jnp
 
 from ldpsim._src._checks import LdpsimError
 from ldpsim._src.fl import dp_client, stages
-from ldpsim._src.privacy import adaptive, registry, server_dp
-from ldpsim._src.privacy import mechanism as mechanism_lib
+from ldpsim._src.privacy.server import adaptive, server_dp
+from ldpsim._src.privacy import registry
+from ldpsim._src.privacy.randomizers import mechanism as mechanism_lib
 
 PyTree = Any
 
@@ -107,7 +108,7 @@ class LocalHyper(NamedTuple):
 
 class ReportHyper(NamedTuple):
     """``"ldp"`` with a report randomizer: its calibrated params (the mechanism's own pytree
-    of float32 scalars, e.g. :class:`~ldpsim._src.privacy.privunit2.PrivUnit2Params`; its
+    of float32 scalars, e.g. :class:`~ldpsim._src.privacy.randomizers.privunit2.PrivUnit2Params`; its
     static fields, such as the dimension, are part of the compiled program)."""
 
     params: PyTree

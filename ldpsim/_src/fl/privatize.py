@@ -17,7 +17,7 @@ Formal guarantee:
     release, and the engine aggregates it like every other one.  This holds at every size,
     eagerly and under ``jit``/``vmap``: the clip's finiteness test never reads a float max,
     which XLA's CPU reductions of ≥ 4,096 elements compute without propagating NaN
-    (:mod:`ldpsim._src.privacy.clipping`).  Whether the update was finite is returned
+    (:mod:`ldpsim._src.privacy.randomizers.clipping`).  Whether the update was finite is returned
     (``finite``) for the simulation's diagnostics only; it is never part of the release.
 
 References:
@@ -32,7 +32,7 @@ from typing import Any
 
 import jax
 
-from ldpsim._src.privacy import mechanism as mechanism_lib
+from ldpsim._src.privacy.randomizers import mechanism as mechanism_lib
 
 PyTree = Any
 
@@ -52,7 +52,7 @@ def privatize(key: jax.Array, delta: PyTree, *, clip: jax.typing.ArrayLike,
     """Clip one client's update to global L2 norm ``clip`` and add i.i.d. noise.
 
     The registered mechanism's ``privatize``
-    (:func:`ldpsim._src.privacy.mechanism.privatize_fn`) with ``MechanismParams(clip, scale)``.
+    (:func:`ldpsim._src.privacy.randomizers.mechanism.privatize_fn`) with ``MechanismParams(clip, scale)``.
 
     Args:
         key: the client's noise key (never reused for anything else).

@@ -44,7 +44,7 @@ from ldpsim._src.fl import modes as modes_lib
 from ldpsim._src.fl import server as server_lib
 from ldpsim._src.fl import sharding
 from ldpsim._src.fl.dp_client import ClientDpHyper
-from ldpsim._src.privacy import adaptive
+from ldpsim._src.privacy.server import adaptive
 
 PyTree = Any
 

@@ -45,7 +45,7 @@ from ldpsim._src.fl.experiment import Experiment
 from ldpsim._src.fl.history import NOT_COLUMNS, run_columns, scalar
 from ldpsim._src.fl.loop import run_loop, status
 from ldpsim._src.fl.round import RoundHyper
-from ldpsim._src.privacy.adaptive import global_change_norm
+from ldpsim._src.privacy.server.adaptive import global_change_norm
 
 PyTree = Any
 

@@ -10,7 +10,7 @@ JAX, so ``ldpsim --help`` stays fast; the implementations are imported lazily fr
 dotted paths the specs hold.
 
 Adding a local randomizer is its module plus ONE :class:`RandomizerSpec` in
-:data:`RANDOMIZERS`. The module exposes the interface of :mod:`ldpsim._src.privacy.randomizer`
+:data:`RANDOMIZERS`. The module exposes the interface of :mod:`ldpsim._src.privacy.randomizers.randomizer`
 at module level::
 
     make(*, epsilon, dim, clip=1.0, **options) -> LocalMechanism   # host-side calibration
@@ -27,7 +27,7 @@ randomizers that list it, with no other edit (the option's setting is passed to 
 that name). The entry format::
 
     RandomizerSpec(
-        name="myunit", implementation="ldpsim._src.privacy.myunit",
+        name="myunit", implementation="ldpsim._src.privacy.randomizers.myunit",
         family="report", guarantee="pure",
         label="MyUnit", colour="tab:cyan",
         help="my unit-vector randomizer (Author et al. 2023)",
@@ -194,7 +194,7 @@ def resolve(path: str) -> Any:
     return getattr(obj, attr) if attr else obj
 
 
-_P = "ldpsim._src.privacy."
+_P = "ldpsim._src.privacy.randomizers."
 
 #: Options shared by several randomizers (one spec each, so their help is written once).
 _NORM_EPSILON = OptionSpec("norm_epsilon", float,

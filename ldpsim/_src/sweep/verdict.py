@@ -43,7 +43,7 @@ import pandas as pd
 from scipy import stats
 
 from ldpsim._src._checks import LdpsimError, check_nonnegative
-from ldpsim._src.privacy.accounting import ldp_epsilon
+from ldpsim._src.privacy.accountants.accounting import ldp_epsilon
 
 __all__ = [
     "NON_PRIVATE",

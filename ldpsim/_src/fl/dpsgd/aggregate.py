@@ -61,8 +61,8 @@ from ldpsim._src._checks import (
     check_positive_int,
     check_unit_interval,
 )
-from ldpsim._src.privacy.clipping import clip_by_global_norm
-from ldpsim._src.privacy.mechanisms import gaussian_noise
+from ldpsim._src.privacy.randomizers.clipping import clip_by_global_norm
+from ldpsim._src.privacy.noise.mechanisms import gaussian_noise
 
 __all__ = ["CLIP_DECAYS", "NOISE_DECAYS", "DPAggregateState", "decay_noise_multiplier",
            "dp_adam", "dp_aggregate", "dp_momentum", "dp_optimizer", "dp_sgd",

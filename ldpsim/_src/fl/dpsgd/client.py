@@ -68,7 +68,7 @@ from ldpsim._src._checks import (
     check_positive_int,
 )
 from ldpsim._src.fl.client import ClientMetrics, local_update, num_local_steps, train_local_steps
-from ldpsim._src.privacy import accounting
+from ldpsim._src.privacy.accountants import accounting
 from ldpsim._src.fl.dpsgd.aggregate import dp_aggregate
 
 Params = Any
@@ -265,7 +265,7 @@ def _round_event(noise_multiplier: float, *, num_examples: int, batch_size: int,
 def event_epsilon(event: Any, count: int, delta: float) -> float:
     """ε at ``delta`` of ``count`` independent releases of a ``dp_accounting`` event (the ideal
     law of the event: callers add what a float32 realisation changes,
-    :mod:`ldpsim._src.privacy.realised`).
+    :mod:`ldpsim._src.privacy.noise.realised`).
 
     Exact where a closed form exists, through :func:`ldpsim.privacy.ldp_epsilon`:
     Gaussians compose exactly (``k`` of multiplier ``z`` are one of ``z/√k``, Balle & Wang

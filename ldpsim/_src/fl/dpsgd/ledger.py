@@ -71,9 +71,9 @@ from scipy.special import gammaln, logsumexp
 from ldpsim._src._checks import LdpsimError, check_positive_int
 from ldpsim._src.fl.dpsgd.config import TRACE_COLUMNS, DpsgdConfig, UnaccountedReleaseWarning
 from ldpsim._src.fl.dpsgd.guarantee import privacy_setting, step_noise_multipliers
-from ldpsim._src.privacy.accounting import dpsgd_epsilon
-from ldpsim._src.privacy.calibration import SamplerTailWarning, sampler_delta_floor
-from ldpsim._src.privacy.monitors import RDPMonitor, decayed_noise_multipliers
+from ldpsim._src.privacy.accountants.accounting import dpsgd_epsilon
+from ldpsim._src.privacy.noise.calibration import SamplerTailWarning, sampler_delta_floor
+from ldpsim._src.privacy.accountants.monitors import RDPMonitor, decayed_noise_multipliers
 
 __all__ = ["EXACT_DISTINCT_MULTIPLIERS", "GRID_RATIO", "MONITOR_LABEL", "RDP_ORDERS", "Ledger",
            "epsilon_by_epoch", "read_trace"]
@@ -165,7 +165,7 @@ class Ledger:
                  dim: int | None = None) -> None:
         self.config, self.n, self.per_epoch = config, num_train, steps_per_epoch
         # The float32 noise of a step is one (d + 1)-coordinate draw of the default sampler
-        # (the value and the unclipped fraction): bound (1) of ldpsim._src.privacy.realised
+        # (the value and the unclipped fraction): bound (1) of ldpsim._src.privacy.noise.realised
         # leaves δ' = (δ − (1 − (1 − η)^steps))/s^steps to the ideal accountant, η the mass
         # a step's release can put where the neighbour's cannot reach (shift 1/z).
         self.dim = dim
@@ -204,14 +204,14 @@ class Ledger:
 
         A step whose value release has multiplier ``z_v`` (noise std over the sensitivity)
         tells worst-case neighbours apart with probability ``Φ(1/z_v − T)`` when the
-        differing example is in the step (:func:`ldpsim._src.privacy.calibration.
+        differing example is in the step (:func:`ldpsim._src.privacy.noise.calibration.
         sampler_delta_floor`): always under shuffling, with probability q under Poisson
         sampling. Where that exceeds δ the reported ε is inf, with a warning.
         """
         finite = z_value[np.isfinite(z_value) & (z_value > 0)]
         if finite.size == 0:
             return
-        from ldpsim._src.privacy import realised
+        from ldpsim._src.privacy.noise import realised
 
         floor = sampler_delta_floor(float(np.min(finite)), 1.0,
                                     impl=realised.default_sampler("gaussian"))
@@ -229,7 +229,7 @@ class Ledger:
     def _update_budget(self, z_value: np.ndarray) -> None:
         """Set :attr:`accounting_delta`: bound (1) over the steps so far, each charged the
         run's smallest multiplier (the largest shift 1/z, in noise stds)."""
-        from ldpsim._src.privacy import realised
+        from ldpsim._src.privacy.noise import realised
 
         finite = z_value[np.isfinite(z_value) & (z_value > 0)]
         if finite.size:

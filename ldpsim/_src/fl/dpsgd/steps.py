@@ -15,7 +15,7 @@ from ldpsim._src._checks import LdpsimError, check_positive_int
 from ldpsim._src.fl.dpsgd.batches import poisson_sample
 from ldpsim._src.fl.dpsgd.config import DpsgdConfig
 from ldpsim._src.fl.dpsgd import aggregate
-from ldpsim._src.privacy.clipping import clip_by_global_norm
+from ldpsim._src.privacy.randomizers.clipping import clip_by_global_norm
 
 __all__ = ["make_epoch_fn", "make_optimizer", "make_poisson_epoch_fn", "presummed_dp_aggregate"]
 

@@ -8,7 +8,7 @@ Privatize one client's update ``x`` (clipped to ``‖x‖ ≤ C``, flattened to 
    cancels in the decoder). ``α`` is drawn by the inverse normal CDF of its truncated law,
    in log space on a 96-bit uniform (:func:`alpha_from_bits`).
 2. Norm ``r = ‖x‖``: the private scalar randomizer (``r̂ = (C ± B)/2``, ``B = C·coth(ε_r/2)``),
-   as in :mod:`ldpsim._src.privacy.privunit2`.
+   as in :mod:`ldpsim._src.privacy.randomizers.privunit2`.
 
 Report ``{"direction": V, "norm": r̂}``; decode ``x̂ = r̂·V/m`` with
 ``m = E[α] = φ(γ)·(p/q − (1 − p)/(1 − q))``, ``q = Φ̄(γ)``: unbiased. Per-coordinate variance
@@ -26,12 +26,12 @@ Parameters (host, float64): ``q = 1/(1 + e^{ε₁})``, ``γ = −ndtri(q)``, ``p
 ε₀ (with ε₀ + ε₁ = ε_d) minimises ``(E[α²] + d − 1)/m²`` and ε_r the worst-case total variance
 (at ‖x‖ = C), both by 1-D searches on the host; ``norm_epsilon`` fixes ε_r. Any d ≥ 2.
 
-What the float32 realisation delivers (model of :mod:`ldpsim._src.privacy.realised`: each
+What the float32 realisation delivers (model of :mod:`ldpsim._src.privacy.noise.realised`: each
 sampler's transform is exact real maths on its uniforms, whose finite range is kept; the
 float32 output grid is the caveat of Mironov 2012):
 
 * Coins exact on the 32-bit grid: the realised ``p`` and the norm's ε come from the float32
-  numbers used (:func:`~ldpsim._src.privacy.privunit2.realised_coins`).
+  numbers used (:func:`~ldpsim._src.privacy.randomizers.privunit2.realised_coins`).
 * ``α``: the cap mass used is ``Q``, the float32 ``q`` (rounded up), and both regions are
   drawn from it, so they meet at ``Φ̄⁻¹(Q)``: the realised law is the truncated normal with
   mass ``Q`` restricted to the image of ``U ∈ [2⁻⁹⁷, 1 − 2⁻⁹⁷]`` (the 96-bit uniform's reach;
@@ -40,11 +40,11 @@ float32 output grid is the caveat of Mironov 2012):
   direction coordinates of another input went further: an event of probability 0 under one
   input and > 0 under another.)
 * ``g`` comes from ``sampling.normal_like(..., impl=DIRECTION_IMPL)``: within total variation
-  :data:`~ldpsim._src.privacy.privunit2.DIRECTION_TAIL_MASS` per coordinate of N(0, 1).
+  :data:`~ldpsim._src.privacy.randomizers.privunit2.DIRECTION_TAIL_MASS` per coordinate of N(0, 1).
 
 Against the ideal mechanism at the realised ``p``, ``Q`` and norm coin (exactly ε'-LDP,
 ``ε' = logit(p) + logit(1 − Q) + ε_r'``) the realisation is **(ε', δ')-LDP**, δ' the smaller
-of (:func:`~ldpsim._src.privacy.privunit2.realised_guarantee`) the coupling bound
+of (:func:`~ldpsim._src.privacy.randomizers.privunit2.realised_guarantee`) the coupling bound
 ``(1 + e^{ε'})·TV``, ``TV = 2⁻⁹⁶ + 1 − (1 − DIRECTION_TAIL_MASS)^d`` (each input's realised law
 is within TV of the ideal one), and the density-ratio bound ``(p/Q)·κ``,
 ``1 + κ = (1 − 2⁻⁹⁶)⁻¹(1 − DIRECTION_TAIL_MASS)^{−d}`` (α and g are ideal laws restricted to
@@ -72,17 +72,17 @@ import jax
 import jax.numpy as jnp
 from scipy import special
 
-from ldpsim._src.privacy import privunit2 as p2
-from ldpsim._src.privacy import randomizer as rz
-from ldpsim._src.privacy import sampling
-from ldpsim._src.privacy.privunit2 import (
+from ldpsim._src.privacy.randomizers import privunit2 as p2
+from ldpsim._src.privacy.randomizers import randomizer as rz
+from ldpsim._src.privacy.noise import sampling
+from ldpsim._src.privacy.randomizers.privunit2 import (
     _direction,
     _mechanism,
     _sigmoid,
     best_split,
     split_epsilon,
 )
-from ldpsim._src.privacy.randomizer import LocalMechanism, Report
+from ldpsim._src.privacy.randomizers.randomizer import LocalMechanism, Report
 
 NAME = "privunitg"
 MIN_DIM = 2
@@ -177,7 +177,7 @@ def realise(k: dict, impl: str | None = None) -> dict:
 def alpha_from_bits(words: jax.Array, upper: jax.Array, params: PrivUnitGParams) -> jax.Array:
     """``α ~ N(0, 1)`` truncated to ``[γ, ∞)`` (``upper``) or ``(−∞, γ)``, ``γ = Φ̄⁻¹(q)``, by
     the inverse CDF of the 96-bit uniform in three uint32 ``words``, in log space
-    (:func:`~ldpsim._src.privacy.privunit2.truncated_normal`)."""
+    (:func:`~ldpsim._src.privacy.randomizers.privunit2.truncated_normal`)."""
     log_u, log_w = p2.uniform_logs(words)
     return p2.truncated_normal(log_u, log_w, upper, params.log_q, params.log_1mq)
 
@@ -250,7 +250,7 @@ def make(*, epsilon: float, dim: int, clip: float = 1.0, norm_epsilon=None) -> L
 
 def audit_game(*, epsilon: float, dim: int, clip: float = 1.0) -> tuple:
     """PrivUnitG's distinguishing game at its worst-case pair
-    (:func:`ldpsim._src.privacy.privunit2.privunit_audit_game`; the cap probability of a
+    (:func:`ldpsim._src.privacy.randomizers.privunit2.privunit_audit_game`; the cap probability of a
     Gaussian direction's coordinate, ``P(Z ≥ γ)``)."""
     from scipy import stats
 

@@ -120,7 +120,7 @@ is ``e^{-t}`` up to 2**-63 for every ``t``, and ``|x| ≤ 64 ln 2 ≈ 44.36``.
 
 Reach: the model of each sampler, for privacy accounting
 --------------------------------------------------------
-The accounting (``ldpsim._src.privacy.realised``) analyses each sampler's *continuous
+The accounting (``ldpsim._src.privacy.noise.realised``) analyses each sampler's *continuous
 idealisation*: the ideal law restricted to what the sampler reaches, renormalised
 (:class:`SamplerModel`, :func:`sampler_model`, :func:`laplace_model`). A Box–Muller draw with
 ``U ≥ U_min`` is the 2-D standard normal conditioned on the disk of radius
@@ -201,7 +201,7 @@ import numpy as np
 
 from ldpsim._src import _xla
 from ldpsim._src._checks import LdpsimError, check_choice
-from ldpsim._src.privacy import realised
+from ldpsim._src.privacy.noise import realised
 
 PyTree = Any
 
@@ -247,7 +247,7 @@ Gaussian tags: Laplace and Gaussian noise from one key are distinct blocks)."""
 
 
 #: The continuous idealisation of a sampler (the law privacy accounting is about):
-#: :class:`ldpsim._src.privacy.realised.SamplerModel` (``law``, ``kind``, ``bound``,
+#: :class:`ldpsim._src.privacy.noise.realised.SamplerModel` (``law``, ``kind``, ``bound``,
 #: ``coordinate_tail_mass``). ``"disk"``: the coordinate is ``X`` of a 2-D standard normal
 #: conditioned on ``X² + Y² ≤ bound²`` (Box–Muller with its radius uniform at least ``U_min``);
 #: ``"cube"``: N(0, 1) (or the standard Laplace) conditioned on ``|z| ≤ bound``. The bounds are
@@ -624,7 +624,7 @@ def _is_threefry(key: jax.Array) -> bool:
 def resolve_impl(key: jax.Array, impl: str | None) -> str:
     """``impl``, or for None the default for ``key``: ``"tail"`` for a threefry key
     (JAX's default; ``LDPSIM_NOISE_SAMPLER`` in the environment overrides it:
-    :func:`ldpsim._src.privacy.realised.default_sampler`), ``"jax"`` for any other key type
+    :func:`ldpsim._src.privacy.noise.realised.default_sampler`), ``"jax"`` for any other key type
     (e.g. with ``jax_default_prng_impl="rbg"``), whose bits this module cannot reproduce."""
     if impl is not None:
         check_choice("impl", impl, IMPLS)

@@ -1,6 +1,6 @@
 """Local randomizers as objects of pure functions (the optax pattern), and their registry.
 
-A :class:`LocalMechanism` (defined in :mod:`ldpsim._src.privacy.randomizer`, re-exported here)
+A :class:`LocalMechanism` (defined in :mod:`ldpsim._src.privacy.randomizers.randomizer`, re-exported here)
 is built by a factory that calibrates it on the host and carries everything the rest of
 ldpsim needs about it, so that callers never branch on a mechanism's name:
 
@@ -54,8 +54,10 @@ import jax
 import jax.numpy as jnp
 
 from ldpsim._src._checks import LdpsimError, check_choice
-from ldpsim._src.privacy import calibration, clipping, mechanisms, registry
-from ldpsim._src.privacy.randomizer import (
+from ldpsim._src.privacy.noise import calibration, mechanisms
+from ldpsim._src.privacy.randomizers import clipping
+from ldpsim._src.privacy import registry
+from ldpsim._src.privacy.randomizers.randomizer import (
     LocalMechanism,
     MechanismParams,
     Privatized,
@@ -73,7 +75,7 @@ __all__ = ["ADDITIVE", "REGISTRY", "LocalMechanism", "MechanismParams", "Privati
            "VECTOR", "mean_noise_variance", "mean_variance_fn", "noise_std_factor", "privatize_fn"]
 
 
-# The interface's types live in :mod:`ldpsim._src.privacy.randomizer` (so that randomizer
+# The interface's types live in :mod:`ldpsim._src.privacy.randomizers.randomizer` (so that randomizer
 # modules need not import this registry); they are re-exported here under their old names.
 
 
@@ -136,7 +138,7 @@ def _sensitivity(params: MechanismParams, neighbours: str) -> float:
 
 def _realisation_fields(cal, law: str) -> dict:
     """The LocalMechanism fields of the float32 realisation of a calibrated additive noise."""
-    from ldpsim._src.privacy import realised
+    from ldpsim._src.privacy.noise import realised
 
     shift = cal.sensitivity / (cal.sigma if law == "gaussian" else cal.scale)
     r = realised.additive_realisation(law, cal.sampler, shift, cal.dim)
@@ -163,7 +165,7 @@ def gaussian(*, epsilon: float, delta: float, clip: float, neighbours: str = "re
         method: ``"analytic"`` (exact, Balle & Wang 2018), ``"classic"`` or ``"mindspore"``
             (:func:`ldpsim.privacy.calibrate`).
         dim: the update's number of coordinates (default: the guarantee holds up to
-            :data:`ldpsim._src.privacy.realised.DEFAULT_DIM`).
+            :data:`ldpsim._src.privacy.noise.realised.DEFAULT_DIM`).
         sampler: the N(0, 1) sampler the guarantee is computed for (default: ldpsim's,
             which ``privatize`` uses for threefry keys).
 

@@ -48,9 +48,9 @@ from ldpsim._src._checks import (
     check_positive,
     check_positive_int,
 )
-from ldpsim._src.privacy import accounting
-from ldpsim._src.privacy.accounting import PrivacyReport
-from ldpsim._src.privacy.calibration import analytic_gaussian_epsilon, analytic_gaussian_sigma
+from ldpsim._src.privacy.accountants import accounting
+from ldpsim._src.privacy.accountants.accounting import PrivacyReport
+from ldpsim._src.privacy.noise.calibration import analytic_gaussian_epsilon, analytic_gaussian_sigma
 
 __all__ = ["NEIGHBOURS", "secagg_epsilon", "secagg_noise_multiplier", "secagg_sigma",
            "secagg_survivors"]

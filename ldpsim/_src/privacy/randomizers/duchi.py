@@ -55,11 +55,11 @@ import jax.numpy as jnp
 from scipy import special
 
 from ldpsim._src._checks import LdpsimError
-from ldpsim._src.privacy import randomizer as rz
-from ldpsim._src.privacy import rr
-from ldpsim._src.privacy import sampling
-from ldpsim._src.privacy.privunit2 import _direction
-from ldpsim._src.privacy.randomizer import LocalMechanism, Report
+from ldpsim._src.privacy.randomizers import randomizer as rz
+from ldpsim._src.privacy.randomizers import rr
+from ldpsim._src.privacy.noise import sampling
+from ldpsim._src.privacy.randomizers.privunit2 import _direction
+from ldpsim._src.privacy.randomizers.randomizer import LocalMechanism, Report
 
 NAME = "duchi"
 MIN_DIM = 2

@@ -4,9 +4,9 @@ Balle & Wang, "Improving the Gaussian Mechanism for Differential Privacy", ICML 
 (arXiv:1805.06530), Thm. 8: N(0, σ²) noise on a query of L2 sensitivity Δ is (ε, δ)-DP iff
 ``δ ≥ Φ(Δ/(2σ) − εσ/Δ) − e^ε Φ(−Δ/(2σ) − εσ/Δ)``. Evaluated through ``log Φ`` and ``erfcx`` with
 ``Δ/(2σ) ± εσ/Δ`` in exact rational arithmetic (or, for large σ and small ε, as a short
-Gaussian integral by quadrature); see :mod:`ldpsim._src.privacy.calibration`, which
+Gaussian integral by quadrature); see :mod:`ldpsim._src.privacy.noise.calibration`, which
 re-exports these functions and builds the calibrations on them, and
-:mod:`ldpsim._src.privacy.realised`, which adds what the float32 samplers change.
+:mod:`ldpsim._src.privacy.noise.realised`, which adds what the float32 samplers change.
 """
 
 from __future__ import annotations

@@ -55,8 +55,8 @@ from dp_accounting.pld import PLDAccountant
 from dp_accounting.rdp import RdpAccountant
 from dp_accounting.rdp import rdp_privacy_accountant as _rdp
 
-from ldpsim._src.privacy import realised
-from ldpsim._src.privacy.calibration import analytic_gaussian_epsilon
+from ldpsim._src.privacy.noise import realised
+from ldpsim._src.privacy.noise.calibration import analytic_gaussian_epsilon
 from ldpsim._src._checks import (
     LdpsimError,
     check_choice,
@@ -315,7 +315,7 @@ def total_epsilon(per_round_epsilon: float, rounds: int, delta: float, *,
     Gaussian (``k`` releases of multiplier ``z`` are one of ``z/√k``; Balle & Wang 2018,
     Thm. 8), ``k·ε₀`` for pure-ε randomizers (Laplace; randomized response and the report
     randomizers by their PLD, capped by ``k·ε₀``), for what their float32 realisation
-    delivers (bound (1) of :mod:`ldpsim._src.privacy.realised`: ``inf`` where the sampler's
+    delivers (bound (1) of :mod:`ldpsim._src.privacy.noise.realised`: ``inf`` where the sampler's
     bounded tails leave nothing of δ, docs/privacy_sharp_edges.md). The clip bound cancels
     (only σ/Δ matters), so it is not asked for.
 
@@ -340,7 +340,7 @@ def total_epsilon(per_round_epsilon: float, rounds: int, delta: float, *,
     """
     import inspect
 
-    from ldpsim._src.privacy import mechanism as _mechanism
+    from ldpsim._src.privacy.randomizers import mechanism as _mechanism
 
     k = _check_count("rounds", rounds)
     delta = check_open_unit("delta", delta)
@@ -375,7 +375,7 @@ def resolve_sensitivity(sensitivity: float | None = None, clip: float | None = N
     Raises:
         LdpsimError: both or neither given, or ``neighbours`` with ``sensitivity``.
     """
-    from ldpsim._src.privacy.calibration import sensitivity as _sensitivity
+    from ldpsim._src.privacy.noise.calibration import sensitivity as _sensitivity
 
     if clip is not None and sensitivity is not None:
         raise LdpsimError("give clip= (with neighbours=) or sensitivity=, not both "
@@ -421,7 +421,7 @@ def ldp_round_epsilon(
         sigma: Gaussian noise std per coordinate.
         scale: Laplace scale b per coordinate.
         sampler: the noise sampler (default ldpsim's; ``"ideal"``: real-valued noise); its
-            bounded tails add to δ (:mod:`ldpsim._src.privacy.realised`): Laplace reports the
+            bounded tails add to δ (:mod:`ldpsim._src.privacy.noise.realised`): Laplace reports the
             δ₀ they add, Gaussian the ε₀ at ``delta`` they leave.
         dim: coordinates of the update (default: up to 10⁷).
 
@@ -475,7 +475,7 @@ def ldp_epsilon(
     """The guarantee of one client over the ``rounds`` rounds it took part in (LDP), as the
     float32 noise that runs delivers it (``sampler="ideal"``: real-valued noise).
 
-    The sampler's bounded tails enter by bound (1) of :mod:`ldpsim._src.privacy.realised`:
+    The sampler's bounded tails enter by bound (1) of :mod:`ldpsim._src.privacy.noise.realised`:
     the ideal composition is evaluated at ``δ' = (δ − (1 − (1 − η)^k))/s^k`` (ε = inf when
     nothing is left).
 

@@ -3,7 +3,7 @@
 :class:`RDPMonitor` and :class:`ZCDPMonitor` reproduce the arithmetic of
 ``mindarmour/privacy/diff_privacy/monitor/monitor.py`` so that ε figures
 reported by MindArmour examples can be checked, and compared with
-:mod:`ldpsim._src.privacy.accounting` (dp_accounting, tighter):
+:mod:`ldpsim._src.privacy.accountants.accounting` (dp_accounting, tighter):
 
 * RDP of the Poisson-sampled Gaussian at MindArmour's 11 orders
   :data:`MINDARMOUR_ORDERS` (Mironov, Talwar & Zhang 2019, arXiv:1908.10530),

@@ -8,7 +8,7 @@ Formal guarantee:
     After :func:`clip_by_global_norm` with bound ``C`` the output ``u'`` satisfies
     ``‖u'‖₂ ≤ C`` for every input, so two clipped updates differ by at most ``2C``
     in L2 (replace-one neighbours) and an update differs from the empty update by
-    at most ``C`` (add/remove neighbours); see :mod:`ldpsim._src.privacy.calibration`.
+    at most ``C`` (add/remove neighbours); see :mod:`ldpsim._src.privacy.noise.calibration`.
     "≤" holds up to float rounding: for float32 leaves ``‖u'‖ ≤ C·(1 + (d + 8)·2⁻²⁴)``
     for ``d`` coordinates (the float32 sum of the norm plus three roundings per entry;
     in practice far tighter, ~√d·2⁻²⁴), for **every finite input**, float32 max
@@ -52,7 +52,7 @@ propagating NaN, which XLA's CPU reductions of ≥ 4,096 elements do not: see
 overflows is clipped like any other but reports ``inf`` as its norm. ``clip`` is not
 validated here (it is usually traced): a NaN ``C`` leaves the update unchanged and
 ``C ≤ 0`` flips or zeroes it — the public randomizers in
-:mod:`ldpsim._src.privacy.mechanisms` reject such concrete values.
+:mod:`ldpsim._src.privacy.noise.mechanisms` reject such concrete values.
 
 Cost: one max-reduction (of ``|u|``, NaN read as ``inf``), one norm reduction and one
 elementwise output pass per leaf (three multiplies and two selects per entry, all

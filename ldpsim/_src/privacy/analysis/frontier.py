@@ -66,9 +66,9 @@ import numpy as np
 
 from ldpsim._src import _xla
 from ldpsim._src._checks import LdpsimError, check_choice, check_positive_int
-from ldpsim._src.privacy import mechanism as _mech
+from ldpsim._src.privacy.randomizers import mechanism as _mech
 from ldpsim._src.privacy import registry
-from ldpsim._src.privacy.randomizer import check_epsilon
+from ldpsim._src.privacy.randomizers.randomizer import check_epsilon
 
 __all__ = ["DEFAULT_DELTA", "INPUTS", "VECTOR_MECHANISMS", "FrontierRow", "build_mechanism",
            "common_input", "decoded_error_sum", "default_chunk", "frontier", "frontier_cell",

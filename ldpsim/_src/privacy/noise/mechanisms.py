@@ -1,30 +1,30 @@
 """Noise on pytrees: Gaussian and Laplace draws with an explicit key (the randomizers'
-primitives; the randomizers themselves are in :mod:`ldpsim._src.privacy.mechanism`).
+primitives; the randomizers themselves are in :mod:`ldpsim._src.privacy.randomizers.mechanism`).
 
 All functions are pure and jittable, and vmap over a leading client axis (vmap
 the key too: one key per client). The noise scale is an ordinary (traced)
 argument, so calling a jitted function with a new ε — hence a new σ — reuses the
 compiled program.
 
-Gaussian noise comes by default from :func:`ldpsim._src.privacy.sampling.normal_like`
+Gaussian noise comes by default from :func:`ldpsim._src.privacy.noise.sampling.normal_like`
 (``impl="fast"``: Threefry-2x32-20 bits + Box–Muller, several times faster than
 ``jax.random.normal`` on CPU and validated in ``tests/privacy/test_sampling.py``) whenever the key
 is a threefry key (JAX's default; other key types fall back to ``jax.random.normal``); the
 leaves take consecutive blocks of one counter range of the key. ``impl="jax"`` restores
 ``jax.random.normal`` with one key per leaf from ``jax.random.split(key, num_leaves)``.
-Laplace noise comes by default from :func:`ldpsim._src.privacy.sampling.laplace_like`
+Laplace noise comes by default from :func:`ldpsim._src.privacy.noise.sampling.laplace_like`
 (``impl="bits"``: Threefry-2x32-20 bits at their own counter tag, sign bit and ``-ln U`` of a
 63-bit uniform, ``|x| ≤ 64 ln 2 ≈ 44.36`` scales, validated in
 ``tests/privacy/test_laplace_sampler.py``) for threefry keys, with the leaves on consecutive
 counter blocks; other key types fall back to ``jax.random.laplace`` (``impl="jax"``, one key
 per leaf from ``jax.random.split``; ``x ∈ [−15.537, 16.636]`` scales). The reach of each
-sampler, as the privacy accounting needs it: :func:`ldpsim._src.privacy.sampling.laplace_model`
+sampler, as the privacy accounting needs it: :func:`ldpsim._src.privacy.noise.sampling.laplace_model`
 (and ``sampler_model`` for the Gaussian ones). Either way leaves receive
 independent noise, the same key always gives the same noise, and callers derive
 keys from positions (``fold_in(fold_in(root, round), client_id)``) so that no key is
 ever reused.
 
-Guarantees (with :mod:`ldpsim._src.privacy.calibration` and :mod:`.clipping`):
+Guarantees (with :mod:`ldpsim._src.privacy.noise.calibration` and :mod:`.clipping`):
 
 * :func:`ldpsim.privacy.gaussian_randomizer` releases ``clip_C(u) + N(0, σ² I)``. With
   ``σ = analytic_gaussian_sigma(ε, δ, Δ)`` and ``Δ = sensitivity(C, neighbours)``
@@ -52,7 +52,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ldpsim._src._checks import LdpsimError
-from ldpsim._src.privacy import sampling
+from ldpsim._src.privacy.noise import sampling
 
 PyTree = Any
 
@@ -102,12 +102,12 @@ def gaussian_noise(
             (non-floating leaves get float32 noise).
         stddev: per-coordinate standard deviation σ ≥ 0, finite (a traced scalar is
             fine but is not checked).
-        impl: the N(0, 1) sampler, one of :data:`ldpsim._src.privacy.sampling.IMPLS`:
+        impl: the N(0, 1) sampler, one of :data:`ldpsim._src.privacy.noise.sampling.IMPLS`:
             ``"fast"`` (Box–Muller on Threefry-2x32-20 bits, |z| ≤ 6.76),
             ``"icdf"`` (64-bit inverse CDF, |z| ≤ 9.08) or ``"jax"``
             (``jax.random.normal`` on per-leaf split keys, the previous behaviour);
             None (default): ``"fast"`` for threefry keys, ``"jax"`` for other key
-            types (:func:`ldpsim._src.privacy.sampling.resolve_impl`).
+            types (:func:`ldpsim._src.privacy.noise.sampling.resolve_impl`).
 
     Raises:
         LdpsimError: a concrete ``stddev`` that is < 0, NaN or inf; unknown ``impl``, or
@@ -129,11 +129,11 @@ def laplace_noise(
             get float32 noise).
         scale: the Laplace scale b ≥ 0, finite (a traced scalar is fine but is not checked).
         impl: the standard Laplace sampler, one of
-            :data:`ldpsim._src.privacy.sampling.LAPLACE_IMPLS`: ``"bits"`` (Threefry-2x32-20,
+            :data:`ldpsim._src.privacy.noise.sampling.LAPLACE_IMPLS`: ``"bits"`` (Threefry-2x32-20,
             sign bit + ``-ln U`` of a 63-bit uniform, ``|x| ≤ 64 ln 2 ≈ 44.36``) or ``"jax"``
             (``jax.random.laplace`` on per-leaf split keys, the previous behaviour, reach
             15.537 on one side); None (default): ``"bits"`` for threefry keys, ``"jax"`` for
-            other key types (:func:`ldpsim._src.privacy.sampling.resolve_laplace_impl`).
+            other key types (:func:`ldpsim._src.privacy.noise.sampling.resolve_laplace_impl`).
 
     Raises:
         LdpsimError: a concrete ``scale`` that is < 0, NaN or inf; unknown ``impl``, or a

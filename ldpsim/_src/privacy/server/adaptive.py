@@ -40,7 +40,7 @@ from ldpsim._src._checks import (
     check_positive_int,
     check_unit_interval,
 )
-from ldpsim._src.privacy.clipping import global_norm
+from ldpsim._src.privacy.randomizers.clipping import global_norm
 
 __all__ = [
     "MINDSPORE_INITIAL_CLIP", "AdaptiveClip", "MindSporeClipState", "QuantileClipState",

@@ -7,7 +7,7 @@ Random Projections", NeurIPS 2023 (arXiv:2306.04444). A client holding ``x`` (cl
 1. draws a random ``W ∈ R^{k×d}`` from a seed derived from its key (public randomness: the
    seed travels with the report and the server rebuilds ``W`` from it);
 2. projects and normalises, ``w = Wu/‖Wu‖ ∈ S^{k−1}`` (``e₁`` if ``Wu = 0``);
-3. runs PrivUnitG in k dimensions on ``w`` (:mod:`ldpsim._src.privacy.privunitg`):
+3. runs PrivUnitG in k dimensions on ``w`` (:mod:`ldpsim._src.privacy.randomizers.privunitg`):
    ``V = αw + (I − wwᵀ)g``, ``g ~ N(0, I_k)``, α the two-region truncated normal, and
    releases ``ρ`` by the private scalar randomizer (``r̂``, as PrivUnitG does for inputs in
    the ball; the paper's inputs are unit vectors);
@@ -32,7 +32,7 @@ Projections:
   keeps the first d coordinates of ``Wᵀ V``.
 
 Mean and variance (derivations; σ_α² := E[α²], E[V | w] = m·w, E[VVᵀ | w] = I + (σ_α² − 1)wwᵀ,
-E[r̂] = ρ, E[r̂²] from :func:`~ldpsim._src.privacy.randomizer.signed_scalar_second_moment`):
+E[r̂] = ρ, E[r̂²] from :func:`~ldpsim._src.privacy.randomizers.randomizer.signed_scalar_second_moment`):
 
 * **projunit, exact.** Write ``W = (Wu)uᵀ + W_⊥`` with ``W_⊥ = W(I − uuᵀ)``; for Gaussian ``W``,
   ``y = Wu ~ N(0, I_k/k)`` and ``W_⊥`` are independent. Then ``WᵀV = u·⟨y, V⟩ + W_⊥ᵀV`` with
@@ -100,12 +100,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ldpsim._src.privacy import privunit2 as p2
-from ldpsim._src.privacy import privunitg as pg
-from ldpsim._src.privacy import randomizer as rz
-from ldpsim._src.privacy import sampling
-from ldpsim._src.privacy.privunit2 import _direction, best_split, split_epsilon
-from ldpsim._src.privacy.randomizer import LocalMechanism, Report
+from ldpsim._src.privacy.randomizers import privunit2 as p2
+from ldpsim._src.privacy.randomizers import privunitg as pg
+from ldpsim._src.privacy.randomizers import randomizer as rz
+from ldpsim._src.privacy.noise import sampling
+from ldpsim._src.privacy.randomizers.privunit2 import _direction, best_split, split_epsilon
+from ldpsim._src.privacy.randomizers.randomizer import LocalMechanism, Report
 
 NAMES = ("projunit", "fastprojunit")
 MIN_K = 2
@@ -341,7 +341,7 @@ def privatize_direction(key: jax.Array, w: jax.Array, r: jax.Array,
                         params: ProjUnitParams) -> tuple[jax.Array, jax.Array]:
     """PrivUnitG's draws on the k-dimensional unit vector ``w`` and norm ``r``:
     ``(V float32[k], r̂)`` (the same draws and keys as
-    :func:`ldpsim._src.privacy.privunitg.privatize`)."""
+    :func:`ldpsim._src.privacy.randomizers.privunitg.privatize`)."""
     r_hat = rz.signed_scalar(rz.subkey(key, rz.TAG_NORM), r, params.clip, params.norm_bound,
                               params.norm_excess)
     upper = ~rz.bernoulli(rz.subkey(key, rz.TAG_CAP), params.p_out)
@@ -521,6 +521,6 @@ class _Registered:
     variance = staticmethod(variance)
 
 
-#: The registry's implementations (``ldpsim._src.privacy.projunit:PROJUNIT`` and
+#: The registry's implementations (``ldpsim._src.privacy.randomizers.projunit:PROJUNIT`` and
 #: ``…:FASTPROJUNIT``).
 PROJUNIT, FASTPROJUNIT = _Registered(fast=False), _Registered(fast=True)

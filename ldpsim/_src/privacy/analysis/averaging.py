@@ -39,9 +39,9 @@ from scipy import special
 
 from ldpsim._src import _xla
 from ldpsim._src._checks import LdpsimError, check_choice, check_nonnegative, check_positive, check_positive_int
-from ldpsim._src.privacy import sampling
-from ldpsim._src.privacy.mechanism import noise_std_factor
-from ldpsim._src.privacy.mechanisms import gaussian_noise, laplace_noise
+from ldpsim._src.privacy.noise import sampling
+from ldpsim._src.privacy.randomizers.mechanism import noise_std_factor
+from ldpsim._src.privacy.noise.mechanisms import gaussian_noise, laplace_noise
 
 __all__ = [
     "METHODS",
@@ -322,7 +322,7 @@ def simulate_average(
     """One trial: aggregate ``num_clients`` clients' noise and measure it against two signals.
 
     With ``method="per-client"`` every client's noise vector (d coordinates) is drawn
-    with :mod:`ldpsim._src.privacy.mechanisms` from key ``fold_in(noise_root, client_id)``, and
+    with :mod:`ldpsim._src.privacy.noise.mechanisms` from key ``fold_in(noise_root, client_id)``, and
     its random direction from ``fold_in(dir_root, client_id)``; clients are processed in
     chunks of ``chunk_size`` (default: 2²² / d) inside one ``fori_loop``, so memory is
     O(chunk × d) and n = 10⁶ is feasible (time O(n·d)). ``method="aggregate"`` draws the

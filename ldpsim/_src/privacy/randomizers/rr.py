@@ -52,9 +52,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from ldpsim._src._checks import LdpsimError
-from ldpsim._src.privacy import randomizer as rz
-from ldpsim._src.privacy import sampling
-from ldpsim._src.privacy.randomizer import LocalMechanism, Report, check_epsilon
+from ldpsim._src.privacy.randomizers import randomizer as rz
+from ldpsim._src.privacy.noise import sampling
+from ldpsim._src.privacy.randomizers.randomizer import LocalMechanism, Report, check_epsilon
 
 NAME = "rr"
 

@@ -13,7 +13,7 @@ Privatize one client's update ``x`` (clipped to ``‖x‖ ≤ C``, flattened to 
    slope of the concave ``a·log(1−t²)`` at γ (accept with ``((1−t²)/(1−γ²))^a·e^E ≤ 1``); the
    host picks the proposal with the higher acceptance and refuses parameters below 1e-3.
 2. Norm ``r = ‖x‖ ∈ [0, C]``: the private scalar randomizer
-   (:func:`ldpsim._src.privacy.randomizer.signed_scalar`): ``r̂ = (C ± B)/2`` with
+   (:func:`ldpsim._src.privacy.randomizers.randomizer.signed_scalar`): ``r̂ = (C ± B)/2`` with
    ``B = C·coth(ε_r/2)``, ``E r̂ = r``, ``E r̂² = (B² − (2r − C)²)/4 + r²``.
 
 Report ``{"direction": V, "norm": r̂}``. Decode: ``x̂ = r̂·V/m`` with
@@ -42,11 +42,11 @@ factor ``coth²(ε_r/2)`` while the direction's is ``∝ d/ε_d``, so for large 
 goes to the direction (at d = 61,706 and ε = 4 the norm gets about 0.9).
 
 What the float32 realisation delivers (docs/privacy_sharp_edges.md, "what the floats
-deliver"; model of :mod:`ldpsim._src.privacy.realised`: each sampler's transform is exact
+deliver"; model of :mod:`ldpsim._src.privacy.noise.realised`: each sampler's transform is exact
 real maths on its uniforms, whose finite range is kept; the float32 output grid is the
 caveat of Mironov 2012):
 
-* The coins are exact on the 32-bit grid (:func:`~ldpsim._src.privacy.randomizer.bernoulli_probability`):
+* The coins are exact on the 32-bit grid (:func:`~ldpsim._src.privacy.randomizers.randomizer.bernoulli_probability`):
   the realised ``p`` and the norm's ε are computed from the float32 numbers used.
 * The cap is ``t ≥ γ`` with γ the float32 threshold the sampler compares against, so the
   realised ``q`` is the uniform-sphere mass of that cap (computed on the host from it).
@@ -95,9 +95,9 @@ import numpy as np
 from scipy import optimize, special
 
 from ldpsim._src._checks import LdpsimError
-from ldpsim._src.privacy import randomizer as rz
-from ldpsim._src.privacy import sampling
-from ldpsim._src.privacy.randomizer import LocalMechanism, Report
+from ldpsim._src.privacy.randomizers import randomizer as rz
+from ldpsim._src.privacy.noise import sampling
+from ldpsim._src.privacy.randomizers.randomizer import LocalMechanism, Report
 
 NAME = "privunit2"
 MIN_DIM = 4
@@ -110,7 +110,7 @@ MAX_TRIES = 100_000
 #: The N(0, 1) sampler of the direction draws (PrivUnitG's g, PrivUnit2's w).
 DIRECTION_IMPL = "tail"
 #: Total variation between one coordinate of ``sampling.normal(impl=...)`` and N(0, 1) in the
-#: continuous idealisation (:mod:`ldpsim._src.privacy.realised`: the ideal law restricted to
+#: continuous idealisation (:mod:`ldpsim._src.privacy.noise.realised`: the ideal law restricted to
 #: what the sampler reaches): the ideal mass beyond its reach. ``"icdf"``: |z| ≤ Φ̄⁻¹(2⁻⁶⁴),
 #: 2⁻⁶³; ``"tail"``: Box–Muller with a 96-bit radius uniform, 2⁻⁹⁷; ``"fast"``: Box–Muller with
 #: ``U ≥ 2⁻³³``, 2⁻³³ (the pair's disk; a coordinate is a function of the pair).

@@ -1,6 +1,6 @@
 """The types of the local-randomizer interface and the pieces every randomizer shares.
 
-:class:`LocalMechanism` (re-exported by :mod:`ldpsim._src.privacy.mechanism`, which holds the
+:class:`LocalMechanism` (re-exported by :mod:`ldpsim._src.privacy.randomizers.mechanism`, which holds the
 registry) is one object of pure functions per calibrated randomizer:
 
 * ``privatize(key, update, params)`` -- what ONE client releases. Additive-noise randomizers
@@ -41,7 +41,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from ldpsim._src._checks import LdpsimError
-from ldpsim._src.privacy import clipping
+from ldpsim._src.privacy.randomizers import clipping
 
 PyTree = Any
 
@@ -155,7 +155,7 @@ class LocalMechanism(NamedTuple):
             at most ``s`` times the ideal law's (the realised law is the ideal one restricted
             to the sampler's range and renormalised). With ``dp_event`` (the ideal part), ``k``
             releases satisfy ``δ_k(ε) ≤ 1 − (1 − η)^k + s^k·δ_event,k(ε)``
-            (:func:`ldpsim._src.privacy.realised.compose_delta`).
+            (:func:`ldpsim._src.privacy.noise.realised.compose_delta`).
         ideal_epsilon, ideal_delta: the guarantee of the ideal (real-number) law, for
             comparison; None when it equals ``epsilon``/``delta``.
         realisation: one line naming the samplers and the model behind ``epsilon``/``delta``

@@ -172,7 +172,7 @@ def _disk(u_min: float, bound: float) -> SamplerModel:
     return SamplerModel("gaussian", "disk", bound, u_min)
 
 
-# Every reach below is derived from the samplers' bits (ldpsim._src.privacy.sampling, "Reach";
+# Every reach below is derived from the samplers' bits (ldpsim._src.privacy.noise.sampling, "Reach";
 # 40-digit mpmath values rounded to float64, checked against the samplers in
 # tests/privacy/test_sampling.py). A sampler whose two sides reach differently (jax.random)
 # is modelled by its smaller one-sided reach: the symmetric model over-states both the mass a
@@ -343,7 +343,7 @@ def additive_realisation(law: str, impl: str, shift: float, dim: int) -> Additiv
 def _ideal_delta(law: str, shift: float, epsilon: float, count: int) -> float:
     """δ(ε) of ``count`` ideal releases whose pairs differ by ``shift`` scales."""
     if law == "gaussian":
-        from ldpsim._src.privacy import gaussian_exact
+        from ldpsim._src.privacy.noise import gaussian_exact
 
         return gaussian_exact.analytic_gaussian_delta(1.0, epsilon, shift * math.sqrt(count))
     import dp_accounting
@@ -375,7 +375,7 @@ def realised_delta(law: str, impl: str, shift: float, dim: int, epsilon: float,
 def _ideal_epsilon(law: str, shift: float, delta: float, count: int) -> float:
     """ε at ``delta`` of ``count`` ideal releases whose pairs differ by ``shift`` scales."""
     if law == "gaussian":
-        from ldpsim._src.privacy import gaussian_exact
+        from ldpsim._src.privacy.noise import gaussian_exact
 
         return gaussian_exact.analytic_gaussian_epsilon(1.0, delta, shift * math.sqrt(count))
     return count * shift   # Laplace: pure, basic composition (tight for a worst-case pair)

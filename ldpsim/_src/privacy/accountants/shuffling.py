@@ -442,7 +442,7 @@ def shuffle_rounds_epsilon(epsilon0: float, clients: int, rounds: int, delta: fl
     """Central ε at ``delta`` of ``rounds`` shuffled rounds a client takes part in, each of
     ``clients`` ε₀-LDP reports: the PLD of :func:`shuffle_pld` composed ``rounds`` times
     (no amplification by sampling; one report per client per round)."""
-    from ldpsim._src.privacy.accounting import _check_count
+    from ldpsim._src.privacy.accountants.accounting import _check_count
 
     k = _check_count("rounds", rounds)
     d = float(_check_delta_array(delta))

@@ -54,7 +54,7 @@ an exact δ of 1.95e-9, not 1e-12 -- the exact σ is 579.0). Whenever the achiev
 exceeds the request by more than :data:`SHORTFALL_RTOL` (relative) a
 :class:`CalibrationShortfallWarning` is issued and ``ldpsim calibrate`` prints it.
 All of this is about ideal real-valued noise; a float sampler adds its own
-(tiny) deviations (see :mod:`ldpsim._src.privacy.sampling` on tails).
+(tiny) deviations (see :mod:`ldpsim._src.privacy.noise.sampling` on tails).
 
 Extreme values: every entry point accepts any finite ε > 0 and δ in (0, 1) and
 either returns a finite positive scale or raises :class:`~ldpsim.LdpsimError`
@@ -77,8 +77,8 @@ import numpy as np
 from scipy import special
 
 from ldpsim._src._checks import LdpsimError, check_choice, check_open_unit, check_positive
-from ldpsim._src.privacy import realised
-from ldpsim._src.privacy.gaussian_exact import (  # noqa: F401  (re-exported)
+from ldpsim._src.privacy.noise import realised
+from ldpsim._src.privacy.noise.gaussian_exact import (  # noqa: F401  (re-exported)
     _log_delta,
     _root_decreasing,
     _round_up,
@@ -381,7 +381,7 @@ def sampler_delta_floor(scale: float, sensitivity: float, *, mechanism: str = "g
     significant bits for differential privacy", CCS 2012): ldpsim's default Gaussian
     sampler (``"tail"``) never returns ``|z| > 11.60`` (``"fast"``: 6.764; ``"icdf"``: 9.08;
     ``jax.random.normal``: 5.42), its Laplace sampler never ``|x| > 44.36 b``
-    (``jax.random.laplace``: 16.64 b); :func:`ldpsim._src.privacy.realised.sampler_model`.
+    (``jax.random.laplace``: 16.64 b); :func:`ldpsim._src.privacy.noise.realised.sampler_model`.
     Take two neighbouring inputs whose clipped updates differ by the full sensitivity Δ
     along one coordinate, ``x' = x + Δ e₁``. Under ``x'`` a release below
     ``x₁ + Δ − T·s`` on that coordinate is impossible, while under ``x`` it has
@@ -391,7 +391,7 @@ def sampler_delta_floor(scale: float, sensitivity: float, *, mechanism: str = "g
         ``floor = P(Z < Δ/s − T)``  (Z the sampler's standard law, s = σ or b),
 
     whatever the ideal analysis says. The guarantee itself -- the realised δ at each ε, an
-    upper bound -- is :func:`ldpsim._src.privacy.realised.realised_delta`, which every
+    upper bound -- is :func:`ldpsim._src.privacy.noise.realised.realised_delta`, which every
     calibration and accountant of ldpsim uses.
 
     Args:
@@ -474,7 +474,7 @@ class Calibration:
         sigma: Gaussian noise std per coordinate (None for Laplace).
         scale: Laplace scale b per coordinate (None for Gaussian).
         achieved_epsilon: what the **float32 noise that runs** delivers
-            (:mod:`ldpsim._src.privacy.realised`): Gaussian, the smallest ε at the requested δ
+            (:mod:`ldpsim._src.privacy.noise.realised`): Gaussian, the smallest ε at the requested δ
             (≤ ``epsilon`` iff the request is met); Laplace, ``Δ₁/b`` rounded up, holding with
             ``achieved_delta``.
         achieved_delta: what the float32 noise delivers at the requested ε: Gaussian, ≤
@@ -483,11 +483,11 @@ class Calibration:
         ideal_epsilon, ideal_delta: the same two numbers for ideal real-valued noise
             (Balle & Wang's exact δ(σ); Laplace: ``Δ₁/b`` and 0).
         sampler: the noise sampler the guarantee is computed for
-            (:data:`ldpsim._src.privacy.realised.DEFAULT_SAMPLER` by default).
+            (:data:`ldpsim._src.privacy.noise.realised.DEFAULT_SAMPLER` by default).
         dim: the number of coordinates the guarantee holds up to (the realised δ grows with
-            d for bounded samplers; :data:`ldpsim._src.privacy.realised.DEFAULT_DIM` when not
+            d for bounded samplers; :data:`ldpsim._src.privacy.noise.realised.DEFAULT_DIM` when not
             given).
-        tail_mass: η of one release (:class:`ldpsim._src.privacy.realised.AdditiveRealisation`):
+        tail_mass: η of one release (:class:`ldpsim._src.privacy.noise.realised.AdditiveRealisation`):
             the probability that a neighbour's release lands where this input's cannot.
     """
 
@@ -565,7 +565,7 @@ def calibrate(
         neighbours: ``"replace"`` (Δ = 2C, default) or ``"add-remove"`` (Δ = C,
             MindSpore's convention).
         dim: the number of coordinates d of the update (the realised guarantee of a bounded
-            sampler depends on it); default :data:`~ldpsim._src.privacy.realised.DEFAULT_DIM`
+            sampler depends on it); default :data:`~ldpsim._src.privacy.noise.realised.DEFAULT_DIM`
             (the guarantee then holds for every d up to it).
         sampler: the noise sampler that will run (Gaussian ``"tail"``, ``"fast"``,
             ``"icdf"``, ``"jax"``; Laplace ``"bits"``, ``"jax"``); default: ldpsim's default.

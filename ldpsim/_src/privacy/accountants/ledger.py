@@ -60,8 +60,8 @@ from dp_accounting.rdp import rdp_privacy_accountant as _rdp
 
 from ldpsim._src._checks import LdpsimError, check_choice, check_open_unit, check_positive, \
     check_positive_int
-from ldpsim._src.privacy import accounting
-from ldpsim._src.privacy.calibration import analytic_gaussian_epsilon
+from ldpsim._src.privacy.accountants import accounting
+from ldpsim._src.privacy.noise.calibration import analytic_gaussian_epsilon
 
 __all__ = ["PrivacyLedger"]
 

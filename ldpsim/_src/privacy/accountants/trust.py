@@ -58,8 +58,8 @@ from ldpsim._src._checks import (
     check_positive,
     check_positive_int,
 )
-from ldpsim._src.privacy import secagg, shuffling
-from ldpsim._src.privacy.calibration import analytic_gaussian_epsilon, analytic_gaussian_sigma
+from ldpsim._src.privacy.accountants import secagg, shuffling
+from ldpsim._src.privacy.noise.calibration import analytic_gaussian_epsilon, analytic_gaussian_sigma
 
 __all__ = ["TRUST_MODELS", "TrustModelNoise", "shuffle_local_epsilon", "trust_model_noise"]
 

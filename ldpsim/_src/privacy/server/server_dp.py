@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from ldpsim._src.privacy.mechanisms import gaussian_noise
+from ldpsim._src.privacy.noise.mechanisms import gaussian_noise
 
 PyTree = Any
 

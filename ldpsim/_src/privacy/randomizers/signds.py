@@ -78,9 +78,9 @@ from jax.flatten_util import ravel_pytree
 from scipy import special
 
 from ldpsim._src._checks import LdpsimError
-from ldpsim._src.privacy import randomizer as rz
-from ldpsim._src.privacy import rr
-from ldpsim._src.privacy.randomizer import LocalMechanism, Report
+from ldpsim._src.privacy.randomizers import randomizer as rz
+from ldpsim._src.privacy.randomizers import rr
+from ldpsim._src.privacy.randomizers.randomizer import LocalMechanism, Report
 
 NAME = "signds"
 DEFAULTS = dict(sign_k=0.01, sign_eps=100.0, sign_thr_ratio=0.6, sign_global_lr=0.1,
