@@ -536,7 +536,7 @@ def test_bad_input_subprocess(case, files, subprocess_results):
 
 def _parse(argv: list[str]):
     from ldpsim._src.cli import build_parser
-    from ldpsim._src.cli._guards import given_dests
+    from ldpsim._src.cli._parsing import given_dests
 
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -591,7 +591,7 @@ def test_sweep_checks_pass_what_applies(extra, tmp_path):
 
 def test_memory_estimates_and_override():
     from ldpsim._src._checks import LdpsimError
-    from ldpsim._src.cli._guards import check_memory, check_run_memory, host_memory_limit, run_memory
+    from ldpsim._src.cli._memory import check_memory, check_run_memory, host_memory_limit, run_memory
 
     limit, what = host_memory_limit()
     assert limit > 2**28 and what
@@ -649,7 +649,7 @@ def test_every_help_shows_the_defaults():
     import argparse
 
     from ldpsim._src.cli import build_parser
-    from ldpsim._src.cli._guards import _walk
+    from ldpsim._src.cli._parsing import _walk
 
     missing = []
     for parser in _walk(build_parser()):

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from ldpsim import LdpsimError
-from ldpsim._src.cli import _guards
+from ldpsim._src.cli import _rules
 from ldpsim._src.fl import experiment as schema
 from ldpsim._src.fl.config import SimulationConfig
 from ldpsim._src.privacy import registry
@@ -80,7 +80,7 @@ def _old_config_rule(field, p):
 
 
 def test_derived_command_line_rules_equal_the_hand_written_ones():
-    rules = _guards._rules()
+    rules = _rules.rules()
     compared = 0
     for p in _shapes():
         for field, (applies, why) in rules.items():
@@ -101,7 +101,7 @@ def test_derived_command_line_rules_equal_the_hand_written_ones():
 
 def test_stop_at_epsilon_now_also_refused_where_typed_for_a_mode_without_it():
     """The one rule the command line gained: a budget is a setting of the per-client modes."""
-    applies, why = _guards._rules()["stop_at_epsilon"]
+    applies, why = _rules.rules()["stop_at_epsilon"]
     for m in registry.MODES:
         assert applies({"privacy_mode": m.name, "mechanism": "gaussian"}) == m.per_client
     assert "--privacy-mode ldp or --privacy-mode mindspore" in why({"privacy_mode": "central"})
@@ -192,7 +192,7 @@ r.MODES = r.MODES + (r.ModeSpec(
     options=(r.OptionSpec("bits", int, "bits per coordinate", default=16),)),)
 from ldpsim._src.fl.config import SimulationConfig
 from ldpsim._src.fl import experiment as e
-from ldpsim._src.cli import _guards as g
+from ldpsim._src.cli import _rules as g
 from ldpsim._src.cli.cmd_run import options
 out = {}
 fields = {f.name: f.default for f in dataclasses.fields(SimulationConfig)}
@@ -212,7 +212,7 @@ for kw in (dict(myunit_k=8), dict(mechanism="privunit2", epsilon=1.0, myunit_k=8
     except Exception as err:
         errors.append(str(err).split(":")[0] + ": " + str(err).split(": ")[1][:40])
 out["errors"] = errors
-rules = g._rules()
+rules = g.rules()
 out["cli"] = [rules["bits"][0]({"privacy_mode": "central"}),
               rules["bits"][0]({"privacy_mode": "secagg"}),
               rules["myunit_k"][0]({"mechanism": "duchi"}),
@@ -225,7 +225,7 @@ print(json.dumps(out))
 
 def test_a_randomizer_and_a_mode_added_as_registry_entries_only():
     """The proof that adding a randomizer's or a mode's option needs no edit in config.py,
-    experiment.py or cli/_guards.py (a fresh interpreter: the registry is extended before
+    experiment.py or cli/_rules.py (a fresh interpreter: the registry is extended before
     the configuration is imported)."""
     env = dict(os.environ, PYTHONPATH=str(REPO))
     done = subprocess.run([sys.executable, "-c", _ADD], capture_output=True, text=True,

@@ -84,7 +84,8 @@ def test_the_scan_finds_a_name_where_there_is_one(tmp_path):
 
 def test_the_registry_and_the_cli_help_import_no_jax():
     code = ("import sys; from ldpsim._src.privacy import registry; "
-            "from ldpsim._src.cli import cmd_run, cmd_sweep, cmd_audit, cmd_frontier, _guards; "
+            "from ldpsim._src.cli import cmd_run, cmd_sweep, cmd_audit, cmd_frontier, _guards, "
+            "_rules, _memory, _parsing, _files, _help; "
             "import ldpsim._src.fl.config; "
             "assert 'jax' not in sys.modules, sorted(m for m in sys.modules if 'jax' in m)")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
@@ -135,7 +136,7 @@ def extra_randomizer(monkeypatch):
 
 def test_a_spec_added_to_the_registry_is_a_choice_everywhere(extra_randomizer, capsys):
     from ldpsim._src.cli import main
-    from ldpsim._src.cli._guards import not_applicable
+    from ldpsim._src.cli._rules import not_applicable
     from ldpsim._src.fl.config import SimulationConfig
     from ldpsim._src.privacy.randomizers import mechanism
 

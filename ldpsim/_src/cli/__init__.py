@@ -18,8 +18,9 @@ Errors: an :class:`~ldpsim.LdpsimError` raised by a handler is printed as one li
 status argparse uses for a bad command line); no traceback is shown. Other failures
 (out of memory, a file system error met while working, an unexpected exception) are
 one line too, with status 1; ``LDPSIM_DEBUG=1`` shows the traceback of an unexpected one.
-Checks that need no work run first (``ldpsim._src.cli._guards``); ``args._given`` holds the
-options the command line typed, so an option that does not apply is refused only then.
+Checks that need no work run first (``ldpsim._src.cli._guards``, built on ``_parsing``,
+``_files``, ``_rules`` and ``_memory``); ``args._given`` holds the options the command line
+typed, so an option that does not apply is refused only then.
 """
 
 from __future__ import annotations
@@ -200,9 +201,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         print("ldpsim: error: no command given (see 'ldpsim --help')", file=sys.stderr)
         return 2
-    from ldpsim._src.cli._guards import given_dests
+    from ldpsim._src.cli._parsing import given_dests
 
-    args._given = given_dests(parser, argv)  # options typed, not defaulted (_guards.was_given)
+    args._given = given_dests(parser, argv)  # options typed, not defaulted (_parsing.was_given)
     _one_line_warnings(args.command)
     try:
         _check_outputs(args)

@@ -72,7 +72,7 @@ def _names(text: str) -> list[str]:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from ldpsim._src.cli._guards import HelpFormatter
+    from ldpsim._src.cli._help import HelpFormatter
 
     p = subparsers.add_parser(
         "attack",

@@ -66,7 +66,7 @@ _REPORT = registry.randomizer_names(audit=True)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from ldpsim._src.cli._guards import HelpFormatter
+    from ldpsim._src.cli._help import HelpFormatter
 
     report = registry.randomizer_names(audit=True)
     dims = "; ".join(f"{n} {registry.randomizer(n).audit_dim}" for n in report)
@@ -137,7 +137,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from ldpsim._src._checks import LdpsimError, check_open_unit, check_positive, check_positive_int
     from ldpsim._src.audit._audit import audit_randomizer
-    from ldpsim._src.cli._guards import check_audit_args, option, was_given
+    from ldpsim._src.cli._guards import check_audit_args
+    from ldpsim._src.cli._parsing import option, was_given
 
     if args.pipeline:
         return run_pipeline(args)
@@ -230,7 +231,7 @@ def run_pipeline(args: argparse.Namespace) -> int:
 
     from ldpsim._src._checks import (LdpsimError, check_open_unit, check_positive,
                                      check_positive_int)
-    from ldpsim._src.cli._guards import check_seed, option, was_given
+    from ldpsim._src.cli._parsing import check_seed, option, was_given
 
     defaults = {"k": 2, "trials": 1_000_000, "dim": None, "sampler": None, "no_support": False,
                 "no_memory_check": False}

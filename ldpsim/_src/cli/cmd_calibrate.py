@@ -34,7 +34,7 @@ output:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from ldpsim._src.cli._guards import HelpFormatter
+    from ldpsim._src.cli._help import HelpFormatter
 
     p = subparsers.add_parser(
         "calibrate",

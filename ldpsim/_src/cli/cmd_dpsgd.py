@@ -49,7 +49,7 @@ train_loss and unclipped_fraction are diagnostics computed without noise.
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from ldpsim._src.cli._guards import HelpFormatter
+    from ldpsim._src.cli._help import HelpFormatter
 
     p = subparsers.add_parser(
         "dpsgd", help="centralised DP-SGD training with per-epoch accuracy and epsilon",
@@ -143,7 +143,8 @@ def run(args: argparse.Namespace) -> int:
     from ldpsim._src.fl.dpsgd.ledger import MONITOR_LABEL
     from ldpsim._src.fl.dpsgd.train import train_dpsgd
     from ldpsim._src._checks import LdpsimError
-    from ldpsim._src.cli._guards import check_data_dir, check_text_file, was_given
+    from ldpsim._src.cli._files import check_data_dir, check_text_file
+    from ldpsim._src.cli._parsing import was_given
 
     # Before any work: the files it reads, the data folder, options that need another mode.
     if args.config is not None:

@@ -39,7 +39,7 @@ constant 1 (the papers give no constant). Rerunning with the same --out skips fi
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from ldpsim._src.cli._guards import HelpFormatter
+    from ldpsim._src.cli._help import HelpFormatter
 
     p = subparsers.add_parser(
         "frontier",
@@ -113,7 +113,7 @@ def _finished(path: Path) -> set:
 
 def run(args: argparse.Namespace) -> int:
     from ldpsim._src._checks import LdpsimError, check_open_unit, check_positive_int
-    from ldpsim._src.cli._guards import check_seed
+    from ldpsim._src.cli._parsing import check_seed
     from ldpsim._src.plots.figures import FORMATS
     from ldpsim._src.privacy.analysis import frontier as fr
 

@@ -37,7 +37,7 @@ from its exact distribution above that (column `method`).
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from ldpsim._src.cli._guards import HelpFormatter
+    from ldpsim._src.cli._help import HelpFormatter
 
     p = subparsers.add_parser(
         "noise",
@@ -92,7 +92,8 @@ def model_dim(name: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from ldpsim._src._checks import LdpsimError, check_positive, check_positive_int
-    from ldpsim._src.cli._guards import check_noise_args, check_seed
+    from ldpsim._src.cli._guards import check_noise_args
+    from ldpsim._src.cli._parsing import check_seed
     from ldpsim._src.plots.figures import FORMATS
     from ldpsim._src.sweep.config import parse_list
 

@@ -31,7 +31,7 @@ float32 sampler's floor) are ringed in red; accuracy panels draw the chance leve
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from ldpsim._src.cli._guards import HelpFormatter
+    from ldpsim._src.cli._help import HelpFormatter
 
     p = subparsers.add_parser(
         "plot",
@@ -56,7 +56,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ldpsim._src._checks import LdpsimError
-    from ldpsim._src.cli._guards import check_text_file
+    from ldpsim._src.cli._files import check_text_file
     from ldpsim._src.plots.figures import plot
     from ldpsim._src.plots.figures import FORMATS, load_results
 

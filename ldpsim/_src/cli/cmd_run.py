@@ -460,7 +460,7 @@ def _apply_config_file(args: argparse.Namespace) -> None:
     (ldpsim._src.sweep.config.load_run_config); a ``delta`` rule is resolved afterwards. A run's
     manifest (``*.manifest.json``) works too: the run it records, again."""
     from ldpsim._src._checks import LdpsimError
-    from ldpsim._src.cli._guards import was_given
+    from ldpsim._src.cli._parsing import was_given
     from ldpsim._src.sweep.config import load_run_config
 
     if getattr(args, "config", None) is None:

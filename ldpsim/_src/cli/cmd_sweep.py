@@ -69,7 +69,8 @@ other run setting as an axis (e.g. --axis neighbours=replace,add-remove). Fixed 
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from ldpsim._src.cli._guards import HelpFormatter, run_defaults
+    from ldpsim._src.cli._help import HelpFormatter
+    from ldpsim._src.cli._guards import run_defaults
     from ldpsim._src.cli.cmd_run import options
 
     p = subparsers.add_parser(
@@ -214,7 +215,7 @@ def resolve(args: argparse.Namespace) -> Resolved:
     ``--axis`` and ``--set`` then change that base, field by field; the rest of it stays.
     """
     from ldpsim._src._checks import LdpsimError
-    from ldpsim._src.cli._guards import pairs
+    from ldpsim._src.cli._parsing import pairs
     from ldpsim._src.fl.config import SimulationConfig
     from ldpsim._src.sweep.config import SweepConfig, load_sweep_config, parse_list
 
@@ -292,7 +293,8 @@ def resolve(args: argparse.Namespace) -> Resolved:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ldpsim._src.cli._guards import check_sweep_args, check_text_file
+    from ldpsim._src.cli._guards import check_sweep_args
+    from ldpsim._src.cli._files import check_text_file
     from ldpsim._src.sweep.run import run_sweep
 
     if args.config is not None:
