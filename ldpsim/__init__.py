@@ -47,8 +47,9 @@ __version__ = "0.1.0"
 # name -> (module, attribute); a None attribute exports the module itself.
 _EXPORTS: dict[str, tuple[str, str | None]] = {
     "SimulationConfig": ("ldpsim._src.fl.config", "SimulationConfig"),
-    **{name: ("ldpsim._src.fl.experiment", name) for name in (
-        "Experiment", "Data", "Training", "Execution", "LocalDP", "MindSpore", "CentralDP",
+    "Experiment": ("ldpsim._src.fl.experiment", "Experiment"),
+    **{name: ("ldpsim._src.fl.schema", name) for name in (
+        "Data", "Training", "Execution", "LocalDP", "MindSpore", "CentralDP",
         "AdaptiveClip", "DistributedDP", "SecAggDP", "DpSgdClients")},
     "simulate": ("ldpsim._src.fl.simulate", "simulate"),
     "simulate_lanes": ("ldpsim._src.fl.simulate", "simulate_lanes"),

@@ -43,7 +43,7 @@ from typing import Any
 _EXPORTS = {
     "SimulationConfig": "config",
     "Experiment": "experiment",
-    "randomizer_config": "experiment",
+    "randomizer_config": "schema",
     "Privatized": "privatize",
     "privatize": "privatize",
     "aggregation_weights": "server",

@@ -3,7 +3,7 @@
 An option typed on the command line that the chosen privacy mode, randomizer, partition,
 optimizer or dataset does not use is an error naming the option and what it belongs to
 (:func:`not_applicable`). The privacy options' rules are read from the nested schema
-(:mod:`ldpsim._src.fl.experiment`) and the registry (:mod:`ldpsim._src.privacy.registry`),
+(:mod:`ldpsim._src.fl.schema`) and the registry (:mod:`ldpsim._src.privacy.registry`),
 never written here; the data and optimizer options' rules are the few lines below.
 
 Everything here is cheap: no JAX, no data.
@@ -16,6 +16,7 @@ from typing import Any
 
 from ldpsim._src._checks import LdpsimError
 from ldpsim._src.cli._parsing import option
+from ldpsim._src.fl import schema
 from ldpsim._src.privacy import registry
 
 IDX_DATASETS = ("mnist", "fashion_mnist")
@@ -42,12 +43,10 @@ def flags(names: Iterable[str], flag: str, sep: str) -> str:
 
 def _schema_rule(field: str):
     """``(applies, why-not)`` of an option the nested schema governs
-    (:mod:`ldpsim._src.fl.experiment`): it applies where the nested form of the settings
+    (:mod:`ldpsim._src.fl.schema`): it applies where the nested form of the settings
     has a place for it, and, typed on the command line, a local-DP setting only some
     randomizers read (``delta``, ``calibration``: their registry ``settings``) applies to
     those."""
-    from ldpsim._src.fl import experiment as schema
-
     kind, names = schema.placement(field)
 
     def applies(p):
@@ -87,8 +86,6 @@ def rules() -> dict[str, tuple[Callable[[Mapping[str, Any]], bool], Callable[[Ma
     """field -> (applies(params), why-not(params)) for the run options of one mode only:
     those the nested schema governs (read from it now: privacy modes, randomizers,
     adaptive clipping, DP-SGD clients), and the data and optimizer options below."""
-    from ldpsim._src.fl import experiment as schema
-
     table = {f: _schema_rule(f) for f in schema.governed()
              if f not in ("privacy_mode", "mechanism")
              and schema.placement(f)[0] != "requires"}

@@ -1,12 +1,13 @@
 """The configuration of one simulation: a frozen, keyword-only, validated dataclass.
 
 Every knob of :func:`ldpsim.simulate` lives here, flat: this is the flat view of the nested
-schema of :mod:`ldpsim._src.fl.experiment` (the CLI flags, TOML files, manifests and the
-engine read it). Validation happens in ``__post_init__`` and raises
-:class:`~ldpsim.LdpsimError` naming the field, the value and the valid range; which option
-applies to which privacy mode, randomizer or switch is read from the nested schema (an
-option set where the nested form has no place for it is refused), never written here. The
-registry's randomizer and mode options not declared below are appended as fields.
+schema of :mod:`ldpsim._src.fl.schema` (the CLI flags, TOML files, manifests and the
+engine read it). Its fields, with their defaults, are the schema's :class:`FlatFields`
+(the registry's randomizer and mode options among them); this class adds the validation.
+Validation happens in ``__post_init__`` and raises :class:`~ldpsim.LdpsimError` naming the
+field, the value and the valid range; which option applies to which privacy mode,
+randomizer or switch is read from the nested schema (an option set where the nested form
+has no place for it is refused), never written here.
 Derive variants with :func:`dataclasses.replace`.
 """
 
@@ -14,8 +15,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
 
+from ldpsim._src.fl import schema
+from ldpsim._src.fl.schema import FlatFields
 from ldpsim._src.privacy import registry
 from ldpsim._src._checks import (
     LdpsimError,
@@ -57,10 +59,8 @@ _READ_WITH_DEFAULTS = ("delta", "clip")
 
 def _where(field: str) -> tuple[str, str]:
     """``(where it is used, what the run has instead)`` of a governed flat option, read
-    from its place in the nested schema (:func:`ldpsim._src.fl.experiment.placement`)."""
-    from ldpsim._src.fl.experiment import placement
-
-    kind, names = placement(field)
+    from its place in the nested schema (:func:`ldpsim._src.fl.schema.placement`)."""
+    kind, names = schema.placement(field)
     if kind == "randomizer":
         return "by mechanism=" + " and ".join(repr(r) for r in names), "mechanism"
     if kind == "switch":
@@ -71,7 +71,7 @@ def _where(field: str) -> tuple[str, str]:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class SimulationConfig:
+class SimulationConfig(FlatFields):
     """All settings of one federated simulation under local DP.
 
     Attributes:
@@ -205,65 +205,6 @@ class SimulationConfig:
             Either decision uses the participation counts only (public: who reported),
             never the data, so it releases nothing and changes no client's guarantee.
     """
-
-    dataset: str = "synthetic"
-    data_dir: str | None = None
-    data_source: str = "auto"
-    partition: str = "iid"
-    alpha: float = math.inf
-    model: str = "auto"
-    population: int = 1000
-    examples_per_client: int = 32
-    clients_per_round: int = 100
-    rounds: int = 10
-    epsilon: float = math.inf
-    delta: float = 1e-5
-    clip: float = 1.0
-    mechanism: str = "gaussian"
-    norm_epsilon: float | None = None
-    sign_k: float = 0.01
-    sign_thr_ratio: float = 0.6
-    sign_global_lr: float = 0.1
-    sign_dim_out: int = 0
-    projection_dim: int | None = None
-    neighbours: str = "replace"
-    calibration: str = "analytic"
-    local_steps: int | None = None         # None: per-dataset default (fl/defaults.py)
-    local_epochs: int | None = None
-    batch_size: int | None = None
-    client_optimizer: str | None = None
-    client_lr: float | None = None
-    server_optimizer: str = "fedavg"
-    server_lr: float | None = None
-    server_momentum: float = 0.9
-    weighting: str = "examples"
-    sampling: str = "uniform"
-    eval_every: int = 1
-    chunk_size: int | None = None
-    devices: int | None = None
-    seed: int = 0
-    privacy_mode: str = "ldp"
-    noise_mode: str = "per-client"
-    noise_multiplier: float = 1.0
-    adaptive_clip: bool = False
-    target_quantile: float = 0.5
-    clip_learning_rate: float = 0.2
-    clipped_count_stddev: float | None = None
-    dropout_rate: float = 0.0
-    secagg_mechanism: str = "ddg"
-    bits: int = 16
-    granularity: float | None = None
-    dp_eps: float = 50.0
-    dp_delta: float = 0.01
-    dp_norm_clip: float = 1.0
-    mindspore_clip_rule: str = "running-min"
-    mindspore_neighbours: str = "add-remove"
-    client_dp: bool = False
-    client_dp_micro_batches: int = 1
-    client_dp_clip: float = 1.0
-    client_dp_noise_multiplier: float = 0.0
-    stop_at_epsilon: float | None = None
-    stop_policy: str = "client"
 
     def __post_init__(self) -> None:
         for name in ("dataset", "model"):
@@ -407,11 +348,9 @@ class SimulationConfig:
 
     def _check_applicable(self) -> None:
         """An option set away from its default where this configuration's nested form has
-        no place for it (:mod:`ldpsim._src.fl.experiment`: the mode's class, the
+        no place for it (:mod:`ldpsim._src.fl.schema`: the mode's class, the
         randomizer's class, a switched sub-configuration) is an error naming the option
         (never silently ignored)."""
-        from ldpsim._src.fl import experiment as schema
-
         defaults = {f.name: f.default for f in dataclasses.fields(self)}
         used = schema.flat_paths({k: getattr(self, k) for k in schema._DECIDING})
         for name in schema.governed():
@@ -438,25 +377,5 @@ class SimulationConfig:
         """Whether noise is added (finite ε)."""
         return math.isfinite(self.epsilon)
 
-
-def _registry_fields(declared: set[str]) -> list[tuple[str, Any, Any]]:
-    """The options of the registry's randomizers and modes (their :class:`OptionSpec`)
-    that are not declared fields above: appended to :class:`SimulationConfig` with their
-    defaults, so that adding a randomizer or a mode with a new option is its registry
-    entry (the nested schema holds it on the randomizer's or the mode's class)."""
-    out = {}
-    for spec in (*registry.RANDOMIZERS, *registry.MODES):
-        for option in spec.options:
-            if option.field not in declared and option.field not in out:
-                out[option.field] = (option.field, f"{option.type.__name__} | None",
-                                     dataclasses.field(default=option.default))
-    return list(out.values())
-
-
-_EXTRA = _registry_fields({f.name for f in dataclasses.fields(SimulationConfig)})
-if _EXTRA:
-    SimulationConfig = dataclasses.make_dataclass(  # noqa: F811 (the same class, extended)
-        "SimulationConfig", _EXTRA, bases=(SimulationConfig,), frozen=True, kw_only=True,
-        namespace={"__module__": __name__, "__doc__": SimulationConfig.__doc__})
 
 _DEFAULT_MECHANISM = SimulationConfig.__dataclass_fields__["mechanism"].default

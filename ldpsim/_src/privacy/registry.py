@@ -22,7 +22,7 @@ and, optionally, ``audit_game(*, epsilon, dim, clip)`` (its worst-case pair and 
 likelihood-ratio score, for ``ldpsim audit``). A new option of the randomizer is an
 :class:`OptionSpec` (with its ``default``): it becomes a :class:`~ldpsim.fl.SimulationConfig`
 field and an ``ldpsim run`` flag of the same name, a field of the randomizer's nested
-configuration class (:func:`ldpsim._src.fl.experiment.randomizer_class`), and applies to the
+configuration class (:func:`ldpsim._src.fl.schema.randomizer_class`), and applies to the
 randomizers that list it, with no other edit (the option's setting is passed to ``make`` by
 that name). The entry format::
 
@@ -168,7 +168,7 @@ class ModeSpec:
         label: how the manifest names it.
         nested: ``"module:Class"`` of its nested configuration (:class:`ldpsim.Experiment`'s
             ``privacy``); empty: a class generated from ``settings`` and ``options``
-            (:mod:`ldpsim._src.fl.experiment`), whose field names are the flat names.
+            (:mod:`ldpsim._src.fl.schema`), whose field names are the flat names.
         options: its own options (:class:`OptionSpec`, with their defaults): flat
             :class:`~ldpsim.fl.SimulationConfig` fields by the same names, fields of its
             nested class, flags of ``ldpsim run``; list them in ``settings`` too.
@@ -273,7 +273,7 @@ RANDOMIZERS: tuple[RandomizerSpec, ...] = (
 )
 
 _F = "ldpsim._src.fl.planning:"
-_E = "ldpsim._src.fl.experiment:"
+_E = "ldpsim._src.fl.schema:"
 
 #: Every privacy mode of the engine.
 MODES: tuple[ModeSpec, ...] = (
@@ -415,7 +415,7 @@ def option_applies(field: str, params: Mapping[str, Any], *,
     ``privacy_mode`` and ``mechanism``); None when the registry does not govern it.
 
     Configuration validation and the command line read the nested schema instead
-    (:func:`ldpsim._src.fl.experiment.applies`, derived from the modes' nested classes and
+    (:func:`ldpsim._src.fl.schema.applies`, derived from the modes' nested classes and
     the randomizers' options); this rule over the ``settings`` lists is kept for callers
     and as the reference the schema's derived rules are tested against.
 
