@@ -225,8 +225,8 @@ print(json.dumps(out))
 
 def test_a_randomizer_and_a_mode_added_as_registry_entries_only():
     """The proof that adding a randomizer's or a mode's option needs no edit in config.py,
-    experiment.py or cli/_rules.py (a fresh interpreter: the registry is extended before
-    the configuration is imported)."""
+    schema.py, experiment.py or cli/_rules.py (a fresh interpreter: the registry is extended
+    before the configuration is imported)."""
     env = dict(os.environ, PYTHONPATH=str(REPO))
     done = subprocess.run([sys.executable, "-c", _ADD], capture_output=True, text=True,
                           env=env, cwd=REPO, timeout=120)
