@@ -15,23 +15,16 @@ One subpackage per concern, each importing only those listed before it:
 """
 
 import importlib
+import importlib.util
 
-#: The former flat module names (``from ldpsim._src.privacy import sampling``), resolved
-#: lazily to their subpackage so that nothing is imported before it is asked for.
-_MOVED = {
-    "gaussian_exact": "noise", "realised": "noise", "calibration": "noise",
-    "sampling": "noise", "mechanisms": "noise",
-    "randomizer": "randomizers", "mechanism": "randomizers", "clipping": "randomizers",
-    "privunit2": "randomizers", "privunitg": "randomizers", "projunit": "randomizers",
-    "duchi": "randomizers", "rr": "randomizers", "signds": "randomizers",
-    "server_dp": "server", "adaptive": "server",
-    "accounting": "accountants", "ledger": "accountants", "monitors": "accountants",
-    "secagg": "accountants", "shuffling": "accountants", "trust": "accountants",
-    "averaging": "analysis", "frontier": "analysis",
-}
+#: The subpackages holding the former flat modules: ``from ldpsim._src.privacy import
+#: sampling`` still resolves (lazily, to :mod:`ldpsim._src.privacy.noise.sampling`), so that
+#: nothing is imported before it is asked for.
+_GROUPS = ("noise", "randomizers", "server", "accountants", "analysis")
 
 
 def __getattr__(name: str):
-    if name in _MOVED:
-        return importlib.import_module(f"{__name__}.{_MOVED[name]}.{name}")
+    for group in _GROUPS:
+        if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{group}.{name}"):
+            return importlib.import_module(f"{__name__}.{group}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
