@@ -663,3 +663,33 @@ def test_every_help_shows_the_defaults():
             if "default" not in text.lower():
                 missing.append(f"{parser.prog} {action.option_strings[0]}")
     assert not missing, missing
+
+
+def test_sweep_file_setting_for_its_own_mechanisms_survives_narrowing(tmp_path):
+    """A sweep file whose grid lists gaussian (delta applies) and privunitg, narrowed on the
+    command line to privunitg: the file's delta applies to none of this run's cells and is
+    not an error; a --delta typed on the command line with that narrowing still is."""
+    from ldpsim._src._checks import LdpsimError
+    from ldpsim._src.cli._guards import check_sweep_args
+    from ldpsim._src.cli.cmd_sweep import build_config
+
+    cfg = tmp_path / "mechs.toml"
+    cfg.write_text('[grid]\nmechanism = ["gaussian", "privunitg"]\nepsilon = [8]\n'
+                   'clients_per_round = [10]\nseed = [0]\n'
+                   '[run]\ndataset = "synthetic"\npopulation = 30\nrounds = 1\n'
+                   'delta = "1/population"\n')
+    out = tmp_path / "s.csv"
+    args = _parse(["sweep", "--config", str(cfg), "--mechanism", "privunitg", "--out", str(out)])
+    config, out, _ = build_config(args)
+    check_sweep_args(args, config, out)
+    typed = _parse(["sweep", "--config", str(cfg), "--mechanism", "privunitg", "--delta", "1e-5",
+                    "--out", str(out)])
+    config, out, _ = build_config(typed)
+    with pytest.raises(LdpsimError, match="--delta does not apply to --mechanism privunitg"):
+        check_sweep_args(typed, config, out)
+    # and a file that never names a delta-using mechanism still refuses its delta
+    cfg.write_text(cfg.read_text().replace('"gaussian", ', ""))
+    args = _parse(["sweep", "--config", str(cfg), "--out", str(out)])
+    config, out, _ = build_config(args)
+    with pytest.raises(LdpsimError, match="delta"):
+        check_sweep_args(args, config, out)

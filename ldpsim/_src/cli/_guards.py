@@ -101,6 +101,23 @@ def sweep_given(args: argparse.Namespace) -> dict[str, str]:
     return given
 
 
+def _file_mechanisms(args: argparse.Namespace) -> list[str]:
+    """The mechanisms the sweep file names (its grid axis or its run's one), or none."""
+    if getattr(args, "config", None) is None:
+        return []
+    import tomllib
+
+    try:
+        data = tomllib.loads(Path(args.config).read_text())
+    except (OSError, ValueError):
+        return []
+    for table in ("grid", "run"):
+        value = (data.get(table) or {}).get("mechanism")
+        if value is not None:
+            return [str(v) for v in (value if isinstance(value, list) else [value])]
+    return []
+
+
 def check_sweep_args(args: argparse.Namespace, config: Any, out: os.PathLike | str) -> None:
     """``ldpsim sweep`` before any work (and before it prints anything): the results file
     (suffix, a file of another sweep), data folders, options that do not apply to a cell's
@@ -117,6 +134,14 @@ def check_sweep_args(args: argparse.Namespace, config: Any, out: os.PathLike | s
     table = rules()
     used_somewhere = {k for k in per_mechanism() for c in cells
                       if table[k][0]({**defaults, **c.params})}
+    # A setting of the sweep file that one of the file's own mechanisms uses is not an error
+    # when the command line narrows the grid to others (--mechanism fastprojunit on a file
+    # with delta for its gaussian cells): it applies to no cell of this run, as in a full run.
+    from_file = {k for k, how in given.items() if how.endswith(f"(in {args.config})")} \
+        if getattr(args, "config", None) is not None else set()
+    used_by_file = {k for k in set(per_mechanism()) & from_file
+                    for m in _file_mechanisms(args)
+                    for c in cells if table[k][0]({**defaults, **c.params, "mechanism": m})}
     runner = EngineRunner()
     skip = getattr(args, "no_memory_check", False)
     for cell in cells:
@@ -126,6 +151,7 @@ def check_sweep_args(args: argparse.Namespace, config: Any, out: os.PathLike | s
                  and not (k in _SWEEP_AXIS_FLAGS and params.get(k) == defaults[k])}
         if "mechanism" in config.grid:   # used by another cell's mechanism: not an error
             typed -= {k for k in per_mechanism() if k in used_somewhere}
+        typed -= used_by_file
         try:
             not_applicable(params, typed, name_of=lambda f: given.get(f, option(f)))
         except LdpsimError as err:
