@@ -287,7 +287,8 @@ class DpSgdClients:
 @_frozen
 class SecAggDP:
     """Distributed discrete DP over secure aggregation (sums of integers mod 2^bits): the
-    distributed discrete Gaussian or Skellam mechanism, (epsilon, delta) per round."""
+    distributed discrete Gaussian or Skellam mechanism, (epsilon, delta) per round, or over the
+    whole run with ``epsilon_scope="run"`` (Poisson cohort sampling's amplification)."""
 
     mechanism: str = _opt("secagg_mechanism")
     epsilon: float = _opt("epsilon")
@@ -295,6 +296,7 @@ class SecAggDP:
     clip: float = _opt("clip")
     bits: int = _opt("bits")
     granularity: float | None = _opt("granularity")
+    epsilon_scope: str = _opt("epsilon_scope")
     dropout_rate: float = _opt("dropout_rate")
 
 
