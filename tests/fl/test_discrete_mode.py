@@ -475,3 +475,20 @@ def test_whole_run_end_to_end_accounts_the_realised_cohorts():
         assert r["wrapped_fraction"] == 0
     full = dacc.discrete_epsilon(mech, cfg.delta, 3, sampling_rate=0.1)
     assert full <= 8.0 and full == pytest.approx(8.0, rel=1e-3)
+
+
+def test_cli_run_takes_the_epsilon_scope():
+    import dataclasses
+
+    from ldpsim._src.cli import build_parser
+    from ldpsim._src.cli._guards import check_run_args
+
+    args = build_parser().parse_args([
+        "run", "--dataset", "synthetic", "--privacy-mode", "discrete", "--epsilon", "8",
+        "--sampling", "poisson", "--epsilon-scope", "run"])
+    check_run_args(args)
+    fields = {f.name for f in dataclasses.fields(SimulationConfig)}
+    config = SimulationConfig(**{k: v for k, v in vars(args).items() if k in fields})
+    assert config.epsilon_scope == "run" and config.sampling == "poisson"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["run", "--epsilon-scope", "rounds"])
