@@ -15,7 +15,7 @@ restricts to some mechanisms / targets / m / b / seeds (pieces for 2 cores).
 
 The engine side (the privacy modes built from the round's stages) is not part of this file:
 :func:`engine_config` is the single place that maps a cell onto ``SimulationConfig``, with the
-mode names ``"ddg"`` / ``"skellam"`` and the field names below assumed until the modes land.
+engine's ``discrete`` privacy mode (``epsilon_scope="run"`` for the whole-run targets).
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def solve(cell: dict, spec: dict) -> dict:
     eps, whole = TARGETS[cell["target"]]
     m, pop = cell["clients_per_round"], run["population"]
     delta = 1.0 / pop
-    kw = dict(epsilon=eps, delta=delta, clients=m, dim=D, clip=run["clip"],
+    kw = dict(epsilon=eps, delta=delta, clients=m, dim=spec["sweep"].get("dim", D), clip=run["clip"],
               wrap_target=run["wrap_target"], bit_range=[cell["bits"]])
     if whole:
         kw.update(rounds=run["rounds"], sampling_rate=m / pop, neighbours="add-remove")
@@ -77,21 +77,19 @@ def solve(cell: dict, spec: dict) -> dict:
 def engine_config(cell: dict, solved: dict, spec: dict):
     """The cell as a ``SimulationConfig`` of the engine's ``discrete`` privacy mode.
 
-    The engine solves the noise for an epsilon per round (no amplification), so only the
-    per-round targets run today; a whole-run target needs the engine to take the noise solved
-    here (with the cohort sampling's amplification) and to account the run the same way.
+    A whole-run target runs with ``epsilon_scope="run"``: the engine solves the noise for the
+    whole run's ε with the amplification of the Poisson cohort sampling (as :func:`solve` does
+    here, at the granularity solved here) and accounts ``epsilon_spent`` the same way.
     """
     from ldpsim.fl import SimulationConfig
 
     epsilon, whole_run = TARGETS[cell["target"]]
-    if whole_run:
-        raise SystemExit(f"{cell['target']}: the engine's discrete mode takes an epsilon per "
-                         "round only; run --only target=per_round_4 (or --plan) for now")
     run = {k: v for k, v in spec["run"].items() if k != "wrap_target"}
     return SimulationConfig(**run, clients_per_round=cell["clients_per_round"],
                             seed=cell["seed"], delta=solved["delta"], privacy_mode="discrete",
                             secagg_mechanism=cell["mechanism"], bits=cell["bits"],
-                            granularity=solved["granularity"], epsilon=epsilon)
+                            granularity=solved["granularity"], epsilon=epsilon,
+                            epsilon_scope="run" if whole_run else "round")
 
 
 def key_of(row: dict) -> tuple:
@@ -172,7 +170,7 @@ def main(argv=None) -> int:
         cfg = engine_config(cell, solved, spec)
         rows, t0 = [], time.process_time()
         simulate(cfg, callback=lambda r: rows.append(
-            dict(cell, **solved, **r, process_time=time.process_time() - t0)))
+            {**cell, **solved, **r, "process_time": time.process_time() - t0}))
         for i, r in enumerate(rows):
             r["final"] = int(i == len(rows) - 1)
         append(out, rows)

@@ -347,3 +347,148 @@ def test_lenet5_round_with_skellam_at_real_size():
     # within 10% of the continuous Gaussian's noise at the same per-round (ε, δ)
     ref = p.row_columns({"clip_bound": 1.0})["continuous_noise_std"]
     assert 0.99 < float(rm.noise_sum_std) / ref < 1.1
+
+
+# ----------------------------------------------------------------- whole-run epsilon target
+
+def _whole(population=1000, rounds=20, kind="ddg", **kw):
+    return _cfg(population=population, clients_per_round=50, rounds=rounds, sampling="poisson",
+                epsilon_scope="run", epsilon=4.0, delta=1.0 / population, bits=20,
+                granularity=2.0**-10, secagg_mechanism=kind, **kw)
+
+
+def _whole_mech(population=1000, rounds=20, kind="ddg", dim=D_TOY):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")     # Skellam's ideal-law warning, if any
+        cfg = _whole(population, rounds, kind)
+        return cfg, planning.plan(cfg, population, dim=dim), planning.secagg_mechanism(
+            cfg, dim, population)
+
+
+@pytest.mark.parametrize("kind", ["ddg", "skellam"])
+def test_whole_run_noise_meets_the_target_and_is_minimal(kind):
+    """The noise solved for the whole run's ε (T = 20 rounds, Poisson cohorts at q = 50/1000)
+    meets ε = 4 at δ = 1/N, and 1% less noise does not."""
+    import dataclasses
+
+    from ldpsim._src.privacy.discrete import accounting as dacc
+
+    cfg, p, mech = _whole_mech(kind=kind)
+    eps = p.epsilon_of(1, 20, 1.0)
+    assert eps <= 4.0 and eps == pytest.approx(4.0, rel=1e-3)
+    assert p.epsilon_of(1, 10, 1.0) < eps                       # spent grows with the rounds
+    less = dataclasses.replace(mech, noise=mech.noise * 0.99)
+    assert dacc.discrete_epsilon(less, cfg.delta, 20, sampling_rate=0.05) > 4.0
+    # amplification is what the run pays for: unamplified, the same noise spends far more
+    assert dacc.discrete_epsilon(mech, cfg.delta, 20) > 2 * eps
+
+
+def test_whole_run_noise_against_the_exact_subsampled_gaussian():
+    """Independent reference (dp_accounting's exact Poisson-subsampled Gaussian, Mironov et al.
+    2019): at the solved noise the discrete mechanism's bound (Zhu & Wang's generic
+    amplification of a curve at least the Gaussian's) is never below the subsampled Gaussian's
+    ε with the same central noise multiplier Δ₂-normalised, and within a factor 2.5 of it."""
+    import dp_accounting
+
+    from ldpsim._src.privacy.discrete import accounting as dacc
+
+    cfg, p, mech = _whole_mech(kind="ddg", dim=61_706)   # LeNet-5's d (D = 65,536)
+    l2, _ = dacc.integer_sensitivity(mech.norm_bound, mech.padded_dim, mech.neighbours)
+    z = math.sqrt(50 * mech.client_variance) / l2
+    acc = dp_accounting.rdp.RdpAccountant(list(dacc.SUBSAMPLED_ORDERS))
+    acc.compose(dp_accounting.PoissonSampledDpEvent(
+        0.05, dp_accounting.GaussianDpEvent(z)), 20)
+    exact = acc.get_epsilon(cfg.delta)
+    eps = p.epsilon_of(1, 20, 1.0)
+    assert exact <= eps <= 2.5 * exact
+
+
+def test_whole_run_noise_is_monotone_in_rounds_and_sampling_rate():
+    _, _, t10 = _whole_mech(rounds=10)
+    _, _, t20 = _whole_mech(rounds=20)
+    _, _, q_small = _whole_mech(population=2000)      # q = 0.025
+    assert t10.noise < t20.noise                        # more rounds: more noise
+    assert q_small.noise < t20.noise                    # rarer participation: less noise
+
+
+@pytest.mark.parametrize("kind", ["ddg", "skellam"])
+def test_whole_run_without_sampling_is_the_per_round_composition(kind):
+    """q = 1 (the whole population every round): no amplification, the noise is the least
+    whose T-fold composition meets ε, and ε spent is the plain composition."""
+    from ldpsim._src.privacy.discrete import accounting as dacc
+
+    cfg, p, mech = _whole_mech(population=50, rounds=20, kind=kind)
+    plain = dacc.solve_noise(kind, epsilon=4.0, delta=cfg.delta, clients=50, dim=D_TOY,
+                             clip=1.0, granularity=mech.granularity, rounds=20, bits=20,
+                             neighbours="add-remove")
+    assert mech.noise == plain.noise
+    assert p.epsilon_of(1, 20, 1.0) == dacc.discrete_epsilon(mech, cfg.delta, 20)
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(privacy_mode="central"), "discrete"),
+    (dict(epsilon_scope="rounds"), "epsilon_scope")])
+def test_whole_run_bad_settings_are_errors(kw, match):
+    base = dict(sampling="poisson", epsilon_scope="run")
+    base.update(kw)
+    with pytest.raises(LdpsimError, match=match):
+        _cfg(**base)
+
+
+def test_whole_run_with_fixed_size_cohorts_is_refused_by_the_plan():
+    with pytest.raises(LdpsimError, match="needs sampling='poisson'"):
+        planning.plan(_cfg(sampling="uniform", epsilon_scope="run"), 30, dim=D_TOY)
+
+
+def test_whole_run_bits_too_small_is_a_clear_error():
+    with pytest.raises(LdpsimError, match="bits = 6 too small.*over 20 rounds"):
+        planning.plan(_cfg(population=1000, clients_per_round=50, rounds=20,
+                           sampling="poisson", epsilon_scope="run", bits=6), 1000, dim=D_TOY)
+
+
+@pytest.mark.slow
+def test_whole_run_end_to_end_accounts_the_realised_cohorts():
+    """A 3-round run with Poisson cohorts: epsilon_spent after t rounds is the whole-run
+    accounting (amplified at q = m/N) with the fewest survivors so far, the noise the plan's."""
+    from ldpsim import simulate
+    from ldpsim._src.privacy.discrete import accounting as dacc
+
+    cfg = _cfg(population=400, clients_per_round=40, rounds=3, sampling="poisson",
+               epsilon_scope="run", epsilon=8.0, delta=1.0 / 400, bits=20, local_steps=1,
+               eval_every=1)
+    rows = []
+    simulate(cfg, callback=rows.append)
+    from ldpsim._src.fl.simulate import build_data, model_dimension, model_name_for
+
+    pop, _, _ = build_data(cfg)
+    dim = model_dimension(model_name_for(cfg.model, pop), tuple(pop.input_shape),
+                          int(pop.num_classes))
+    assert len(rows) == 3
+    mech = planning.secagg_mechanism(cfg, dim, 400)
+    assert rows[0]["sigma"] == pytest.approx(mech.granularity * math.sqrt(mech.client_variance))
+    for t, r in enumerate(rows, 1):
+        s = max(1, min(40, min(int(x["survivors"]) for x in rows[:t])))
+        assert r["epsilon_spent"] == pytest.approx(
+            dacc.discrete_epsilon(mech, cfg.delta, t, survivors=s, sampling_rate=0.1), rel=1e-12)
+        assert r["wrapped_fraction"] == 0
+    full = dacc.discrete_epsilon(mech, cfg.delta, 3, sampling_rate=0.1)
+    assert full <= 8.0 and full == pytest.approx(8.0, rel=1e-3)
+
+
+def test_cli_run_takes_the_epsilon_scope():
+    import dataclasses
+
+    from ldpsim._src.cli import build_parser
+    from ldpsim._src.cli._guards import check_run_args
+
+    args = build_parser().parse_args([
+        "run", "--dataset", "synthetic", "--privacy-mode", "discrete", "--epsilon", "8",
+        "--sampling", "poisson", "--epsilon-scope", "run"])
+    check_run_args(args)
+    fields = {f.name for f in dataclasses.fields(SimulationConfig)}
+    config = SimulationConfig(**{k: v for k, v in vars(args).items() if k in fields})
+    assert config.epsilon_scope == "run" and config.sampling == "poisson"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["run", "--epsilon-scope", "rounds"])

@@ -38,6 +38,7 @@ VALUES = {
     "target_quantile": [0.5, 0.3], "clip_learning_rate": [0.2, 0.05],
     "clipped_count_stddev": [None, 2.0], "dropout_rate": [0.0, 0.2],
     "secagg_mechanism": ["ddg", "skellam"], "bits": [16, 20], "granularity": [None, 1e-3],
+    "epsilon_scope": ["round", "run"],
     "dp_eps": [50.0, 10.0], "dp_delta": [0.01, 0.001], "dp_norm_clip": [1.0, 0.5],
     "mindspore_clip_rule": ["running-min", "overwrite"],
     "mindspore_neighbours": ["add-remove", "replace"], "client_dp": [False, True],

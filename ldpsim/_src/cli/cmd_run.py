@@ -117,6 +117,9 @@ _OPTIONS = (
     ("--bits", "bits", int, None, "discrete: bit-width b of the secure sum mod 2^b (2..32)"),
     ("--granularity", "granularity", float, None, "discrete: integer grid step gamma (None: "
      "the finest whose sum fits --bits)"),
+    ("--epsilon-scope", "epsilon_scope", str, ("round", "run"),
+     "discrete: --epsilon per round (round) or for the whole run, amplified by Poisson cohort "
+     "sampling (run; needs --sampling poisson)"),
     ("--neighbours", "neighbours", str, ("replace", "add-remove"),
      "neighbouring relation: replace = sensitivity 2C, add-remove = C"),
     ("--calibration", "calibration", str, ("analytic", "classic", "mindspore"),

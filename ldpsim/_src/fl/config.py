@@ -47,6 +47,7 @@ PRIVACY_MODES = registry.mode_names()                       # ldpsim.modes.PRIVA
 NOISE_MODES = ("per-client", "aggregate")                       # ldpsim._src.fl.modes.NOISE_MODES
 MINDSPORE_CLIP_RULES = ("running-min", "overwrite")
 SECAGG_MECHANISMS = ("ddg", "skellam")   # ldpsim._src.privacy.discrete.accounting.MECHANISMS
+EPSILON_SCOPES = ("round", "run")
 STOP_POLICIES = ("client", "run")
 
 
@@ -178,6 +179,12 @@ class SimulationConfig(FlatFields):
         bits: "discrete" only: b in [2, 32], the bit-width of secure aggregation's sum mod 2^b.
         granularity: "discrete" only: γ > 0 of the integer grid; None: the finest γ whose sum
             stays inside b bits (wrap probability ≤ 10⁻⁶ per round).
+        epsilon_scope: "discrete" only: ``"round"`` (default: ``epsilon`` is each round's, the
+            rounds composed without amplification) or ``"run"`` (``epsilon`` is the whole
+            run's: the noise is solved so that the ``rounds``-fold composition of the round,
+            amplified by the Poisson cohort sampling at rate q = m/N (Zhu & Wang 2019,
+            Theorem 6), is (``epsilon``, ``delta``)-DP; needs ``sampling="poisson"`` (the plan
+            refuses fixed-size cohorts, whose amplification bound differs).
         dp_eps: MindSpore's per-round ε (> 0; MindSpore's default 50).
         dp_delta: MindSpore's δ in (0, 1) (default 0.01).
         dp_norm_clip: MindSpore's multiplier of ‖W_{t+1} − W_t‖ for C_{t+1} (> 0).
@@ -293,6 +300,12 @@ class SimulationConfig(FlatFields):
         if self.granularity is not None:
             object.__setattr__(self, "granularity",
                                check_positive("granularity", self.granularity))
+        check_choice("epsilon_scope", self.epsilon_scope, EPSILON_SCOPES)
+        if self.epsilon_scope == "run":
+            if self.privacy_mode != "discrete":
+                raise LdpsimError(f"epsilon_scope='run' applies to privacy_mode='discrete' only "
+                                  f"(got {self.privacy_mode!r}); the other modes' epsilon is "
+                                  "per round, or their noise is set by noise_multiplier")
         micro = check_positive_int("client_dp_micro_batches", self.client_dp_micro_batches)
         object.__setattr__(self, "client_dp_micro_batches", micro)
         if self.batch_size % micro:

@@ -548,7 +548,23 @@ def plan(config: SimulationConfig, population: int, *,
 SECAGG_WRAP_TARGET = 1e-6
 
 
-def secagg_mechanism(config: SimulationConfig, dim: int) -> Any:
+def sampling_rate(config: SimulationConfig, population: int | None) -> float | None:
+    """The rate q = m/N of the Poisson cohort sampling that a whole-run (``epsilon_scope="run"``)
+    discrete plan is amplified by; ``None`` for a per-round plan (no amplification)."""
+    if config.epsilon_scope != "run":
+        return None
+    if population is None:
+        raise LdpsimError("epsilon_scope='run' is planned for the population: pass population")
+    if config.sampling != "poisson":
+        raise LdpsimError(
+            "epsilon_scope='run' needs sampling='poisson': the whole-run noise is solved with "
+            "the amplification of Poisson cohort sampling (Zhu & Wang 2019, Theorem 6); "
+            "fixed-size cohorts (sampling='uniform') would need the without-replacement bound "
+            "(Wang, Balle & Kasiviswanathan 2019), which ldpsim does not implement")
+    return int(config.clients_per_round) / int(population)
+
+
+def secagg_mechanism(config: SimulationConfig, dim: int, population: int | None = None) -> Any:
     """The :class:`~ldpsim._src.privacy.discrete.accounting.DiscreteMechanism` of a
     ``"discrete"`` run: clip C, ``bits`` b, ``clients_per_round`` m, the model's d, and
 
@@ -556,9 +572,11 @@ def secagg_mechanism(config: SimulationConfig, dim: int) -> Any:
       sum stays inside b bits with probability ``≥ 1 − SECAGG_WRAP_TARGET``
       (:func:`~ldpsim._src.privacy.discrete.accounting.bits_needed` at this one b);
     * the per-client integer noise (σ of the discrete Gaussian, or the Skellam variance) that
-      makes one round ``(epsilon, delta)``-DP for one user of the sum
-      (:func:`~ldpsim._src.privacy.discrete.accounting.solve_noise`); ε = inf: no noise (the
-      mechanism then holds the smallest noise only to size the wrap bound).
+      makes one round ``(epsilon, delta)``-DP for one user of the sum, or, with
+      ``epsilon_scope="run"``, the ``rounds``-fold composition of the round amplified by the
+      Poisson cohort sampling at rate ``clients_per_round/population`` (Zhu & Wang 2019,
+      Theorem 6) (:func:`~ldpsim._src.privacy.discrete.accounting.solve_noise`); ε = inf: no
+      noise (the mechanism then holds the smallest noise only to size the wrap bound).
 
     Neighbours: replace one user for the engine's fixed-size cohorts, add/remove under
     Poisson sampling (as central/distributed DP-FedAvg).
@@ -576,24 +594,29 @@ def secagg_mechanism(config: SimulationConfig, dim: int) -> Any:
     neighbours = "add-remove" if config.sampling == "poisson" else "replace"
     common = dict(clients=m, dim=int(dim), clip=float(config.clip), bits=bits,
                   neighbours=neighbours)
+    q = sampling_rate(config, population)
+    whole = dict(rounds=int(config.rounds), sampling_rate=q) if q is not None else {}
+    scope = (f"over {config.rounds} rounds at sampling rate {q:.4g}" if q is not None
+             else "per round")
     smallest = 0.5 if kind == "ddg" else 1e-6
     if config.private:
         if config.granularity is None:
             report = dacc.bits_needed(kind, epsilon=config.epsilon, delta=config.delta,
                                       wrap_target=SECAGG_WRAP_TARGET, bit_range=(bits,),
-                                      **{k: v for k, v in common.items() if k != "bits"})
+                                      **{k: v for k, v in common.items() if k != "bits"},
+                                      **whole)
             if not report.rows:
                 raise LdpsimError(
                     f"bits = {bits} too small for privacy_mode='discrete' ({kind}): no "
                     f"granularity keeps the sum of {m} clients (clip {config.clip}, d = {dim}, "
-                    f"epsilon {config.epsilon}) inside {bits} bits with probability "
+                    f"epsilon {config.epsilon} {scope}) inside {bits} bits with probability "
                     f">= 1 - {SECAGG_WRAP_TARGET:g}; use more bits")
             gamma = report.rows[0].granularity
         else:
             gamma = float(config.granularity)
         try:
             mech = dacc.solve_noise(kind, epsilon=config.epsilon, delta=config.delta,
-                                    granularity=gamma, **common)
+                                    granularity=gamma, **common, **whole)
         except LdpsimError as err:
             raise LdpsimError(f"granularity {gamma:g} cannot fit privacy_mode='discrete' "
                               f"({kind}, {bits} bits, clip {config.clip}): {err}; use a "
@@ -621,27 +644,15 @@ def secagg_mechanism(config: SimulationConfig, dim: int) -> Any:
     return mech
 
 
-def _continuous_std(epsilon: float, delta: float, sensitivity: float) -> float:
-    """The std on the sum of the continuous Gaussian that is (ε, δ)-DP for one round at this
-    sensitivity, by the same RDP conversion as the discrete modes (Mironov 2017; dp_accounting's
-    conversion): the reference for their effective noise."""
+def _continuous_std(epsilon: float, delta: float, neighbours: str, clip: float,
+                    rounds: int = 1, q: float | None = None) -> float:
+    """The std on the sum of the continuous Gaussian with the discrete modes' (ε, δ) at the same
+    rounds and sampling, by the same RDP bounds and conversion
+    (:func:`~ldpsim._src.privacy.discrete.accounting.gaussian_central_variance`): the reference
+    for their effective noise."""
     from ldpsim._src.privacy.discrete import accounting as dacc
 
-    orders = dacc.DDG_ORDERS
-
-    def eps_of(std: float) -> float:
-        return dacc.rdp_to_epsilon(orders, dacc.gaussian_rdp(orders, l2=sensitivity,
-                                                             variance=std * std), delta)
-
-    lo, hi = 1e-9 * sensitivity, sensitivity
-    while eps_of(hi) > epsilon:
-        lo, hi = hi, hi * 4
-    for _ in range(100):
-        mid = math.sqrt(lo * hi)
-        lo, hi = (lo, mid) if eps_of(mid) <= epsilon else (mid, hi)
-        if hi / lo < 1 + 1e-9:
-            break
-    return hi
+    return math.sqrt(dacc.gaussian_central_variance(epsilon, delta, rounds, clip, neighbours, q))
 
 
 def _plan_discrete(config: SimulationConfig, population: int, dim: int | None = None
@@ -652,10 +663,13 @@ def _plan_discrete(config: SimulationConfig, population: int, dim: int | None = 
     & Liu 2021, Theorem 3.5, for Skellam) with the smallest realised survivor count of the
     rounds so far, composed over the t rounds
     (:func:`~ldpsim._src.privacy.discrete.accounting.discrete_epsilon`); no amplification by
-    the cohort sampling (conservative)."""
+    the cohort sampling (conservative), or, with ``epsilon_scope="run"``, each round's curve
+    amplified by the Poisson cohort sampling at rate q = m/N (Zhu & Wang, ICML 2019, Theorem 6;
+    the noise is then solved for the whole run's ε, :func:`secagg_mechanism`)."""
     from ldpsim._src.privacy.discrete import accounting as dacc
 
-    mech = secagg_mechanism(config, dim)
+    mech = secagg_mechanism(config, dim, population)
+    q = sampling_rate(config, population)
     if mech.mechanism == "skellam" and config.private:
         # The exact discrete Gaussian sampler realises its law exactly; Skellam's Poisson
         # draws (jax.random.poisson, float32 rejection) have no proven distance to the ideal
@@ -668,7 +682,9 @@ def _plan_discrete(config: SimulationConfig, population: int, dim: int | None = 
     gamma = mech.granularity
     client_std = gamma * math.sqrt(mech.client_variance) if config.private else 0.0
     sens = (2.0 if mech.neighbours == "replace" else 1.0) * config.clip
-    continuous = _continuous_std(config.epsilon, config.delta, sens) if config.private else 0.0
+    continuous = _continuous_std(
+        config.epsilon, config.delta, mech.neighbours, config.clip,
+        *((config.rounds, q) if q is not None else ())) if config.private else 0.0
     columns = {"mechanism": mech.mechanism, "neighbours": mech.neighbours,
                "epsilon": config.epsilon, "delta": config.delta, "clip": config.clip,
                "sensitivity": sens, "sigma": client_std,
@@ -685,7 +701,7 @@ def _plan_discrete(config: SimulationConfig, population: int, dim: int | None = 
         survivors = max(1, min(m, int(math.floor(frac * m + 1e-9))))
         if (t, survivors) not in cache:
             cache[(t, survivors)] = dacc.discrete_epsilon(mech, config.delta, rounds=t,
-                                                          survivors=survivors)
+                                                          survivors=survivors, sampling_rate=q)
         return cache[(t, survivors)]
 
     def row_columns(row: dict) -> dict:

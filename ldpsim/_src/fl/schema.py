@@ -115,6 +115,7 @@ class FlatFields:
     secagg_mechanism: str = "ddg"
     bits: int = 16
     granularity: float | None = None
+    epsilon_scope: str = "round"
     dp_eps: float = 50.0
     dp_delta: float = 0.01
     dp_norm_clip: float = 1.0
@@ -382,7 +383,8 @@ class DpSgdClients:
 @_frozen
 class SecAggDP:
     """Distributed discrete DP over secure aggregation (sums of integers mod 2^bits): the
-    distributed discrete Gaussian or Skellam mechanism, (epsilon, delta) per round."""
+    distributed discrete Gaussian or Skellam mechanism, (epsilon, delta) per round, or over the
+    whole run with ``epsilon_scope="run"`` (Poisson cohort sampling's amplification)."""
 
     mechanism: str = _opt("secagg_mechanism")
     epsilon: float = _opt("epsilon")
@@ -390,6 +392,7 @@ class SecAggDP:
     clip: float = _opt("clip")
     bits: int = _opt("bits")
     granularity: float | None = _opt("granularity")
+    epsilon_scope: str = _opt("epsilon_scope")
     dropout_rate: float = _opt("dropout_rate")
 
 

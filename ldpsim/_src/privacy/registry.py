@@ -303,11 +303,12 @@ MODES: tuple[ModeSpec, ...] = (
     ModeSpec(name="discrete", nested=_E + "SecAggDP", plan=_F + "_plan_discrete",
              user_level=True,
              settings=("epsilon", "delta", "clip", "dropout_rate", "secagg_mechanism", "bits",
-                       "granularity"),
+                       "granularity", "epsilon_scope"),
              label="distributed discrete DP over secure aggregation",
              help="secure aggregation of integers mod 2^bits: each client clips, rotates, "
                   "rounds and adds discrete Gaussian or Skellam noise (--secagg-mechanism, "
-                  "--bits, --granularity; --epsilon per round of the sum)"),
+                  "--bits, --granularity; --epsilon per round of the sum, or of the whole run with "
+                  "--epsilon-scope run)"),
 )
 
 

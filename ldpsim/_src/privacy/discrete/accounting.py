@@ -75,7 +75,7 @@ __all__ = [
     "norm_check_slack", "norm_check_threshold", "rounding_norm_bound", "integer_sensitivity",
     "ddg_tau", "ddg_rdp", "skellam_rdp", "gaussian_rdp", "rdp_to_epsilon",
     "discrete_rdp", "discrete_epsilon", "wrap_probability", "check_wrap", "solve_noise",
-    "bits_needed", "poisson_subsampled_rdp", "SUBSAMPLED_ORDERS",
+    "bits_needed", "poisson_subsampled_rdp", "SUBSAMPLED_ORDERS", "gaussian_central_variance",
 ]
 
 MECHANISMS = ("ddg", "skellam")
@@ -348,6 +348,8 @@ def _noise_logmgf(mech: DiscreteMechanism, lam: float) -> float:
     var = mech.clients * mech.client_variance
     if mech.mechanism == "ddg":
         return lam * lam * var / 2
+    if lam > 700:                     # cosh overflows; the tail bound there is void anyway
+        return math.inf
     return var * (math.cosh(lam) - 1)
 
 
@@ -424,10 +426,15 @@ def solve_noise(mechanism: str, *, epsilon: float, delta: float, clients: int, d
     return make(hi)
 
 
-def _gaussian_central_variance(epsilon, delta, rounds, clip, neighbours,
-                               sampling_rate=None) -> float:
-    """Central variance of the continuous Gaussian at the same (ε, δ, rounds, sampling), same
-    RDP bounds and conversion: the reference for the discretisation's cost."""
+def gaussian_central_variance(epsilon: float, delta: float, rounds: int, clip: float,
+                              neighbours: str = "replace",
+                              sampling_rate: float | None = None) -> float:
+    """Central variance of the continuous Gaussian on the sum at the same (ε, δ, rounds,
+    sampling), same RDP bounds (Mironov 2017; amplified by :func:`poisson_subsampled_rdp` when
+    ``sampling_rate < 1``) and conversion: the reference for the discretisation's cost. The
+    least variance whose ε is ``≤ epsilon``, by bisection to a relative width ``10⁻⁹``."""
+    epsilon = check_positive("epsilon", epsilon)
+    check_choice("neighbours", neighbours, NEIGHBOURS)
     sens = clip if neighbours == "add-remove" else 2 * clip
     q = 1.0 if sampling_rate is None else float(sampling_rate)
     o = np.asarray(DDG_ORDERS if q == 1.0 else SUBSAMPLED_ORDERS, float)
@@ -437,12 +444,14 @@ def _gaussian_central_variance(epsilon, delta, rounds, clip, neighbours,
             if q < 1.0 else gaussian_rdp(o, l2=sens, variance=var)
         return rdp_to_epsilon(o, rounds * r, delta)
 
-    lo, hi = 1e-12, 1.0
+    lo, hi = 1e-18 * sens * sens, sens * sens
     while eps_of(hi) > epsilon:
         lo, hi = hi, hi * 4
-    for _ in range(100):
+    for _ in range(200):
         mid = math.sqrt(lo * hi)
         lo, hi = (lo, mid) if eps_of(mid) <= epsilon else (mid, hi)
+        if hi / lo < 1 + 1e-9:
+            break
     return hi
 
 
@@ -484,7 +493,7 @@ def bits_needed(mechanism: str, *, epsilon: float, delta: float, clients: int, d
     """
     check_choice("mechanism", mechanism, MECHANISMS)
     wrap_target = check_open_unit("wrap_target", wrap_target)
-    ref = _gaussian_central_variance(epsilon, delta, rounds, clip, neighbours, sampling_rate)
+    ref = gaussian_central_variance(epsilon, delta, rounds, clip, neighbours, sampling_rate)
     rows = []
     for b in bit_range:
         def mech_at(g):
