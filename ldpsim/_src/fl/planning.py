@@ -33,9 +33,11 @@ import jax.numpy as jnp
 from ldpsim._src._checks import LdpsimError, check_open_unit, check_positive
 from ldpsim._src.fl import dp_client, modes
 from ldpsim._src.fl.config import SimulationConfig
-from ldpsim._src.privacy import realised
-from ldpsim._src.privacy import accounting, adaptive, calibration, registry, sampling
-from ldpsim._src.privacy import mechanism as mechanism_lib
+from ldpsim._src.privacy import registry
+from ldpsim._src.privacy.accountants import accounting
+from ldpsim._src.privacy.noise import calibration, realised, sampling
+from ldpsim._src.privacy.randomizers import mechanism as mechanism_lib
+from ldpsim._src.privacy.server import adaptive
 
 PyTree = Any
 
@@ -61,7 +63,7 @@ class PrivacyPlan(NamedTuple):
         epsilon_of: ``(max_participation, rounds, min_noise_fraction) -> ε`` spent so far
             (``min_noise_fraction``: the smallest realised / target noise variance of the
             rounds so far, 1 outside distributed DP), for what the float32 samplers
-            deliver (:mod:`ldpsim._src.privacy.realised`); ``inf`` where their bounded tails
+            deliver (:mod:`ldpsim._src.privacy.noise.realised`); ``inf`` where their bounded tails
             cannot deliver the claimed δ (with a :class:`~ldpsim.privacy.SamplerTailWarning`).
         delta_of: same arguments ``-> δ`` at which ``epsilon_of`` holds: the run's δ, or for a
             pure ideal randomizer the δ its realisation adds (0 only when proven pure).
@@ -149,7 +151,7 @@ def central_epsilon(*, noise_multiplier: float, clients_per_round: int, populati
 def _sum_sensitivity(config: SimulationConfig) -> float:
     """Sensitivity of the clipped sum per unit of C in the central/distributed modes: 2
     for the engine's fixed-size ("uniform") cohorts (replace one user), 1 for Poisson
-    (add or remove one user); see :func:`ldpsim._src.privacy.accounting.sensitivity_factor`."""
+    (add or remove one user); see :func:`ldpsim._src.privacy.accountants.accounting.sensitivity_factor`."""
     return accounting.sensitivity_factor("poisson" if config.sampling == "poisson" else "fixed")
 
 
@@ -182,7 +184,7 @@ def _tail_warning(message: str) -> None:
 def _realised_gaussian(impl: str, shift: float, dim: int | None, delta: float
                        ) -> Callable[[int], float]:
     """``k -> ε`` at ``delta`` of ``k`` realised Gaussian releases (bound (1) of
-    :mod:`ldpsim._src.privacy.realised`; inf where the sampler's tails exhaust δ, with one
+    :mod:`ldpsim._src.privacy.noise.realised`; inf where the sampler's tails exhaust δ, with one
     :class:`~ldpsim.privacy.SamplerTailWarning`)."""
     d = realised.check_dim(dim)
     warned = []
@@ -222,7 +224,7 @@ def _coupled_epsilon(ideal_at: Callable[[float], float], delta: float, tv: float
 def _bounded_gaussian_budget(delta: float, shift: float, dim: int | None, draws: int) -> float:
     """The δ left for the ideal accountant after ``draws`` releases of d-coordinate Gaussian
     noise from the default sampler whose mixture components (subsampling, cohorts) differ
-    by at most ``shift`` noise stds: bound (1) of :mod:`ldpsim._src.privacy.realised` (on
+    by at most ``shift`` noise stds: bound (1) of :mod:`ldpsim._src.privacy.noise.realised` (on
     the event that every release lies where all components reach, the realised densities
     are the ideal ones over Z₁^d; off it, at most η per release). ``≤ 0``: none."""
     r = realised.additive_realisation("gaussian", _sampler_impl(), shift,
@@ -322,7 +324,7 @@ def _plan_user(config: SimulationConfig, lm: mechanism_lib.LocalMechanism) -> Pr
     ε spent after the worst-case client's ``k`` releases: its ``dp_event`` composed ``k``
     times at δ = ``lm.delta`` (0 for a pure mechanism, ``config.delta`` otherwise); δ spent
     adds the realisation's tails (``tail_mass``, ``tail_scale``, bound (1) of
-    :mod:`ldpsim._src.privacy.realised`)."""
+    :mod:`ldpsim._src.privacy.noise.realised`)."""
     if lm.decode is None or lm.variance is None:
         raise LdpsimError(f"the local mechanism {lm.name!r} needs decode and variance to run in "
                           f"the engine (the round aggregates decoded releases and reports "

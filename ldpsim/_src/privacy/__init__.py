@@ -13,18 +13,3 @@ One subpackage per concern, each importing only those listed before it:
   ledger, MindArmour monitors, shuffling, secure aggregation, trust models.
 * :mod:`.analysis` -- studies built on the above: noise averaging, the mechanism frontier.
 """
-
-import importlib
-import importlib.util
-
-#: The subpackages holding the former flat modules: ``from ldpsim._src.privacy import
-#: sampling`` still resolves (lazily, to :mod:`ldpsim._src.privacy.noise.sampling`), so that
-#: nothing is imported before it is asked for.
-_GROUPS = ("noise", "randomizers", "server", "accountants", "analysis")
-
-
-def __getattr__(name: str):
-    for group in _GROUPS:
-        if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{group}.{name}"):
-            return importlib.import_module(f"{__name__}.{group}.{name}")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

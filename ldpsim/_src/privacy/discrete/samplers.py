@@ -42,7 +42,7 @@ Vectorisation (the speed). A proposal's coins are drawn a few stages at a time f
 (``U`` and its sign; five stages of ``exp(−U/t)``; five of the fractional acceptance coin
 ``exp(−rem/D)``; six ``Bernoulli(e⁻¹)`` coins for ``V`` and four for ``exp(−⌊w²/D⌋)``), by
 Threefry unrolled so that XLA fuses it with the digit arithmetic
-(:mod:`ldpsim._src.privacy.sampling`). The ≈ 0.5 % of proposals where some coin passed every
+(:mod:`ldpsim._src.privacy.noise.sampling`). The ≈ 0.5 % of proposals where some coin passed every
 stage drawn (or ``V`` used every coin drawn) are gathered and finished exactly, every coin
 run to its end, in a loop on those few only (:func:`_dg_attempt`). A client's ``m``
 coordinates draw pools of ``2.5m`` proposals (acceptance ≈ 0.45 for ``σ ≥ 1``, ≈ 0.35 below);
@@ -73,7 +73,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from ldpsim._src._checks import check_positive, check_positive_int
-from ldpsim._src.privacy import sampling as _sampling
+from ldpsim._src.privacy.noise import sampling as _sampling
 from ldpsim._src.privacy.discrete.spec import DiscreteGaussianSpec, discrete_gaussian_spec
 
 __all__ = ["DiscreteGaussianSpec", "discrete_gaussian_spec", "discrete_gaussian",
@@ -128,7 +128,7 @@ def _words(key, sweep, nwords: int, ctr) -> list:
     Threefry keys: word ``2j + h`` of proposal ``i`` is output ``h`` of Threefry-2x32-20 (the
     block cipher behind ``jax.random``) on the counter ``(_DG_TAG + 16·sweep + j, i)`` under the
     key's words, unrolled so that XLA fuses it with its consumers
-    (:mod:`ldpsim._src.privacy.sampling`): a proposal's words depend only on its index. Other
+    (:mod:`ldpsim._src.privacy.noise.sampling`): a proposal's words depend only on its index. Other
     key types: ``jax.random.bits`` (by position)."""
     npairs = (nwords + 1) // 2
     if _sampling._is_threefry(key):
