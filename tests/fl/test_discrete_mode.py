@@ -334,7 +334,7 @@ def test_lenet5_round_with_skellam_at_real_size():
     assert d == 61706
     cfg = SimulationConfig(dataset="synthetic", model="lenet5", population=8,
                            clients_per_round=4, rounds=1, privacy_mode="discrete",
-                           secagg_mechanism="skellam", bits=18, epsilon=4.0, delta=1e-5,
+                           secagg_mechanism="skellam", bits=16, epsilon=4.0, delta=1e-5,
                            clip=1.0)
     p = planning.plan(cfg, 8, dim=d)
     fn = jax.jit(make_round_fn(apply_fn=model.apply, mechanism=p.mechanism, local_steps=1,
