@@ -301,11 +301,13 @@ class SimulationConfig(FlatFields):
             object.__setattr__(self, "granularity",
                                check_positive("granularity", self.granularity))
         check_choice("epsilon_scope", self.epsilon_scope, EPSILON_SCOPES)
-        if self.epsilon_scope == "run":
-            if self.privacy_mode != "discrete":
-                raise LdpsimError(f"epsilon_scope='run' applies to privacy_mode='discrete' only "
-                                  f"(got {self.privacy_mode!r}); the other modes' epsilon is "
-                                  "per round, or their noise is set by noise_multiplier")
+        if self.epsilon_scope == "run" and \
+                "epsilon_scope" not in registry.mode(self.privacy_mode).settings:
+            users = [m.name for m in registry.MODES if "epsilon_scope" in m.settings]
+            raise LdpsimError(f"epsilon_scope='run' applies to privacy_mode="
+                              f"{' or '.join(repr(u) for u in users)} only (got "
+                              f"{self.privacy_mode!r}); the other modes' epsilon is per round, "
+                              "or their noise is set by noise_multiplier")
         micro = check_positive_int("client_dp_micro_batches", self.client_dp_micro_batches)
         object.__setattr__(self, "client_dp_micro_batches", micro)
         if self.batch_size % micro:
