@@ -103,6 +103,22 @@ def pytest_configure(config):
         os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "-1"
 
 
+def _measured_slow() -> set[str]:
+    path = Path(__file__).with_name("slow_tests.txt")
+    return {line.strip() for line in path.read_text().splitlines()
+            if line.strip() and not line.startswith("#")}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    # The tests listed in slow_tests.txt (measured: see its header) get the slow marker here,
+    # before -m "not slow" deselects; the others carry it in their own decorators.
+    slow = _measured_slow()
+    for item in items:
+        if item.nodeid in slow:
+            item.add_marker(pytest.mark.slow)
+
+
 def pytest_unconfigure(config):
     folder = getattr(config, "_ldpsim_jax_cache", None)
     if folder:
