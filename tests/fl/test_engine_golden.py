@@ -3,10 +3,10 @@ tests/fixtures/engine_golden.json (written by tests/fixtures/make_engine_golden.
 lists the cases: every privacy mode, additive and report randomizers, DP-SGD clients).
 
 Tolerance. The fixture is recorded under the test suite's XLA options (tests/conftest.py) and
-records them with the jax/jaxlib versions. When this run has the same options and versions,
-the comparison is exact: every value bit-identical (a run is deterministic on one CPU: the
+records them with the jax/jaxlib versions and the CPU model. When this run has the same options,
+versions and CPU model (XLA:CPU compiles for the host's vector units), the comparison is exact: every value bit-identical (a run is deterministic on one CPU: the
 keys are positional, the programs fixed). Otherwise (LDPSIM_TEST_XLA_DEFAULTS=1, an XLA
-without the emitter flag, another jax) the last bits of a float may differ, and each float
+without the emitter flag, another jax, another CPU) the last bits of a float may differ, and each float
 must be within a relative RTOL = 1e-4 (or an absolute ATOL = 1e-6, for values near zero) of
 the recorded one. Measured: the same cases compiled with XLA's default options
 (``make_engine_golden.py --xla-flags '' --out OTHER.json``) differ from the fixture in 73 of
@@ -49,8 +49,8 @@ def _same_environment() -> bool:
 
     rec = GOLDEN["environment"]
     flags = sorted(os.environ.get("XLA_FLAGS", "").split())
-    return (rec["jax"], rec["jaxlib"], sorted(rec["xla_flags"].split())) == (
-        jax.__version__, jaxlib.__version__, flags)
+    return (rec["jax"], rec["jaxlib"], sorted(rec["xla_flags"].split()), rec.get("cpu")) == (
+        jax.__version__, jaxlib.__version__, flags, _generator().cpu_model())
 
 
 def compare(old: list[dict], new: list[dict], exact: bool) -> list[str]:
