@@ -184,7 +184,7 @@ class SimulationConfig(FlatFields):
             run's: the noise is solved so that the ``rounds``-fold composition of the round,
             amplified by the Poisson cohort sampling at rate q = m/N (Zhu & Wang 2019,
             Theorem 6), is (``epsilon``, ``delta``)-DP; needs ``sampling="poisson"`` (the plan
-            refuses fixed-size cohorts, whose amplification bound differs).
+            refuses fixed-size cohorts, whose amplification bound differs)).
         dp_eps: MindSpore's per-round ε (> 0; MindSpore's default 50).
         dp_delta: MindSpore's δ in (0, 1) (default 0.01).
         dp_norm_clip: MindSpore's multiplier of ‖W_{t+1} − W_t‖ for C_{t+1} (> 0).

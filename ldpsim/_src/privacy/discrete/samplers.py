@@ -76,7 +76,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from ldpsim._src._checks import check_positive, check_positive_int
+from ldpsim._src._checks import LdpsimError, check_positive, check_positive_int
 from ldpsim._src.privacy.noise import sampling as _sampling
 from ldpsim._src.privacy.discrete.spec import DiscreteGaussianSpec, discrete_gaussian_spec
 
@@ -487,7 +487,8 @@ def poisson(key: jax.Array, lam: float, shape) -> jax.Array:
     """
     lam = float(lam)
     if not (lam >= 10.0 and lam < 2.0**23):
-        raise ValueError(f"poisson: rate {lam} outside [10, 2^23)")
+        raise LdpsimError(f"poisson: rate {lam} outside [10, 2^23); draw smaller rates with "
+                          "jax.random.poisson and larger ones as a sum of pieces (skellam)")
     shape = tuple(shape)
     slam = math.sqrt(lam)
     b = 0.931 + 2.53 * slam
