@@ -28,7 +28,8 @@ Projections:
 * ``fastprojunit``: the randomized Hadamard transform ``W = √(d'/k)·S·H·D`` (the paper's
   FastProjUnit): ``D`` diagonal random signs on ``d' = 2^⌈log₂ d⌉`` coordinates (``x`` padded
   with zeros), ``H`` the orthonormal Walsh–Hadamard matrix applied by the fast transform
-  (O(d' log d')), ``S`` k of the d' rows drawn uniformly without replacement; the decoder
+  (O(d' log d')), ``S`` k of the d' rows drawn uniformly without replacement (the k largest of i.i.d.
+  random priorities); the decoder
   keeps the first d coordinates of ``Wᵀ V``.
 
 Mean and variance (derivations; σ_α² := E[α²], E[V | w] = m·w, E[VVᵀ | w] = I + (σ_α² − 1)wwᵀ,
@@ -103,6 +104,7 @@ import numpy as np
 from ldpsim._src.privacy.randomizers import privunit2 as p2
 from ldpsim._src.privacy.randomizers import privunitg as pg
 from ldpsim._src.privacy.randomizers import randomizer as rz
+from ldpsim._src.privacy.discrete.hadamard import fwht_unnormalised
 from ldpsim._src.privacy.noise import sampling
 from ldpsim._src.privacy.randomizers.privunit2 import _direction, best_split, split_epsilon
 from ldpsim._src.privacy.randomizers.randomizer import LocalMechanism, Report
@@ -278,21 +280,30 @@ def gaussian_backproject(seed: jax.Array, v: jax.Array, dim: int) -> jax.Array:
 
 def fwht(x: jax.Array) -> jax.Array:
     """Unnormalised fast Walsh–Hadamard transform of a vector of length 2^a (Sylvester
-    order: ``H_{2n} = [[H_n, H_n], [H_n, −H_n]]``)."""
-    n = x.shape[0]
-    h = 1
-    while h < n:
-        y = x.reshape(n // (2 * h), 2, h)
-        a, b = y[:, 0, :], y[:, 1, :]
-        x = jnp.stack([a + b, a - b], axis=1).reshape(n)
-        h *= 2
-    return x
+    order: ``H_{2n} = [[H_n, H_n], [H_n, −H_n]]``); the shared implementation is
+    :func:`ldpsim._src.privacy.discrete.hadamard.fwht_unnormalised`."""
+    return fwht_unnormalised(x)
 
 
 def _srht_parts(seed: jax.Array, dim: int, k: int):
+    """The signs ``D`` and the k rows ``S`` of the seed's randomized Hadamard projection.
+
+    One 32-bit word per padded coordinate: its lowest bit is the sign, its top 23 bits the
+    coordinate's priority, and ``S`` is the k coordinates of largest priority (``lax.top_k``;
+    the bits are independent, so ``D`` and ``S`` are). Priorities are i.i.d. uniform, so ``S``
+    is a uniform k-subset except when two priorities tie across the cut, where ``top_k`` keeps
+    the lower index: probability ≈ d'/2²³ per draw (0.8 % at d' = 2¹⁶) of moving one row,
+    which changes no row's inclusion probability by more than about 2⁻²³·d'/k relative. The
+    projection is public randomness: privacy holds for every fixed ``W``, so this touches the
+    utility analysis only, and at float32's own resolution. (A sort-based exact draw,
+    ``jax.random.choice(replace=False)``, costs 20× more: 46 against 2.5 CPU-ms per client at
+    d' = 2¹⁶.)
+    """
     dp = _pow2(dim)
-    signs = jax.random.rademacher(jax.random.fold_in(seed, 0), (dp,), jnp.float32)
-    rows = jax.random.choice(jax.random.fold_in(seed, 1), dp, (k,), replace=False)
+    bits = jax.random.bits(jax.random.fold_in(seed, 0), (dp,), jnp.uint32)
+    signs = jnp.where((bits & 1) == 1, np.float32(1.0), np.float32(-1.0))
+    priority = jax.lax.bitcast_convert_type((bits >> 9) | np.uint32(0x3F800000), jnp.float32)
+    rows = jax.lax.top_k(priority, k)[1]
     return dp, signs, rows
 
 
