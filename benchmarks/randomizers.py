@@ -12,6 +12,8 @@ to a running sum (the aggregate). The update of each client is a fixed dense vec
 * ``laplace``: the engine's Laplace randomizer (context).
 * ``privunit2``, ``privunitg``, ``duchi``: ``decode(privatize(key, update).report)`` summed.
 * ``signds``: MindSpore's SignDS at its defaults (k = 617, ε = 100), the reconstruction summed.
+* ``fastprojunit`` (k = 1,000: PrivUnitG in a randomized-Hadamard projection) and, with
+  ``--only projunit``, ``projunit`` (a Gaussian projection: k·d normals per client, twice).
 
 Each kernel is compiled and run once (warm-up), then the rows are timed round-robin
 ``--repeats`` times (median), so load on a shared machine hits every row alike; the ratio
@@ -51,6 +53,10 @@ def _factories(dim: int, epsilon: float) -> dict:
         "privunitg": lambda: mechanism.make("privunitg", epsilon=epsilon, dim=dim),
         "duchi": lambda: mechanism.make("duchi", epsilon=epsilon, dim=dim),
         "signds": lambda: mechanism.make("signds", dim=dim),
+        "fastprojunit": lambda: mechanism.make("fastprojunit", epsilon=epsilon, dim=dim),
+        # k·d Gaussian draws per client, twice: ~2 CPU-s per client at LeNet-5 size, so only
+        # on request (--only projunit).
+        "projunit": lambda: mechanism.make("projunit", epsilon=epsilon, dim=dim),
     }
 
 
@@ -87,7 +93,7 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     if args.clients % args.chunk:
         raise SystemExit("--clients must be a multiple of --chunk")
-    names = list(_factories(args.dim, args.epsilon))
+    names = [n for n in _factories(args.dim, args.epsilon) if n != "projunit"]
     if args.only:
         names = ["gaussian"] + [n for n in args.only.split(",") if n != "gaussian"]
     facts = _factories(args.dim, args.epsilon)
