@@ -26,7 +26,7 @@ VALUES = {
     "epsilon": [math.inf, 0.5, 4.0, 50.0], "delta": [1e-5, 1e-3], "clip": [1.0, 0.25, 3.0],
     "norm_epsilon": [None, 0.3], "sign_k": [0.01, 0.05], "sign_thr_ratio": [0.6, 0.9],
     "sign_global_lr": [0.1, 0.5], "sign_dim_out": [0, 3],
-    "projection_dim": [None, 8],
+    "projection_dim": [None, 8], "projunit_simulation": ["report", "law"],
     "neighbours": ["replace", "add-remove"], "calibration": ["analytic", "classic"],
     "local_steps": [None, 3], "local_epochs": [None, 2], "batch_size": [None, 8],
     "client_optimizer": [None, "sgd", "adam"], "client_lr": [None, 0.2],

@@ -239,7 +239,12 @@ RANDOMIZERS: tuple[RandomizerSpec, ...] = (
         guarantee="pure", label="ProjUnit", colour="tab:orange",
         help="PrivUnitG in a k-dim Gaussian random projection, k+1 floats and a seed per "
              "client (Asi, Feldman, Nelson, Nguyen & Talwar 2023)",
-        options=(_NORM_EPSILON, _PROJECTION_DIM),
+        options=(_NORM_EPSILON, _PROJECTION_DIM,
+                 OptionSpec("projunit_simulation", str,
+                            "'report' (the deployed client and server: two k x d Gaussian "
+                            "matrices per client) or 'law' (each client's decoded value drawn "
+                            "from its exact law in O(k + d), for training at scale; the "
+                            "message itself is not materialised)", default="report")),
         audit_dim=64),
     RandomizerSpec(
         name="fastprojunit", implementation=_P + "projunit:FASTPROJUNIT", family="report",
