@@ -158,6 +158,81 @@ class _Ldpsim:
                 "cpu_ms": 1e3 * statistics.median(cpus) / m,
                 "first_wall_s": e["first_wall_s"], "first_cpu_s": e["first_cpu_s"]}
 
+    def profile(self, mech: str, m: int, rounds: int) -> dict:
+        """One round's XLA CPU thunks under ``jax.profiler``: time per client by layer."""
+        import jax
+        import jax.numpy as jnp
+
+        e = self.build(mech, m)
+        args = (e["state"], self.pop, jnp.int32(e["round"]), e["ids"], e["mask"], e["hyper"])
+        hlo = e["fn"].lower(*args).compile().as_text()
+        with tempfile.TemporaryDirectory() as d:
+            c0 = time.process_time()
+            with jax.profiler.trace(d, create_perfetto_trace=True):
+                for _ in range(rounds):
+                    r = jnp.int32(e["round"])
+                    e["state"] = jax.block_until_ready(
+                        e["fn"](e["state"], self.pop, r, e["ids"], e["mask"], e["hyper"])[0])
+                    e["round"] += 1
+            cpu = time.process_time() - c0
+            events = _trace_events(d)
+        return _thunk_profile(events, hlo, m * rounds) | {"profiled_cpu_ms": 1e3 * cpu / (m * rounds)}
+
+
+#: Layer tags read from an HLO instruction's op_name (first match wins).
+_TAGS = (("cohort sum (noise, clip fused in)", ("while/body/closed_call/add",)),
+         ("noise", ("threefry", "random_", "sampling", "normal", "privunit", "box_muller", "erf")),
+         ("conv1", ("conv1",)), ("conv2", ("conv2",)), ("fc1", ("fc1",)), ("fc2", ("fc2",)),
+         ("fc3", ("fc3",)), ("relu/pool", ("reduce_max", "relu", "max", "pool", "_relu")),
+         ("loss", ("softmax", "log_softmax", "logsumexp", "cross_entropy", "exp")),
+         ("step/update", ("_where", "select_n", "sub", "add", "mul")))
+
+
+def _trace_events(d: str) -> list:
+    import glob
+    import gzip
+
+    path = glob.glob(os.path.join(d, "**", "*perfetto_trace.json.gz"), recursive=True)[0]
+    data = json.load(gzip.open(path))
+    return data["traceEvents"] if isinstance(data, dict) else data
+
+
+def _thunk_profile(events: list, hlo: str, updates: int) -> dict:
+    """Sum the thunks' durations by layer tag and by instruction (us per client update)."""
+    import re
+    from collections import Counter
+
+    info, comp_ops, current = {}, {}, None
+    for line in hlo.splitlines():   # a fusion without op_name: its computation's op_names
+        head = re.match(r"%([\w.-]+) ", line)
+        if head:
+            current = head.group(1)
+        op = re.search(r'op_name="([^"]+)"', line)
+        if current and op:
+            comp_ops.setdefault(current, op.group(1))
+        mt = re.match(r"\s*(?:ROOT )?%([\w.-]+) = (\S+) ([\w-]+)\(", line)
+        if mt:
+            called = re.search(r"calls=%([\w.-]+)", line)
+            name = op.group(1) if op else comp_ops.get(called.group(1), "") if called else ""
+            info[mt.group(1)] = (mt.group(2), name)
+    by_tag, by_name, count = Counter(), Counter(), Counter()
+    for ev in events:
+        name = ev.get("name", "")
+        if ev.get("ph") != "X" or "dur" not in ev or name not in info:
+            continue
+        shape, op = info[name]
+        tag = next((t for t, keys in _TAGS
+                    if any(op.endswith(k) if k.endswith("/add") else k in op for k in keys)),
+                   "other")
+        by_tag[tag] += ev["dur"]
+        by_name[name] += ev["dur"]
+        count[tag] += 1
+    total = sum(by_tag.values())
+    return {"thunk_us": total / updates,
+            "tags": [(t, v / updates, count[t] / updates) for t, v in by_tag.most_common()],
+            "top": [(n, v / updates, info[n][0], info[n][1][-70:])
+                    for n, v in by_name.most_common(25)]}
+
 
 def machine_limits(shape: dict) -> dict:
     """Measured matmul peak and sampling rate, one client's training FLOPs, d."""
@@ -303,6 +378,8 @@ def serve(kind: str, shape: dict) -> int:
         req = json.loads(line)
         if req.get("limits"):
             out = machine_limits(shape)
+        elif req.get("profile"):
+            out = engine.profile(req["mech"], req["m"], req["rounds"])
         else:
             out = engine.run(req["mech"], req["m"], req["rounds"])
         print(json.dumps(out), flush=True)
@@ -310,6 +387,27 @@ def serve(kind: str, shape: dict) -> int:
 
 
 # ----------------------------------------------------------------------------- driver
+
+
+def _print_profile(args, shape: dict) -> int:
+    mech, m = args.mechanisms[0], args.ms[0]
+    w = _Worker("new", [sys.executable, str(Path(__file__).resolve()), "--serve", "ldpsim",
+                        "--shape", args.shape], dict(os.environ, PYTHONPATH=str(ROOT)))
+    try:
+        plain = w.ask(mech=mech, m=m, rounds=args.rounds)
+        prof = w.ask(profile=True, mech=mech, m=m, rounds=args.rounds)
+    finally:
+        w.close()
+    print(f"{mech}, m = {m:,}, {args.rounds} rounds, load {_load():.1f}: {plain['cpu_ms']:.3f} "
+          f"CPU-ms per update unprofiled, {prof['profiled_cpu_ms']:.3f} profiled; thunks "
+          f"{prof['thunk_us']:.0f} us per update (profiled: read the shares)")
+    print("\n| layer (op_name) | thunk us / update | share | thunks / update |\n|---|---:|---:|---:|")
+    for tag, us, n in prof["tags"]:
+        print(f"| {tag} | {us:.1f} | {us / prof['thunk_us']:.1%} | {n:.1f} |")
+    print("\n| thunk | us / update | shape | op_name (tail) |\n|---|---:|---|---|")
+    for name, us, shp, op in prof["top"]:
+        print(f"| {name} | {us:.1f} | `{shp}` | {op} |")
+    return 0
 
 
 class _Worker:
@@ -351,11 +449,16 @@ def main(argv=None) -> int:
     p.add_argument("--pfl-python", default=None,
                    help="interpreter of an environment with pfl[pytorch] (else no pfl rows)")
     p.add_argument("--pfl-max-m", type=int, default=1000, help="largest m for pfl")
+    p.add_argument("--profile", action="store_true",
+                   help="instead: this tree's round under jax.profiler, thunk time per client "
+                        "update by layer (first --ms, first --mechanisms, --rounds rounds)")
     p.add_argument("--serve", choices=["ldpsim", "pfl"], help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     shape = SHAPES[args.shape]
     if args.serve:
         return serve(args.serve, shape)
+    if args.profile:
+        return _print_profile(args, shape)
 
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     loads = [_load()]
