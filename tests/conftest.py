@@ -89,6 +89,12 @@ def pytest_configure(config):
     # compilations its tests share are paid once, not once per worker.
     if getattr(config.option, "dist", "no") == "load":
         config.option.dist = "loadfile"
+    # ... and the files are handed out in collection order, which pytest_collection_modifyitems
+    # below makes longest first (xdist's default reorders them by their number of tests, so
+    # a long file of few tests, a notebook or a subprocess run, started last and ran alone).
+    if getattr(config.option, "dist", "no") == "loadfile":
+        config.option.loadscopereorder = False
+    config.pluginmanager.register(_LongestFilesFirst(), "ldpsim-longest-files-first")
     # One JAX compilation cache for this run (both tiers), shared by the xdist workers, the
     # command-line subprocesses the tests start and tests that build the same program again:
     # a compiled program is reused, never rebuilt (compilation is most of a slow test's cost).
@@ -103,15 +109,20 @@ def pytest_configure(config):
         os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "-1"
 
 
+def xla_default_flags() -> str:
+    """``XLA_FLAGS`` without the suite's two compile options: XLA's defaults, as users get
+    them (for a child process whose cost is running compiled code, not compiling it)."""
+    return " ".join(f for f in os.environ.get("XLA_FLAGS", "").split()
+                    if not f.startswith(("--xla_backend_optimization_level",
+                                         "--xla_cpu_use_fusion_emitters")))
+
+
 def run_with_xla_defaults(code: str, timeout: float = 1800) -> str:
     """Run ``code`` in a fresh Python with XLA's default compile options (the suite's two
     options removed from XLA_FLAGS) and return its stdout.  For the few tests whose cost is
     execution, not compilation (a recurrent model trained for rounds): LLVM's optimisation,
     off in the suite, makes such a program several times faster."""
-    flags = " ".join(f for f in os.environ.get("XLA_FLAGS", "").split()
-                     if not f.startswith(("--xla_backend_optimization_level",
-                                          "--xla_cpu_use_fusion_emitters")))
-    env = {**os.environ, "XLA_FLAGS": flags}
+    env = {**os.environ, "XLA_FLAGS": xla_default_flags()}
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                           timeout=timeout, cwd=REPO)
     if proc.returncode:
@@ -133,6 +144,33 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.nodeid in slow:
             item.add_marker(pytest.mark.slow)
+
+
+def _file_seconds(fast_tier: bool) -> dict[str, float]:
+    path = Path(__file__).with_name("file_seconds.txt")
+    out = {}
+    for line in path.read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            full, fast, name = line.split()
+            out[name] = float(fast if fast_tier else full)
+    return out
+
+
+class _LongestFilesFirst:
+    """After -m has deselected (a second collection hook, run last): the files in decreasing
+    order of their measured seconds in this tier (tests/file_seconds.txt; a file not listed
+    comes first, its cost unknown), each file's tests in their own order.  With --dist loadfile
+    the xdist workers take whole files in this order, so the longest start first and the
+    short ones fill in at the end."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config, items):
+        seconds = _file_seconds(os.environ.get("LDPSIM_FAST_TIER") == "1")
+        rank = {}
+        for item in items:
+            name = item.nodeid.split("::")[0]
+            rank.setdefault(name, -seconds.get(name, float("inf")))
+        items.sort(key=lambda item: rank[item.nodeid.split("::")[0]])   # stable
 
 
 def pytest_unconfigure(config):

@@ -9,6 +9,7 @@ realised variance) for the statistical checks.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import subprocess
@@ -30,6 +31,15 @@ from ldpsim.models import get_model
 from toy_data import toy_logreg_problem
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def _with_host_devices(n: int) -> str:
+    """The suite's XLA options (tests/conftest.py) plus ``n`` host devices, for a child
+    process: both sides of a comparison compile with the same options, as cheaply as the
+    suite's own programs."""
+    return f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={n}".strip()
+
+
 D_TOY = 21   # logreg 6 -> 3: d = 21, padded to D = 32
 
 
@@ -95,7 +105,7 @@ print("OK")
 
 @pytest.mark.slow
 def test_modular_sum_on_four_devices_is_the_same_integers():
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
+    env = dict(os.environ, XLA_FLAGS=_with_host_devices(4),
                PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tests")]))
     proc = subprocess.run([sys.executable, "-c", _CHILD, str(Path(__file__).parent)], env=env,
                           capture_output=True, text=True, timeout=600)
@@ -108,19 +118,31 @@ def test_modular_sum_on_four_devices_is_the_same_integers():
 def _stage_round(dm, updates, round_key, noise=True, include=None):
     """The discrete mode's stages on given updates (no training): decoded sum, clean sum,
     diagnostics, releases."""
+    n = jax.tree_util.tree_leaves(updates)[0].shape[0]
+    include = jnp.ones(n, bool) if include is None else include
+    return _stage_program(dm, noise)(updates, round_key, include)
+
+
+@functools.lru_cache(maxsize=None)
+def _stage_program(dm, noise):
+    """The stages compiled as one program per mechanism, as the round kernel runs them (run
+    op by op, each call compiled dozens of small programs: most of these tests' time)."""
     mech = modes.discrete(dm, noise)
     st, agg = mech.privatizer, mech.aggregator
-    n = jax.tree_util.tree_leaves(updates)[0].shape[0]
-    keys = jax.vmap(lambda c: jax.random.fold_in(jax.random.key(5), c))(jnp.arange(n))
-    p = st.params(jnp.float32(dm.clip), jnp.float32(0.0), None, round_key)
-    rel = jax.vmap(lambda k, u: st.release(k, u, p))(keys, updates)
-    include = jnp.ones(n, bool) if include is None else include
-    _, payload = agg.chunk(jnp.ones(n), include, rel)
-    clean = jax.tree_util.tree_map(lambda c: jnp.sum(jnp.where(
-        include.reshape((-1,) + (1,) * (c.ndim - 1)), c, 0.0), 0), rel.clipped)
-    noise_sum, diag = agg.finalize((), payload, clean, round_key)
-    decoded = jax.tree_util.tree_map(jnp.add, clean, noise_sum)
-    return decoded, clean, diag, rel
+
+    def run(updates, round_key, include):
+        n = jax.tree_util.tree_leaves(updates)[0].shape[0]
+        keys = jax.vmap(lambda c: jax.random.fold_in(jax.random.key(5), c))(jnp.arange(n))
+        p = st.params(jnp.float32(dm.clip), jnp.float32(0.0), None, round_key)
+        rel = jax.vmap(lambda k, u: st.release(k, u, p))(keys, updates)
+        _, payload = agg.chunk(jnp.ones(n), include, rel)
+        clean = jax.tree_util.tree_map(lambda c: jnp.sum(jnp.where(
+            include.reshape((-1,) + (1,) * (c.ndim - 1)), c, 0.0), 0), rel.clipped)
+        noise_sum, diag = agg.finalize((), payload, clean, round_key)
+        decoded = jax.tree_util.tree_map(jnp.add, clean, noise_sum)
+        return decoded, clean, diag, rel
+
+    return jax.jit(run)
 
 
 @pytest.mark.parametrize("kind", ["skellam", pytest.param("ddg", marks=pytest.mark.slow)])

@@ -28,6 +28,13 @@ from ldpsim._src.fl.config import SimulationConfig
 
 REPO = Path(__file__).resolve().parents[2]
 
+
+def _with_host_devices(n: int) -> str:
+    """The suite's XLA options (tests/conftest.py) plus ``n`` host devices, for a child
+    process: both sides of a comparison compile with the same options, as cheaply as the
+    suite's own programs."""
+    return f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={n}".strip()
+
 # Run in the 4-device child. m = 10 clients on 4 devices with chunk 2: 3 slots per device,
 # 2 chunks of 2 each, so the cohort is padded from 10 to 16 slots (and 10 is not a
 # multiple of 4); on one device the same cohort is 5 chunks of 2, no padding.
@@ -95,7 +102,7 @@ print(json.dumps(out))
 # the tests reading it are marked slow and run in CI; the fast tier keeps the layout checks.
 @pytest.fixture(scope="module")
 def four_devices() -> dict:
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
+    env = dict(os.environ, XLA_FLAGS=_with_host_devices(4),
                JAX_PLATFORMS="cpu",
                PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tests"),
                                            os.environ.get("PYTHONPATH", "")]))
@@ -216,7 +223,7 @@ def test_two_processes_with_jax_distributed_give_the_one_device_history(tmp_path
              "1e-3", "--batch-size", "7", "--local-steps", "1", "--chunk-size", "2",
              "--no-progress", "--distributed", "--coordinator-address",
              f"localhost:{_free_port()}", "--num-processes", "2"]
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2",
+    env = dict(os.environ, XLA_FLAGS=_with_host_devices(2),
                JAX_PLATFORMS="cpu",
                PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     procs = [subprocess.Popen([sys.executable, "-m", "ldpsim", "run", *flags, "--process-id",
