@@ -107,3 +107,35 @@ def test_bad_simulation_is_refused():
         pj.make(epsilon=4.0, dim=D, k=K, simulation="fast")
     with pytest.raises(LdpsimError, match="FastProjUnit"):
         pj.make(epsilon=4.0, dim=D, k=K, fast=True, simulation="law")
+
+
+def test_the_engine_runs_the_law_when_asked_and_its_error_matches_the_exact_variance():
+    """``--projunit-simulation law`` reaches the round: the same run (same keys) differs from
+    the deployed one, and both decoded aggregates' errors match ProjUnit's exact variance
+    (the tolerance of tests/fl/test_mechanisms_training.py: 5 standard deviations of the mean
+    of noise_norm²/theory² over R rounds; false failure about 6e-7 per run)."""
+    import math
+    import warnings
+
+    from ldpsim._src.fl.config import SimulationConfig
+    from ldpsim._src.fl.simulate import simulate
+    from ldpsim._src.privacy.noise import calibration
+
+    base = dict(dataset="synthetic", model="logreg", population=300, examples_per_client=8,
+                local_steps=2, client_lr=0.5, clients_per_round=150, rounds=3, clip=0.05,
+                epsilon=4.0, mechanism="projunit", projection_dim=16)
+    runs = {}
+    for sim in SIMULATIONS_RUN:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", calibration.SamplerTailWarning)
+            runs[sim] = simulate(SimulationConfig(**base, projunit_simulation=sim))
+    assert [r["noise_norm"] for r in runs["law"]] != [r["noise_norm"] for r in runs["report"]]
+    d, m = 610, base["clients_per_round"]
+    for sim, rows in runs.items():
+        assert rows[-1]["mechanism"] == "projunit"
+        q = np.mean([r["noise_norm"] ** 2 / r["theory_noise_norm"] ** 2 for r in rows])
+        sd = math.sqrt((2.0 / d + 0.5 / m) / len(rows))
+        assert abs(q - 1.0) <= 5 * sd, (sim, q, sd)
+
+
+SIMULATIONS_RUN = ("report", "law")

@@ -310,8 +310,12 @@ def _plan_report(config: SimulationConfig, dim: int | None) -> PrivacyPlan:
                # root mean per-coordinate variance of one decoded report at ‖x‖ = C
                "sigma": float(lm.noise_std(lm.params)),
                "noise_multiplier": math.nan, "sampler_delta_floor": math.nan}
-    return PrivacyPlan(modes.local(lm.name), modes.ReportHyper(lm.params), columns,
-                       lambda row: {"clip_bound": config.clip},
+    # The registered functions, unless the randomizer's options chose others (ProjUnit's
+    # decoded-law simulation): then the made mechanism's own.
+    entry = mechanism_lib.entry(lm.name)
+    same = lm.privatize is entry.privatize and lm.decode is entry.decode
+    return PrivacyPlan(modes.local(lm.name if same else lm), modes.ReportHyper(lm.params),
+                       columns, lambda row: {"clip_bound": config.clip},
                        lambda k, t, frac: acc(k),
                        delta_of=lambda k, t, frac: realised.compose_delta(
                            0.0, lm.tail_mass, lm.tail_scale, k))
