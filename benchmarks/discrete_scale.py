@@ -161,7 +161,7 @@ def main(argv=None) -> int:
     ap.add_argument("--ms", default="1000,10000", help="comma-separated clients per round")
     ap.add_argument("--with-1e5", action="store_true", help="also m = 100,000 (hours on 2 cores)")
     ap.add_argument("--dim", type=int, default=LENET5_DIM)
-    ap.add_argument("--chunk", type=int, default=16, help="clients vmapped per step")
+    ap.add_argument("--chunk", type=int, default=8, help="clients vmapped per step")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--max-repeat-m", type=int, default=1000,
                     help="above this m each (m, mode) is timed once")
