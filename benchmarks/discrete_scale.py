@@ -145,6 +145,18 @@ def profile_sampler(mech_ddg, mech_sk, *, dim: int, chunk: int, clip: float, rep
         "full ddg encode": jax.jit(jax.vmap(lambda k, x: pipeline.encode(rkey, k, x,
                                                                          mech_ddg)[0])),
     }
+    # inside the exact sampler (one pool of 2.5·D proposals per client, vmapped over the chunk):
+    # the main path (Threefry words, digits, coins of every proposal), plus the exact
+    # finishing of the few proposals whose coins need more stages, plus the compaction and fill
+    from ldpsim._src.privacy.discrete import samplers as S
+
+    prm = S._dg_params(spec)
+    size = max(64, math.ceil(S._POOL * big))
+    parts["dg: main path"] = jax.jit(jax.vmap(lambda k, x: S._finish(
+        S._bulk(k, prm, jnp.int32(0), lax.iota(jnp.uint32, size)), prm)[1]))
+    parts["dg: + finishing"] = jax.jit(jax.vmap(lambda k, x: S._dg_attempt(
+        k, prm, jnp.int32(0), size)[1]))
+    parts["dg: + fill (all)"] = jax.jit(jax.vmap(lambda k, x: S._dg_piece(k, prm, (big,))))
     for f in parts.values():
         jax.block_until_ready(f(keys, upd))
     out = {}
@@ -153,7 +165,7 @@ def profile_sampler(mech_ddg, mech_sk, *, dim: int, chunk: int, clip: float, rep
     print(f"\nencoding parts at one chunk of {chunk} clients (CPU s per client, median of "
           f"{repeats}):")
     for name, v in out.items():
-        print(f"  {name:16s} {v:.4f}")
+        print(f"  {name:16s} {v:.4g}")
 
 
 def main(argv=None) -> int:
@@ -171,7 +183,10 @@ def main(argv=None) -> int:
     ap.add_argument("--bits", default="16,18,20,24,32",
                     help="bit-widths tried in order: the first that fits is used")
     ap.add_argument("--modes", default=",".join(MODES))
-    ap.add_argument("--profile-sampler", action="store_true")
+    ap.add_argument("--profile-sampler", action="store_true",
+                    help="also time the encoding's parts and the sampler's stages")
+    ap.add_argument("--profile-only", action="store_true",
+                    help="only the parts' timing (planned at the first m), no round")
     args = ap.parse_args(argv)
     ms = [int(float(x)) for x in args.ms.split(",")]
     if args.with_1e5 and 100_000 not in ms:
@@ -184,6 +199,12 @@ def main(argv=None) -> int:
     print(f"jax {jax.__version__}, {jax.devices()[0].platform}, d = {args.dim:,}, chunk "
           f"{args.chunk}, epsilon {args.epsilon:g}/round, delta {args.delta:g}, C {args.clip:g}",
           flush=True)
+    if args.profile_only:
+        kw = dict(clients=ms[0], dim=args.dim, clip=args.clip, epsilon=args.epsilon,
+                  delta=args.delta, bits_list=bits_list)
+        profile_sampler(plan("ddg", **kw), plan("skellam", **kw), dim=args.dim,
+                        chunk=args.chunk, clip=args.clip, repeats=args.repeats)
+        return 0
     upd = _updates(args.chunk, args.dim, args.clip)
     fns, mechs = {}, {}
     for m in ms:
