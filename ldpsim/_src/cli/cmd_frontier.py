@@ -1,4 +1,5 @@
-"""``ldpsim frontier``: error of the decoded mean of n unit vectors, every mechanism, vs ε."""
+"""``ldpsim frontier``: error of the decoded mean of n unit vectors, every mechanism, vs ε; with
+``--secagg``, of the distributed discrete mechanisms vs bits and ε."""
 
 from __future__ import annotations
 
@@ -35,6 +36,18 @@ one client's message (the communication cost: d for additive noise, k + 1 and a 
 ProjUnit); lower_bound = d/(n
 min(eps, eps^2)), the ORDER of the minimax bound of Duchi, Jordan & Wainwright (2013/2018) with
 constant 1 (the papers give no constant). Rerunning with the same --out skips finished cells.
+
+--secagg: the distributed discrete Gaussian (ddg) and Skellam mechanisms under secure
+aggregation, one round of n clients holding one common vector of norm --clip; for each bit-width
+b the engine's plan (the finest granularity whose wrap bound is <= 1e-6, the least noise making
+the round (epsilon, delta)-DP, replace neighbours); mse_theory the exact MSE of the decoded mean
+(noise + conditional rounding; mse_wrap_bound bounds what the wrap adds), mse_continuous the
+continuous distributed Gaussian at the same epsilon, bits_sent = b x padded dimension per
+client; --trials T > 0 adds the Monte-Carlo of the real encode -> sum mod 2^b -> decode
+pipeline (mse, mse_se, wrapped_fraction). A bit-width that cannot fit is refused (the message
+names the least that fits) unless --skip-unfit. See docs/distributed_discrete.md.
+  ldpsim frontier --secagg --dims 61706 --clients 1000 --bits 14,16,18,20 --epsilon 1,4,16 \\
+      --out secagg.csv --plot secagg.png
 """
 
 
@@ -48,13 +61,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "unit vectors for every vector randomizer, beside its exact theory and the "
                     "order of the minimax lower bound.",
         epilog=_EPILOG, formatter_class=HelpFormatter)
-    p.add_argument("--mechanisms", default=",".join(registry.randomizer_names(frontier=True)),
-                   help="comma-separated randomizers")
-    p.add_argument("--epsilon", default="0.25,0.5,1,2,4,8,16",
-                   help="comma-separated local epsilons (> 0; duchi <= 700)")
-    p.add_argument("--dims", default="100,1000", help="comma-separated dimensions d (e.g. 100,61706)")
-    p.add_argument("--clients", default="1,100", help="comma-separated client counts n (1 to 1e5 and beyond)")
-    p.add_argument("--trials", type=int, default=5, help="independent trials per cell (>= 2 for a standard error)")
+    p.add_argument("--mechanisms", default=None,
+                   help="comma-separated randomizers (default: every vector randomizer; with "
+                        "--secagg: ddg,skellam)")
+    p.add_argument("--epsilon", default=None,
+                   help="comma-separated epsilons (> 0; duchi <= 700); local epsilon (default "
+                        "0.25,0.5,1,2,4,8,16), or with --secagg the round's central epsilon "
+                        "(default 1,4,16)")
+    p.add_argument("--dims", default=None,
+                   help="comma-separated dimensions d (default 100,1000; --secagg: 1000)")
+    p.add_argument("--clients", default=None,
+                   help="comma-separated client counts n (default 1,100; --secagg: 100)")
+    p.add_argument("--trials", type=int, default=None,
+                   help="independent trials per cell (default 5; >= 2 for a standard error); "
+                        "with --secagg the Monte-Carlo of the real pipeline (default 0: the "
+                        "exact theory only)")
     p.add_argument("--delta", type=float, default=None, help="delta of the gaussian mechanism (default 1e-5)")
     p.add_argument("--inputs", choices=("common", "sphere"), default="common",
                    help="common: every client holds one direction; sphere: i.i.d. uniform directions")
@@ -65,6 +86,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "(default: print the table)")
     p.add_argument("--plot", type=Path, default=None, help="figure: MSE vs epsilon, one panel per (d, n)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    g = p.add_argument_group("secure aggregation (--secagg)")
+    g.add_argument("--secagg", action="store_true",
+                   help="the distributed discrete mechanisms under secure aggregation (ddg, "
+                        "skellam): MSE of the decoded mean vs bits and the round's epsilon, "
+                        "beside the continuous distributed Gaussian")
+    g.add_argument("--bits", default=None,
+                   help="comma-separated bit-widths b of the modular sum, 2 to 32 (default "
+                        "12,14,16,18,20)")
+    g.add_argument("--clip", type=float, default=None,
+                   help="L2 clip C; every client holds one common vector of norm C (default 1)")
+    g.add_argument("--skip-unfit", action="store_true",
+                   help="leave out the cells whose bits cannot fit (default: refuse them)")
     p.set_defaults(handler=run)
 
 
@@ -111,7 +144,31 @@ def _finished(path: Path) -> set:
         return {_cell_key(r) for r in reader if r.get("mse") not in (None, "")}
 
 
+_LDP_DEFAULTS = dict(epsilon="0.25,0.5,1,2,4,8,16", dims="100,1000", clients="1,100", trials=5)
+_SECAGG_DEFAULTS = dict(mechanisms="ddg,skellam", epsilon="1,4,16", dims="1000", clients="100",
+                        trials=0, bits="12,14,16,18,20", clip=1.0)
+
+
 def run(args: argparse.Namespace) -> int:
+    defaults = _SECAGG_DEFAULTS if args.secagg else dict(
+        _LDP_DEFAULTS, mechanisms=",".join(registry.randomizer_names(frontier=True)))
+    for k, v in defaults.items():
+        if getattr(args, k) is None:
+            setattr(args, k, v)
+    if args.secagg:
+        return _run_secagg(args)
+    from ldpsim._src._checks import LdpsimError
+
+    for flag, value in (("--bits", args.bits), ("--clip", args.clip)):
+        if value is not None:
+            raise LdpsimError(f"{flag} applies to --secagg only (the local randomizers' "
+                              "frontier uses unit vectors and clip 1)")
+    if args.skip_unfit:
+        raise LdpsimError("--skip-unfit applies to --secagg only")
+    return _run_ldp(args)
+
+
+def _run_ldp(args: argparse.Namespace) -> int:
     from ldpsim._src._checks import LdpsimError, check_open_unit, check_positive_int
     from ldpsim._src.cli._parsing import check_seed
     from ldpsim._src.plots.figures import FORMATS
@@ -213,4 +270,130 @@ def _print_table(rows) -> None:
     print("  ".join(f"{c:>12}" for c in cols))
     for r in rows:
         print("  ".join(f"{r[c]:>12.4g}" if isinstance(r[c], float) else f"{r[c]!s:>12}"
+                        for c in cols))
+
+
+def _finished_secagg(path: Path, columns) -> set:
+    from ldpsim._src._checks import LdpsimError
+
+    if not path.exists() or path.stat().st_size == 0:
+        return set()
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        if reader.fieldnames is None or list(reader.fieldnames) != list(columns):
+            raise LdpsimError(f"--out {str(path)!r} exists with other columns than a --secagg "
+                              "frontier table; give a new file")
+        return {_secagg_key(r) for r in reader if r.get("mse_theory") not in (None, "")}
+
+
+def _secagg_key(row) -> tuple:
+    return (str(row["mechanism"]), int(row["bits"]), float(row["epsilon"]), float(row["delta"]),
+            int(row["dim"]), int(row["clients"]), float(row["clip"]), int(row["trials"]),
+            int(row["seed"]))
+
+
+def _run_secagg(args: argparse.Namespace) -> int:
+    """``--secagg``: the distributed discrete mechanisms' frontier
+    (:mod:`ldpsim._src.privacy.analysis.discrete_frontier`)."""
+    from ldpsim._src._checks import LdpsimError, check_open_unit, check_positive, \
+        check_positive_int
+    from ldpsim._src.cli._parsing import check_seed
+    from ldpsim._src.plots.figures import FORMATS
+    from ldpsim._src.privacy.analysis import discrete_frontier as dfr
+
+    mechanisms = _parse(args.mechanisms, "mechanisms", str)
+    for m in mechanisms:
+        if m not in dfr.MECHANISMS:
+            raise LdpsimError(f"--mechanisms: {m!r} is not a secure-aggregation mechanism; "
+                              f"with --secagg choose from {', '.join(dfr.MECHANISMS)}")
+    bits = _parse(args.bits, "bits", _int, "whole number")
+    for b in bits:
+        if not 2 <= b <= 32:
+            raise LdpsimError(f"--bits must be whole numbers in [2, 32]; got {b}")
+    epsilons = _parse(args.epsilon, "epsilon", float)
+    for e in epsilons:
+        if not (e > 0 and math.isfinite(e)):
+            raise LdpsimError(f"--epsilon must be > 0 and finite; got {e!r}")
+    dims = [check_positive_int("--dims", d) for d in _parse(args.dims, "dims", _int, "whole number")]
+    clients = [check_positive_int("--clients", n)
+               for n in _parse(args.clients, "clients", _int, "whole number")]
+    if args.trials < 0:
+        raise LdpsimError(f"--trials must be >= 0 with --secagg; got {args.trials}")
+    clip = check_positive("--clip", args.clip)
+    delta = 1e-5 if args.delta is None else check_open_unit("--delta", args.delta)
+    if args.chunk_size is not None:
+        check_positive_int("--chunk-size", args.chunk_size)
+    if args.inputs != "common":
+        raise LdpsimError("--secagg measures the common input only (every client holds C·u)")
+    check_seed(args.seed)
+    if args.plot is not None and args.plot.suffix.lower() not in FORMATS:
+        raise LdpsimError(f"--plot must end in {', '.join(FORMATS)}; got {str(args.plot)!r}")
+    done = _finished_secagg(args.out, dfr.COLUMNS) if args.out is not None else set()
+
+    def key_of(cell) -> tuple:
+        return (cell["mechanism"], int(cell["bits"]), float(cell["epsilon"]), float(delta),
+                int(cell["dim"]), int(cell["clients"]), float(clip), int(args.trials),
+                int(args.seed))
+
+    sink: dict = {}
+
+    def on_row(row) -> None:   # the file is opened at the first row: a refused grid writes none
+        rows.append(row.as_dict())
+        if args.out is not None:
+            if not sink:
+                fresh = not args.out.exists() or args.out.stat().st_size == 0
+                sink["file"] = open(args.out, "a", newline="")
+                sink["writer"] = csv.DictWriter(sink["file"], fieldnames=dfr.COLUMNS)
+                if fresh:
+                    sink["writer"].writeheader()
+            sink["writer"].writerow(row.as_dict())
+            sink["file"].flush()
+        if not args.no_progress:
+            print(f"  {row.mechanism} b={row.bits} eps={row.epsilon:g} d={row.dim} "
+                  f"n={row.clients}: mse_theory {row.mse_theory:.4g} ({row.seconds:.1f} s)",
+                  file=sys.stderr, flush=True)
+
+    rows: list = []
+
+    def on_unfit(msg: str) -> None:
+        print(f"ldpsim frontier: skipped: {msg}", file=sys.stderr)
+
+    try:
+        dfr.discrete_frontier(mechanisms, bits, epsilons, dims, clients, clip=clip, delta=delta,
+                              trials=args.trials, seed=args.seed, chunk=args.chunk_size,
+                              skip_unfit=args.skip_unfit, on_unfit=on_unfit,
+                              skip=lambda cell: key_of(cell) in done, on_row=on_row)
+    except LdpsimError as err:
+        if "cannot fit" in str(err):
+            raise LdpsimError(f"{err.args[0].replace('or skip_unfit', 'or --skip-unfit')}") \
+                from None
+        raise
+    finally:
+        if sink:
+            sink["file"].close()
+    if args.out is None:
+        _print_secagg_table(rows)
+    else:
+        print(f"wrote {args.out} ({len(rows)} new rows)")
+    if args.plot is not None:
+        import pandas as pd
+
+        from ldpsim._src.plots.discrete_frontier import plot_discrete_frontier
+
+        table = pd.read_csv(args.out) if args.out is not None else pd.DataFrame(rows)
+        keep = table["mechanism"].isin(mechanisms) & table["dim"].isin(dims) \
+            & table["clients"].isin(clients) & table["bits"].isin(bits) \
+            & table["epsilon"].isin(epsilons)
+        plot_discrete_frontier(table[keep], args.plot)
+        print(f"wrote {args.plot}")
+    return 0
+
+
+def _print_secagg_table(rows) -> None:
+    cols = ("mechanism", "bits", "epsilon", "dim", "clients", "mse_theory", "mse_rounding",
+            "mse_continuous", "ratio_to_continuous", "wrap_probability", "bits_sent", "mse",
+            "mse_se")
+    print("  ".join(f"{c:>13}" for c in cols))
+    for r in rows:
+        print("  ".join(f"{r[c]:>13.4g}" if isinstance(r[c], float) else f"{r[c]!s:>13}"
                         for c in cols))

@@ -74,7 +74,8 @@ __all__ = [
     "MECHANISMS", "DiscreteMechanism", "BitsRow", "BitsReport",
     "norm_check_slack", "norm_check_threshold", "rounding_norm_bound", "integer_sensitivity",
     "ddg_tau", "ddg_rdp", "skellam_rdp", "gaussian_rdp", "rdp_to_epsilon",
-    "discrete_rdp", "discrete_epsilon", "wrap_probability", "check_wrap", "solve_noise",
+    "discrete_rdp", "discrete_epsilon", "wrap_probability", "wrap_mse_bound", "check_wrap",
+    "solve_noise",
     "bits_needed", "poisson_subsampled_rdp", "SUBSAMPLED_ORDERS", "gaussian_central_variance",
 ]
 
@@ -353,6 +354,12 @@ def _noise_logmgf(mech: DiscreteMechanism, lam: float) -> float:
     return var * (math.cosh(lam) - 1)
 
 
+def _finite(x: float) -> float:
+    """``x`` with ``inf`` replaced by ``1e300`` (an overflowed MGF: the minimiser must not see
+    ``inf − inf``)."""
+    return x if x < 1e300 else 1e300
+
+
 def wrap_probability(mech: DiscreteMechanism) -> float:
     """Upper bound on P[some coordinate of the round's integer sum leaves ``[−2^(b−1), 2^(b−1))``]
     (module docstring): ``min(1, 2D·(1−β)^(−n)·min_λ exp(λ²v/2 + log MGF_noise(λ) − λM))``,
@@ -366,13 +373,41 @@ def wrap_probability(mech: DiscreteMechanism) -> float:
 
     var_total = v + n * mech.client_variance
     lam0 = m / var_total
-    res = optimize.minimize_scalar(lambda t: log_tail(math.exp(t)),
+    res = optimize.minimize_scalar(lambda t: _finite(log_tail(math.exp(t))),
                                    bounds=(math.log(lam0) - 8, math.log(lam0) + 3),
                                    method="bounded")
     best = min(log_tail(lam0), float(res.fun))
     cond = -n * math.log1p(-mech.beta)
     log_p = math.log(2 * dim) + cond + best
     return 1.0 if log_p >= 0 else math.exp(log_p)
+
+
+def wrap_mse_bound(mech: DiscreteMechanism) -> float:
+    """Upper bound on ``E‖w‖²``, ``w`` the error the modular wrap adds to the round's integer sum
+    (``D`` coordinates, integer units; the decoded sum's error from the wrap is ``γ·U^T w``, of
+    squared norm at most ``γ²‖w‖²``). Per coordinate the wrap changes ``T`` by a multiple of
+    ``2^b`` only when ``|T| ≥ M = 2^(b−1)``, and then by at most ``2|T|``, so
+    ``E w_j² ≤ 4·E[T² 1{|T| ≥ M}] = 4(M²·P[|T| ≥ M] + ∫_M^∞ 2t·P[|T| ≥ t] dt)``; with the
+    Chernoff tail ``P[|T| ≥ t] ≤ 2(1−β)^(−n)·exp(g(λ) − λt)`` of :func:`wrap_probability`
+    (``g`` the log-MGF bound of the signal, rounding and noise) this is
+    ``8(1−β)^(−n)·exp(g(λ) − λM)·(M² + 2M/λ + 2/λ²)`` for every ``λ > 0``, minimised over ``λ``
+    and summed over the ``D`` coordinates. Like :func:`wrap_probability` it is an expectation
+    over the rotation's random signs, for any input of norm ``≤ C``."""
+    n, dim = mech.clients, mech.padded_dim
+    m = 2.0 ** (mech.bits - 1)
+    v = (n * mech.scaled_clip) ** 2 / dim + n / 4
+
+    def log_bound(lam):
+        return (lam * lam * v / 2 + _noise_logmgf(mech, lam) - lam * m
+                + math.log(m * m + 2 * m / lam + 2 / (lam * lam)))
+
+    lam0 = m / (v + n * mech.client_variance)
+    res = optimize.minimize_scalar(lambda t: _finite(log_bound(math.exp(t))),
+                                   bounds=(math.log(lam0) - 8, math.log(lam0) + 3),
+                                   method="bounded")
+    best = min(log_bound(lam0), float(res.fun))
+    log_e = math.log(8 * dim) - n * math.log1p(-mech.beta) + best
+    return math.exp(min(log_e, 700.0))
 
 
 def check_wrap(mech: DiscreteMechanism, max_probability: float = 1e-6) -> float:
