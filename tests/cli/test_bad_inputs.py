@@ -693,3 +693,34 @@ def test_sweep_file_setting_for_its_own_mechanisms_survives_narrowing(tmp_path):
     config, out, _ = build_config(args)
     with pytest.raises(LdpsimError, match="delta"):
         check_sweep_args(args, config, out)
+
+
+def test_sweep_file_option_of_one_mechanism_goes_to_its_cells_only(tmp_path):
+    """A randomizer's own option in a sweep file's [run] (ProjUnit's projunit_simulation
+    beside gaussian cells): the projunit cells take it, the others run without it, in the
+    full grid and narrowed to either side; a file whose mechanisms never use it refuses it."""
+    from ldpsim._src._checks import LdpsimError
+    from ldpsim._src.cli._guards import check_sweep_args
+    from ldpsim._src.cli.cmd_sweep import build_config
+    from ldpsim._src.fl.config import SimulationConfig
+
+    cfg = tmp_path / "mechs.toml"
+    cfg.write_text('[grid]\nmechanism = ["gaussian", "projunit"]\nepsilon = [8]\n'
+                   'clients_per_round = [10]\nseed = [0]\n'
+                   '[run]\ndataset = "synthetic"\npopulation = 30\nrounds = 1\n'
+                   'projunit_simulation = "law"\n')
+    out = tmp_path / "s.csv"
+    for narrow, want in ([], {"gaussian": "report", "projunit": "law"}), \
+            (["--mechanism", "gaussian"], {"gaussian": "report"}), \
+            (["--mechanism", "projunit"], {"projunit": "law"}):
+        args = _parse(["sweep", "--config", str(cfg), *narrow, "--out", str(out)])
+        config, out, _ = build_config(args)
+        check_sweep_args(args, config, out)
+        got = {c.axes["mechanism"]: SimulationConfig(**c.params).projunit_simulation
+               for c in config.cells()}
+        assert got == want, (narrow, got)
+    cfg.write_text(cfg.read_text().replace(', "projunit"', ""))
+    args = _parse(["sweep", "--config", str(cfg), "--out", str(out)])
+    config, out, _ = build_config(args)
+    with pytest.raises(LdpsimError, match="projunit_simulation"):
+        check_sweep_args(args, config, out)

@@ -252,8 +252,24 @@ def resolve(args: argparse.Namespace) -> Resolved:
         if value is not None:
             grid[axis] = parse_list(value)
     if args.grid_mechanism is not None:   # a grid axis, even with one value
+        file_mechanisms = grid.get("mechanism", [run.get("mechanism")])
         run.pop("mechanism", None)
         grid["mechanism"] = parse_list(args.grid_mechanism)
+        if args.config is not None:
+            # The file's options for the mechanisms the command line left out go with them
+            # (as in the full sweep, they apply to no cell of this one); an option no
+            # mechanism of the file uses stays, and is refused by name.
+            from ldpsim._src.privacy import registry
+
+            specs = {s.name: s for s in registry.RANDOMIZERS}
+
+            def users(names):
+                return [specs[m] for m in map(str, names) if m in specs]
+
+            for field in registry.own_option_fields():
+                if (field in run and not any(s.uses(field) for s in users(grid["mechanism"]))
+                        and any(s.uses(field) for s in users(file_mechanisms))):
+                    run.pop(field)
     for field, values in pairs(args.axis, "--axis"):
         run.pop(field, None)
         grid[field] = [_parse_scalar(v) for v in parse_list(values)]

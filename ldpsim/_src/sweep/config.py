@@ -243,6 +243,12 @@ class SweepConfig:
 
     def _params(self, axes: Mapping[str, Any]) -> dict[str, Any]:
         params = {**self.base, **axes}
+        # A randomizer's own option set once for the whole sweep (e.g. ProjUnit's
+        # projunit_simulation beside gaussian cells) belongs to the cells whose mechanism uses
+        # it; the other cells run without it. Only when some mechanism of the grid uses it:
+        # otherwise it stays, and the cell's configuration refuses it by name.
+        for field in _options_for_other_cells(self.base, self.grid, axes):
+            params.pop(field)
         delta = params.get("delta")
         if delta == "1/population":
             if "population" not in params:
@@ -268,6 +274,24 @@ class SweepConfig:
         if other.get("format") != mine["format"]:
             diffs.append(f"format: {other.get('format')} there vs {mine['format']} here")
         return "; ".join(diffs) or "(no difference in settings)"
+
+
+def _options_for_other_cells(base: Mapping[str, Any], grid: Mapping[str, tuple],
+                             axes: Mapping[str, Any]) -> list[str]:
+    """Randomizer options of ``base`` that the cell's mechanism does not use while another
+    mechanism of the grid's ``mechanism`` axis does."""
+    from ldpsim._src.privacy import registry
+
+    mechanisms = grid.get("mechanism")
+    if not mechanisms or "mechanism" not in axes:
+        return []
+    specs = {s.name: s for s in registry.RANDOMIZERS}
+    own = specs.get(str(axes["mechanism"]))
+    if own is None:
+        return []
+    return [f for f in registry.own_option_fields()
+            if f in base and f not in axes and not own.uses(f)
+            and any(specs[m].uses(f) for m in map(str, mechanisms) if m in specs)]
 
 
 def read_toml(path: str | Path, what: str) -> dict[str, Any]:
