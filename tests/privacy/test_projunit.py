@@ -398,7 +398,18 @@ def test_jit_vmap_at_a_million_coordinates(fast, k):
 @pytest.mark.slow
 def test_projunit_at_lenet5_size_with_the_papers_k():
     """ProjUnit at d = 61,706 and k = 1,000 (6·10⁷ normal draws per client per pass, W in 63
-    scan steps of 16 rows) under jit(vmap), 2 clients: finite, decoded from the seed alone."""
+    scan steps of 16 rows) under jit(vmap), 2 clients: finite, decoded from the seed alone.
+    Its cost is executing the draws, not compiling, so it runs in a child process with XLA's
+    default options (the suite's skip LLVM's optimisation: several times slower here)."""
+    from conftest import run_with_xla_defaults
+
+    out = run_with_xla_defaults("import sys\nsys.path[:0] = ['tests', 'tests/privacy']\n"
+                                "import test_projunit\n"
+                                "test_projunit._projunit_at_lenet5_size()\nprint('ok')\n")
+    assert out.strip().splitlines()[-1] == "ok", out
+
+
+def _projunit_at_lenet5_size():
     d, k = 61_706, 1000
     m = _m(4.0, d, k, False)
     x = jnp.asarray(0.5 * _unit(d, 0), jnp.float32)
