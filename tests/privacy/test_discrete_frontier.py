@@ -127,8 +127,20 @@ def test_monte_carlo_small(kind, bits, eps):
 
 
 @pytest.mark.slow   # LeNet-5 size: 3 trials of 16 clients (2 chunks) of 65,536 draws
-@pytest.mark.parametrize("kind", ["ddg", "skellam"])
-def test_monte_carlo_lenet5_size(kind):
+def test_monte_carlo_lenet5_size():
+    """ddg and Skellam at d = 61,706. Executing the draws, not compiling, is the cost, so both
+    run in one child process with XLA's default options (the suite's skip LLVM's
+    optimisation)."""
+    from conftest import run_with_xla_defaults
+
+    out = run_with_xla_defaults("import sys\nsys.path[:0] = ['tests', 'tests/privacy']\n"
+                                "import test_discrete_frontier as t\n"
+                                "for kind in ('ddg', 'skellam'):\n"
+                                "    t._monte_carlo_lenet5_size(kind)\nprint('ok')\n")
+    assert out.strip().splitlines()[-1] == "ok", out
+
+
+def _monte_carlo_lenet5_size(kind):
     row = dfr.frontier_cell(kind, bits=16, epsilon=4.0, clients=16, dim=61_706, trials=3,
                             chunk=8)
     _check_measured(row)
