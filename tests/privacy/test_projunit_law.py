@@ -50,6 +50,7 @@ def _draws(simulation, norm, root):
     return np.asarray(run(keys), np.float64), np.asarray(x, np.float64)
 
 
+@pytest.mark.slow   # 6-7 s: both paths compiled, 40,000 draws each
 @pytest.mark.parametrize("norm", [1.0, 0.4])
 def test_law_matches_the_deployed_decoded_value(norm):
     law, x = _draws("law", norm, 11)
@@ -109,6 +110,7 @@ def test_bad_simulation_is_refused():
         pj.make(epsilon=4.0, dim=D, k=K, fast=True, simulation="law")
 
 
+@pytest.mark.slow   # ~12 s: two 3-round simulations
 def test_the_engine_runs_the_law_when_asked_and_its_error_matches_the_exact_variance():
     """``--projunit-simulation law`` reaches the round: the same run (same keys) differs from
     the deployed one, and both decoded aggregates' errors match ProjUnit's exact variance
