@@ -9,6 +9,7 @@ computes nothing, so it needs no JAX.
 from __future__ import annotations
 
 from ldpsim._src._checks import LdpsimError
+from ldpsim._src.plots.frontier import figure_legend
 
 __all__ = ["plot_discrete_frontier"]
 
@@ -65,15 +66,7 @@ def plot_discrete_frontier(table, out=None):
         top = ax.secondary_xaxis("top", functions=(lambda b, k=kib: b * k, lambda x, k=kib: x / k))
         top.set_xlabel("KiB per client (b·D bits)")
         ax.grid(True, which="major", alpha=0.3)
-    for ax in list(axes.flat)[len(panels):]:
-        ax.set_visible(False)
-    handles = {}
-    for ax in axes.flat[:len(panels)]:
-        for h, lab in zip(*ax.get_legend_handles_labels()):
-            handles.setdefault(lab, h)
-    ncol = min(len(handles), 3)
-    fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=max(1, ncol),
-               fontsize="small", frameon=False)
+    handles, ncol = figure_legend(fig, axes, len(panels), 3)
     fig.suptitle("Secure-aggregation frontier: exact MSE (lines), Monte-Carlo (hollow, ±2 SE), "
                  "continuous Gaussian at the same ε (dotted)", fontsize="medium")
     legend_rows = -(-len(handles) // max(1, ncol))

@@ -61,15 +61,8 @@ def plot_frontier(table, out=None):
         ax.set_xlabel("local ε")
         ax.set_ylabel("MSE of the decoded mean")
         ax.grid(True, which="major", alpha=0.3)
-    for ax in list(axes.flat)[len(panels):]:
-        ax.set_visible(False)
-    handles = {}
-    for ax in axes.flat[:len(panels)]:
-        for h, lab in zip(*ax.get_legend_handles_labels()):
-            handles.setdefault(lab, h)
-    ncol = min(len(handles), 4 if cols > 1 else 2)   # one narrow panel: fewer columns
-    fig.legend(list(handles.values()), list(handles), loc="lower center",
-               ncol=max(1, ncol), fontsize="small", frameon=False)
+    # one narrow panel: fewer legend columns
+    handles, ncol = figure_legend(fig, axes, len(panels), 4 if cols > 1 else 2)
     sep = " " if cols > 1 else "\n"
     fig.suptitle(f"Mechanism frontier: measured (markers ±2 SE),{sep}exact theory (dashed), "
                  "lower-bound order (dotted)", fontsize="medium")
@@ -78,3 +71,18 @@ def plot_frontier(table, out=None):
     if out is not None:   # "tight": the saved canvas holds the title and the legend whole
         fig.savefig(out, dpi=120, bbox_inches="tight")
     return fig
+
+
+def figure_legend(fig, axes, used: int, max_cols: int) -> tuple[dict, int]:
+    """Hide the grid's unused panels and draw one legend under the figure from the labels of
+    the ``used`` panels (each label once). Returns ``(handles by label, legend columns)``."""
+    for ax in list(axes.flat)[used:]:
+        ax.set_visible(False)
+    handles: dict = {}
+    for ax in axes.flat[:used]:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(lab, h)
+    ncol = max(1, min(len(handles), max_cols))
+    fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=ncol,
+               fontsize="small", frameon=False)
+    return handles, ncol
