@@ -24,6 +24,7 @@ import argparse
 import csv
 import math
 import os
+import shutil
 import sys
 import time
 import tomllib
@@ -53,43 +54,56 @@ def cells(spec: dict) -> list[dict]:
 
 
 def solve(cell: dict, spec: dict) -> dict:
-    """Granularity, noise, wrap bound and ε of one cell (host-side accounting only)."""
+    """Granularity, noise, wrap bound and ε of one cell: the engine's own plan
+    (``planning.secagg_mechanism``, host-side accounting only), so what is printed by
+    ``--plan`` is what the run uses."""
+    from ldpsim._src.fl import planning
     from ldpsim._src.privacy.discrete import accounting as A
 
-    run = spec["run"]
+    cfg = engine_config(cell, None, spec)
+    pop, dim = spec["run"]["population"], spec["sweep"].get("dim", D)
     eps, whole = TARGETS[cell["target"]]
-    m, pop = cell["clients_per_round"], run["population"]
-    delta = 1.0 / pop
-    kw = dict(epsilon=eps, delta=delta, clients=m, dim=spec["sweep"].get("dim", D), clip=run["clip"],
-              wrap_target=run["wrap_target"], bit_range=[cell["bits"]])
-    if whole:
-        kw.update(rounds=run["rounds"], sampling_rate=m / pop, neighbours="add-remove")
-    report = A.bits_needed(cell["mechanism"], **kw)
-    if not report.rows:
+    m = cell["clients_per_round"]
+    try:
+        mech = planning.secagg_mechanism(cfg, dim, pop)
+    except Exception as err:            # b too small: an infeasible cell, recorded as such
         return dict(feasible=0, granularity=math.nan, noise=math.nan, wrap_bound=math.nan,
-                    epsilon_accounted=math.nan, mse_ratio=math.nan, delta=delta)
-    row = report.rows[0]
-    return dict(feasible=1, granularity=row.granularity, noise=row.noise,
-                wrap_bound=row.wrap_probability, epsilon_accounted=row.epsilon,
-                mse_ratio=row.mse_ratio, delta=delta)
+                    epsilon_accounted=math.nan, mse_ratio=math.nan, delta=cfg.delta,
+                    noise_survivors=math.nan, infeasible=str(err).splitlines()[0][:200])
+    floor, delta = planning.cohort_guarantee(cfg, pop)
+    q = planning.sampling_rate(cfg, pop)
+    rounds = cfg.rounds if whole else 1
+    accounted = A.discrete_epsilon(mech, delta, rounds, floor, sampling_rate=q)
+    ref = A.gaussian_central_variance(eps, delta, rounds, cfg.clip, mech.neighbours, q)
+    mse = mech.granularity ** 2 * m * (0.25 + mech.client_variance)
+    return dict(feasible=1, granularity=mech.granularity, noise=mech.noise,
+                wrap_bound=A.wrap_probability(mech), epsilon_accounted=accounted,
+                mse_ratio=mse / ref, delta=cfg.delta,
+                noise_survivors=m if floor is None else floor, infeasible="")
 
 
-def engine_config(cell: dict, solved: dict, spec: dict):
+def engine_config(cell: dict, solved: dict | None, spec: dict):
     """The cell as a ``SimulationConfig`` of the engine's ``discrete`` privacy mode.
 
-    A whole-run target runs with ``epsilon_scope="run"``: the engine solves the noise for the
-    whole run's ε with the amplification of the Poisson cohort sampling (as :func:`solve` does
-    here, at the granularity solved here) and accounts ``epsilon_spent`` the same way.
+    A whole-run target runs with Poisson cohorts and ``epsilon_scope="run"``: the engine
+    solves the noise for the whole run's ε with the amplification of the Poisson cohort
+    sampling, counting the cohort size every round reaches (``planning.cohort_guarantee``),
+    and accounts ``epsilon_spent`` the same way. A per-round target runs with fixed-size
+    cohorts (``sampling="uniform"``, replace-one neighbours), the crossover's setting.
+    ``solved`` (from :func:`solve`) passes the granularity on, so the engine does not search
+    for it again (it would find the same).
     """
     from ldpsim.fl import SimulationConfig
 
     epsilon, whole_run = TARGETS[cell["target"]]
     run = {k: v for k, v in spec["run"].items() if k != "wrap_target"}
+    run["sampling"] = "poisson" if whole_run else "uniform"
     return SimulationConfig(**run, clients_per_round=cell["clients_per_round"],
-                            seed=cell["seed"], delta=solved["delta"], privacy_mode="discrete",
-                            secagg_mechanism=cell["mechanism"], bits=cell["bits"],
-                            granularity=solved["granularity"], epsilon=epsilon,
-                            epsilon_scope="run" if whole_run else "round")
+                            seed=cell["seed"], delta=1.0 / run["population"],
+                            privacy_mode="discrete", secagg_mechanism=cell["mechanism"],
+                            bits=cell["bits"],
+                            granularity=None if solved is None else solved["granularity"],
+                            epsilon=epsilon, epsilon_scope="run" if whole_run else "round")
 
 
 def key_of(row: dict) -> tuple:
@@ -148,6 +162,10 @@ def main(argv=None) -> int:
     p.add_argument("--plan", action="store_true", help="print the cells and their noise, run none")
     p.add_argument("--out", default=None)
     p.add_argument("--plot", metavar="PNG", help="accuracy against bits per m from --out")
+    p.add_argument("--checkpoints", default=None,
+                   help="folder of the running cell's checkpoints (default: .checkpoints next "
+                        "to --out; removed when the cell ends)")
+    p.add_argument("--progress", action="store_true", help="a progress bar per cell")
     args = p.parse_args(argv)
     spec = load_spec(args.spec)
     out = args.out or os.path.join(HERE, spec["sweep"]["out"])
@@ -161,19 +179,26 @@ def main(argv=None) -> int:
             continue
         solved = solve(cell, spec)
         if args.plan:
-            print(cell, {k: f"{v:.4g}" for k, v in solved.items()}, flush=True)
+            print(cell, {k: (f"{v:.4g}" if isinstance(v, float) else v)
+                         for k, v in solved.items()}, flush=True)
             continue
         if not solved["feasible"]:
             append(out, [dict(cell, **solved, round=0, accuracy=math.nan, final=1)])
             continue
         from ldpsim import simulate
         cfg = engine_config(cell, solved, spec)
+        # a cell continues from its last checkpoint (every 10 rounds) after an interruption
+        ckpt = os.path.join(args.checkpoints or os.path.join(os.path.dirname(out),
+                                                             ".checkpoints"),
+                            "_".join(str(v) for v in key_of(cell)))
         rows, t0 = [], time.process_time()
-        simulate(cfg, callback=lambda r: rows.append(
+        print("run", cell, flush=True)
+        simulate(cfg, checkpoint_dir=ckpt, progress=args.progress, callback=lambda r: rows.append(
             {**cell, **solved, **r, "process_time": time.process_time() - t0}))
         for i, r in enumerate(rows):
             r["final"] = int(i == len(rows) - 1)
         append(out, rows)
+        shutil.rmtree(ckpt, ignore_errors=True)
     return 0
 
 

@@ -38,8 +38,12 @@ def test_json_agrees_with_the_library(mech):
     o = json.loads(out)
     assert o["bits"] == 16 and o["sampling_rate"] == pytest.approx(0.05)
     m = A.DiscreteMechanism(mech, 1.0, o["granularity"], o["noise"], 100, 1000, 16)
-    eps = A.discrete_epsilon(m, 1e-5, 20, sampling_rate=0.05)
+    # the noise is counted from the cohort floor, at delta less the cohort-tail charge
+    floor, tail = A.cohort_floor(2000, 100, 20, 4.0, 1e-5)
+    assert o["noise_survivors"] == floor < 100 and o["delta_solved"] == pytest.approx(1e-5 - tail)
+    eps = A.discrete_epsilon(m, 1e-5 - tail, 20, floor, sampling_rate=0.05)
     assert o["epsilon"] == pytest.approx(eps, rel=1e-12) and eps <= 4.0
+    assert A.discrete_epsilon(m, 1e-5 - tail, 20, 100, sampling_rate=0.05) < eps
     assert o["wrap_probability"] == pytest.approx(A.wrap_probability(m), rel=1e-9)
     assert o["wrap_probability"] <= 1e-6
     assert o["padded_dim"] == 1024

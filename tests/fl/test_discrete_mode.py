@@ -398,13 +398,16 @@ def test_whole_run_noise_meets_the_target_and_is_minimal(kind):
     from ldpsim._src.privacy.discrete import accounting as dacc
 
     cfg, p, mech = _whole_mech(kind=kind)
+    floor, delta = planning.cohort_guarantee(cfg, 1000)
+    assert delta == pytest.approx(0.9 * cfg.delta) and 1 <= floor < 50
     eps = p.epsilon_of(1, 20, 1.0)
     assert eps <= 4.0 and eps == pytest.approx(4.0, rel=1e-3)
+    assert p.delta_of(1, 20, 1.0) <= cfg.delta
     assert p.epsilon_of(1, 10, 1.0) < eps                       # spent grows with the rounds
     less = dataclasses.replace(mech, noise=mech.noise * 0.99)
-    assert dacc.discrete_epsilon(less, cfg.delta, 20, sampling_rate=0.05) > 4.0
+    assert dacc.discrete_epsilon(less, delta, 20, floor, sampling_rate=0.05) > 4.0
     # amplification is what the run pays for: unamplified, the same noise spends far more
-    assert dacc.discrete_epsilon(mech, cfg.delta, 20) > 2 * eps
+    assert dacc.discrete_epsilon(mech, delta, 20, floor) > 2 * eps
 
 
 def test_whole_run_noise_against_the_exact_subsampled_gaussian():
@@ -417,12 +420,13 @@ def test_whole_run_noise_against_the_exact_subsampled_gaussian():
     from ldpsim._src.privacy.discrete import accounting as dacc
 
     cfg, p, mech = _whole_mech(kind="ddg", dim=61_706)   # LeNet-5's d (D = 65,536)
+    floor, delta = planning.cohort_guarantee(cfg, 1000)  # the noise the accountant counts
     l2, _ = dacc.integer_sensitivity(mech.norm_bound, mech.padded_dim, mech.neighbours)
-    z = math.sqrt(50 * mech.client_variance) / l2
+    z = math.sqrt(floor * mech.client_variance) / l2
     acc = dp_accounting.rdp.RdpAccountant(list(dacc.SUBSAMPLED_ORDERS))
     acc.compose(dp_accounting.PoissonSampledDpEvent(
         0.05, dp_accounting.GaussianDpEvent(z)), 20)
-    exact = acc.get_epsilon(cfg.delta)
+    exact = acc.get_epsilon(delta)
     eps = p.epsilon_of(1, 20, 1.0)
     assert exact <= eps <= 2.5 * exact
 
@@ -433,6 +437,41 @@ def test_whole_run_noise_is_monotone_in_rounds_and_sampling_rate():
     _, _, q_small = _whole_mech(population=2000)      # q = 0.025
     assert t10.noise < t20.noise                        # more rounds: more noise
     assert q_small.noise < t20.noise                    # rarer participation: less noise
+
+
+def test_cohort_floor_is_the_binomial_quantile():
+    """n_low against an independent exact computation (the Binomial(N - 1, q) lower tail as a
+    sum of exact terms in Fractions): with k = n_low - 1 (the others besides the protected
+    user), P[X < k] <= eta/T < P[X < k + 1], eta = delta_tail/(1 + e^eps) and delta_tail a
+    tenth of delta."""
+    from fractions import Fraction
+
+    from ldpsim._src.privacy.discrete import accounting as dacc
+
+    for pop, m, rounds, eps, delta in [(1000, 50, 20, 4.0, 1e-3), (400, 100, 7, 8.0, 1e-4),
+                                       (2000, 10, 100, 1.0, 5e-4)]:
+        n_low, tail = dacc.cohort_floor(pop, m, rounds, eps, delta)
+        assert tail == pytest.approx(0.1 * delta)
+        q, n, k = Fraction(m, pop), pop - 1, n_low - 1
+        pmf = [math.comb(n, j) * q**j * (1 - q)**(n - j) for j in range(k + 1)]
+        below, below_next = sum(pmf[:k]), sum(pmf)
+        bound = Fraction(tail) / (1 + Fraction(math.exp(eps))) / rounds
+        assert below <= bound * (1 + Fraction(1, 10**9)) and below_next > bound
+
+
+def test_whole_run_spent_stays_within_the_target_until_a_cohort_falls_short():
+    """A short Poisson cohort no longer lifts epsilon_spent over the target (the noise counts
+    n_low clients, not m); survivors below n_low are accounted with the realised count, and the
+    delta reported then includes the cohort-tail charge at the larger epsilon."""
+    cfg, p, mech = _whole_mech(kind="ddg")
+    floor, delta = planning.cohort_guarantee(cfg, 1000)
+    m = cfg.clients_per_round
+    at_floor = p.epsilon_of(1, 20, floor / m)
+    assert at_floor == p.epsilon_of(1, 20, 1.0) <= 4.0          # any cohort >= n_low: the target
+    assert p.epsilon_of(1, 20, 0.9 * m / m) == at_floor
+    short = p.epsilon_of(1, 20, (floor - 2) / m)
+    assert short > at_floor and p.delta_of(1, 20, (floor - 2) / m) > p.delta_of(1, 20, 1.0)
+    assert p.delta_of(1, 20, 1.0) <= cfg.delta
 
 
 @pytest.mark.parametrize("kind", ["ddg", "skellam"])
@@ -490,12 +529,13 @@ def test_whole_run_end_to_end_accounts_the_realised_cohorts():
     assert len(rows) == 3
     mech = planning.secagg_mechanism(cfg, dim, 400)
     assert rows[0]["sigma"] == pytest.approx(mech.granularity * math.sqrt(mech.client_variance))
+    floor, delta = planning.cohort_guarantee(cfg, 400)
     for t, r in enumerate(rows, 1):
-        s = max(1, min(40, min(int(x["survivors"]) for x in rows[:t])))
+        s = max(1, min(floor, min(int(x["survivors"]) for x in rows[:t])))
         assert r["epsilon_spent"] == pytest.approx(
-            dacc.discrete_epsilon(mech, cfg.delta, t, survivors=s, sampling_rate=0.1), rel=1e-12)
-        assert r["wrapped_fraction"] == 0
-    full = dacc.discrete_epsilon(mech, cfg.delta, 3, sampling_rate=0.1)
+            dacc.discrete_epsilon(mech, delta, t, survivors=s, sampling_rate=0.1), rel=1e-12)
+        assert r["wrapped_fraction"] == 0 and r["noise_survivors"] == floor
+    full = dacc.discrete_epsilon(mech, delta, 3, floor, sampling_rate=0.1)
     assert full <= 8.0 and full == pytest.approx(8.0, rel=1e-3)
 
 

@@ -384,12 +384,21 @@ def _discrete(args) -> dict:
         raise LdpsimError(f"--bits must be an integer in [2, 32], got {args.bits}")
     if args.granularity is not None and args.bits is None:
         raise LdpsimError("--granularity needs --bits (the wrap bound depends on both)")
-    kw = dict(epsilon=args.epsilon, delta=args.delta, clients=args.clients, dim=args.dim,
+    # Poisson cohorts fall short of --clients about half the time: the noise is counted from
+    # the cohort size every round reaches but with a probability charged to delta
+    # (accounting.cohort_floor); population N = --population, or --clients/--sampling-rate
+    survivors, delta = None, args.delta
+    if q is not None and q < 1:
+        population = args.population or max(args.clients, round(args.clients / q))
+        survivors, tail = A.cohort_floor(population, args.clients, args.rounds, args.epsilon,
+                                         args.delta)
+        delta = args.delta - tail
+    kw = dict(epsilon=args.epsilon, delta=delta, clients=args.clients, dim=args.dim,
               clip=args.clip, rounds=args.rounds, neighbours=args.neighbours)
     if args.granularity is not None:
         try:
             mech = A.solve_noise(args.mechanism, granularity=args.granularity, bits=args.bits,
-                                 sampling_rate=q, **kw)
+                                 sampling_rate=q, survivors=survivors, **kw)
         except LdpsimError as err:
             raise LdpsimError(f"gamma {args.granularity:g} cannot fit: {err}; use a coarser "
                               "--granularity (omit it to get the finest that fits)") from None
@@ -404,6 +413,7 @@ def _discrete(args) -> dict:
     else:
         report = A.bits_needed(args.mechanism, wrap_target=args.wrap_target,
                                mse_tolerance=args.mse_tolerance, sampling_rate=q,
+                               survivors=survivors,
                                bit_range=[args.bits] if args.bits else range(8, 33), **kw)
         if args.bits is not None:
             if not report.rows:
@@ -421,19 +431,21 @@ def _discrete(args) -> dict:
         mech = A.DiscreteMechanism(args.mechanism, args.clip, row.granularity, row.noise,
                                    args.clients, args.dim, row.bits, neighbours=args.neighbours)
         wrap = row.wrap_probability
-    eps = A.discrete_epsilon(mech, args.delta, args.rounds, sampling_rate=q)
+    eps = A.discrete_epsilon(mech, delta, args.rounds, survivors, sampling_rate=q)
     out = {"mechanism": args.mechanism, "bits": mech.bits, "granularity": mech.granularity,
            "noise": mech.noise, "client_variance": mech.client_variance,
            "padded_dim": mech.padded_dim, "norm_bound": mech.norm_bound,
            "wrap_probability": wrap, "epsilon": eps, "target_epsilon": args.epsilon,
            "delta": args.delta, "rounds": args.rounds, "sampling_rate": q,
            "clients": args.clients, "dim": args.dim, "clip": args.clip,
+           "noise_survivors": args.clients if survivors is None else survivors,
+           "delta_solved": delta,
            "neighbouring": ("add/remove one client of the population (Poisson cohorts)"
                             if q is not None and q < 1 else
                             ("replace one client" if args.neighbours == "replace"
                              else "add/remove one client"))}
     if q is not None and q < 1:
-        out["epsilon_unamplified"] = A.discrete_epsilon(mech, args.delta, args.rounds)
+        out["epsilon_unamplified"] = A.discrete_epsilon(mech, delta, args.rounds, survivors)
     if row is not None:
         out["mse_ratio"] = row.mse_ratio
     return out
@@ -453,6 +465,10 @@ def _print_discrete(out: dict) -> None:
             if out["sampling_rate"] is not None and out["sampling_rate"] < 1 else "")
     print(f"epsilon          {out['epsilon']:.6g}   whole run: {out['rounds']} round(s) at delta "
           f"{out['delta']:.3g}{samp} (target {out['target_epsilon']:g})")
+    if out["noise_survivors"] != out["clients"]:
+        print(f"  cohort floor   noise counted from {out['noise_survivors']:,} clients: every "
+              f"Poisson cohort reaches it but with a probability charged to delta (epsilon at "
+              f"delta {out['delta_solved']:.3g}; docs/distributed_discrete.md)")
     if "epsilon_unamplified" in out:
         print(f"  unamplified    {out['epsilon_unamplified']:.6g}   (every round counted in full)")
     if "mse_ratio" in out:

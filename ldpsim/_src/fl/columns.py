@@ -66,6 +66,11 @@ COLUMNS: dict[str, tuple[str, str]] = {
                                         "round at the same sensitivity (the reference for "
                                         "noise_sum_std and effective_noise_std); NaN in the "
                                         "other modes"),
+    "noise_survivors": ("setting", "discrete mode: the clients whose noise the accountant "
+                                   "counts per round (clients_per_round; with Poisson cohorts "
+                                   "and a whole-run epsilon the cohort size every round reaches "
+                                   "but with a probability charged to delta); NaN in the other "
+                                   "modes"),
     "round": ("setting", "round number (1-based)"),
     "sampler_delta_floor": ("setting", "no delta below this is delivered by the float noise "
                                        "sampler's bounded tails (ldpsim.privacy."

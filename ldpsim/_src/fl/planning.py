@@ -539,7 +539,8 @@ def plan(config: SimulationConfig, population: int, *,
     mode_row_columns = base.row_columns
 
     def row_columns(row: dict) -> dict:   # the discrete mode's reference, NaN elsewhere
-        return {"continuous_noise_std": math.nan, **mode_row_columns(row)}
+        return {"continuous_noise_std": math.nan, "noise_survivors": math.nan,
+                **mode_row_columns(row)}
 
     return base._replace(mechanism=modes.with_client_training(mech, training),
                          client_hyper=knobs, client_epsilon_of=client_epsilon_of,
@@ -570,6 +571,31 @@ def sampling_rate(config: SimulationConfig, population: int | None) -> float | N
     return int(config.clients_per_round) / int(population)
 
 
+def cohort_guarantee(config: SimulationConfig, population: int | None
+                     ) -> tuple[int | None, float]:
+    """``(n_low, δ')`` of a whole-run (``epsilon_scope="run"``) discrete plan: the cohort size
+    whose noise the plan counts in every round, and the δ its noise is solved at; ``(None, δ)``
+    for a per-round plan (fixed-size cohorts count ``clients_per_round``).
+
+    A Poisson cohort falls short of its expected size m = ``clients_per_round`` about half the
+    time, and the per-client noise of a short cohort adds to less than m clients' noise: solved
+    for m, the run would spend more than its target. The noise is solved instead for the
+    ``n_low`` that every round's cohort reaches except with a probability charged to δ
+    (:func:`~ldpsim._src.privacy.discrete.accounting.cohort_floor`: a tenth of δ, so ``δ' =
+    0.9 δ``). ``epsilon_spent`` then stays within the target unless a round's survivors fall
+    below ``n_low`` (a rare cohort, or dropout), when it is accounted with the realised count.
+    """
+    from ldpsim._src.privacy.discrete import accounting as dacc
+
+    q = sampling_rate(config, population)
+    if q is None or not config.private:
+        return None, float(config.delta)
+    n_low, delta_tail = dacc.cohort_floor(int(population), int(config.clients_per_round),
+                                          int(config.rounds), float(config.epsilon),
+                                          float(config.delta))
+    return min(n_low, int(config.clients_per_round)), float(config.delta) - delta_tail
+
+
 def secagg_mechanism(config: SimulationConfig, dim: int, population: int | None = None) -> Any:
     """The :class:`~ldpsim._src.privacy.discrete.accounting.DiscreteMechanism` of a
     ``"discrete"`` run: clip C, ``bits`` b, ``clients_per_round`` m, the model's d, and
@@ -581,7 +607,9 @@ def secagg_mechanism(config: SimulationConfig, dim: int, population: int | None 
       makes one round ``(epsilon, delta)``-DP for one user of the sum, or, with
       ``epsilon_scope="run"``, the ``rounds``-fold composition of the round amplified by the
       Poisson cohort sampling at rate ``clients_per_round/population`` (Zhu & Wang 2019,
-      Theorem 6) (:func:`~ldpsim._src.privacy.discrete.accounting.solve_noise`); ε = inf: no
+      Theorem 6), counting the noise of the cohort size every round reaches but with a
+      probability charged to δ (:func:`cohort_guarantee`)
+      (:func:`~ldpsim._src.privacy.discrete.accounting.solve_noise`); ε = inf: no
       noise (the mechanism then holds the smallest noise only to size the wrap bound).
 
     Neighbours: replace one user for the engine's fixed-size cohorts, add/remove under
@@ -601,13 +629,15 @@ def secagg_mechanism(config: SimulationConfig, dim: int, population: int | None 
     common = dict(clients=m, dim=int(dim), clip=float(config.clip), bits=bits,
                   neighbours=neighbours)
     q = sampling_rate(config, population)
-    whole = dict(rounds=int(config.rounds), sampling_rate=q) if q is not None else {}
+    floor, delta = cohort_guarantee(config, population)
+    whole = (dict(rounds=int(config.rounds), sampling_rate=q, survivors=floor)
+             if q is not None else {})
     scope = (f"over {config.rounds} rounds at sampling rate {q:.4g}" if q is not None
              else "per round")
     smallest = 0.5 if kind == "ddg" else 1e-6
     if config.private:
         if config.granularity is None:
-            report = dacc.bits_needed(kind, epsilon=config.epsilon, delta=config.delta,
+            report = dacc.bits_needed(kind, epsilon=config.epsilon, delta=delta,
                                       wrap_target=SECAGG_WRAP_TARGET, bit_range=(bits,),
                                       **{k: v for k, v in common.items() if k != "bits"},
                                       **whole)
@@ -621,7 +651,7 @@ def secagg_mechanism(config: SimulationConfig, dim: int, population: int | None 
         else:
             gamma = float(config.granularity)
         try:
-            mech = dacc.solve_noise(kind, epsilon=config.epsilon, delta=config.delta,
+            mech = dacc.solve_noise(kind, epsilon=config.epsilon, delta=delta,
                                     granularity=gamma, **common, **whole)
         except LdpsimError as err:
             raise LdpsimError(f"granularity {gamma:g} cannot fit privacy_mode='discrete' "
@@ -676,6 +706,7 @@ def _plan_discrete(config: SimulationConfig, population: int, dim: int | None = 
 
     mech = secagg_mechanism(config, dim, population)
     q = sampling_rate(config, population)
+    floor, delta_solved = cohort_guarantee(config, population)
     if mech.mechanism == "skellam" and config.private:
         # The exact discrete Gaussian sampler realises its law exactly; Skellam's Poisson
         # draws (jax.random.poisson, float32 rejection) have no proven distance to the ideal
@@ -698,21 +729,34 @@ def _plan_discrete(config: SimulationConfig, population: int, dim: int | None = 
                "noise_multiplier": client_std * math.sqrt(m) / config.clip,
                "sampler_delta_floor": math.nan}
     cache: dict = {}
+    counted = m if floor is None else floor
+    # a whole-run plan: the cohort-tail event costs (1 + e^eps)·eta of delta (cohort_guarantee)
+    eta = (0.0 if floor is None else
+           (config.delta - delta_solved) / (1.0 + math.exp(min(config.epsilon, 700.0))))
 
     def epsilon_of(k: int, t: int, frac: float) -> float:
         if t == 0:
             return 0.0
         if not config.private:
             return math.inf
-        survivors = max(1, min(m, int(math.floor(frac * m + 1e-9))))
+        survivors = max(1, min(counted, int(math.floor(frac * m + 1e-9))))
         if (t, survivors) not in cache:
-            cache[(t, survivors)] = dacc.discrete_epsilon(mech, config.delta, rounds=t,
+            cache[(t, survivors)] = dacc.discrete_epsilon(mech, delta_solved, rounds=t,
                                                           survivors=survivors, sampling_rate=q)
         return cache[(t, survivors)]
 
+    def delta_of(k: int, t: int, frac: float) -> float:
+        if not t:
+            return 0.0
+        if floor is None:
+            return config.delta
+        eps = epsilon_of(k, t, frac)
+        return min(1.0, delta_solved + (1.0 + math.exp(min(eps, 700.0))) * eta)
+
     def row_columns(row: dict) -> dict:
-        return {"clip_bound": config.clip, "continuous_noise_std": continuous}
+        return {"clip_bound": config.clip, "continuous_noise_std": continuous,
+                "noise_survivors": counted if config.private else math.nan}
 
     return PrivacyPlan(modes.discrete(mech, noise=config.private),
                        modes.DiscreteHyper(_f32(config.dropout_rate)), columns, row_columns,
-                       epsilon_of, delta_of=lambda k, t, frac: config.delta if t else 0.0)
+                       epsilon_of, delta_of=delta_of)

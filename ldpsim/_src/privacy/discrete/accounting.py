@@ -76,7 +76,7 @@ __all__ = [
     "ddg_tau", "ddg_rdp", "skellam_rdp", "gaussian_rdp", "rdp_to_epsilon",
     "discrete_rdp", "discrete_epsilon", "wrap_probability", "wrap_mse_bound", "check_wrap",
     "solve_noise",
-    "bits_needed", "poisson_subsampled_rdp", "SUBSAMPLED_ORDERS", "gaussian_central_variance",
+    "bits_needed", "cohort_floor", "poisson_subsampled_rdp", "SUBSAMPLED_ORDERS", "gaussian_central_variance",
 ]
 
 MECHANISMS = ("ddg", "skellam")
@@ -515,12 +515,16 @@ def bits_needed(mechanism: str, *, epsilon: float, delta: float, clients: int, d
                 clip: float, rounds: int = 1, wrap_target: float = 1e-6,
                 mse_tolerance: float = 0.1, beta: float = 2.0**-20,
                 neighbours: str = "replace", bit_range: Sequence[int] = range(8, 33),
-                sampling_rate: float | None = None) -> BitsReport:
+                sampling_rate: float | None = None,
+                survivors: int | None = None) -> BitsReport:
     """The least bit-width ``b`` at which the mechanism, at (ε, δ) over ``rounds`` rounds, has a
     modular-wrap probability (per round, :func:`wrap_probability`) ``≤ wrap_target`` and an error
     variance of the decoded sum within ``(1 + mse_tolerance)`` of the continuous Gaussian's at the
     same (ε, δ). ``sampling_rate``: whole-run accounting with Poisson cohort sampling
-    (:func:`discrete_epsilon`), for the mechanism and the reference alike.
+    (:func:`discrete_epsilon`), for the mechanism and the reference alike. ``survivors``: the
+    clients whose noise the accounting counts (default ``clients``; with Poisson cohorts the
+    count :func:`cohort_floor` guarantees); the wrap bound and the error variance count
+    ``clients``.
 
     For each ``b`` the granularity γ is the finest whose wrap bound meets ``wrap_target`` (found
     by bisection on ``log γ``; the noise is re-solved for each γ); the error variance per
@@ -534,7 +538,8 @@ def bits_needed(mechanism: str, *, epsilon: float, delta: float, clients: int, d
         def mech_at(g):
             return solve_noise(mechanism, epsilon=epsilon, delta=delta, clients=clients, dim=dim,
                                clip=clip, granularity=g, rounds=rounds, bits=b, beta=beta,
-                               neighbours=neighbours, sampling_rate=sampling_rate)
+                               neighbours=neighbours, sampling_rate=sampling_rate,
+                               survivors=survivors)
 
         def ok(g):
             try:
@@ -561,7 +566,49 @@ def bits_needed(mechanism: str, *, epsilon: float, delta: float, clients: int, d
         mech = mech_at(hi)
         mse = hi * hi * clients * (0.25 + mech.client_variance)
         rows.append(BitsRow(b, hi, mech.noise, wrap_probability(mech),
-                            discrete_epsilon(mech, delta, rounds, sampling_rate=sampling_rate),
+                            discrete_epsilon(mech, delta, rounds, survivors,
+                                             sampling_rate=sampling_rate),
                             mse / ref))
     good = [r.bits for r in rows if r.mse_ratio <= 1 + mse_tolerance]
     return BitsReport(mechanism, min(good) if good else None, tuple(rows), ref)
+
+
+#: Share of δ that a whole-run plan under Poisson cohort sampling spends on the event that some
+#: round's cohort is smaller than the count its noise is solved for (:func:`cohort_floor`).
+COHORT_TAIL_SHARE = 0.1
+
+
+def cohort_floor(population: int, clients: int, rounds: int, epsilon: float, delta: float,
+                 share: float = COHORT_TAIL_SHARE) -> tuple[int, float]:
+    """The cohort size ``n_low`` a whole-run plan under Poisson sampling can count on, and the
+    part of δ it costs.
+
+    Each round samples every client independently at rate ``q = clients/population``, so in a
+    round where a user takes part the clients whose noise protects it are the user and the
+    other ``population − 1`` users' Binomial count ``X`` (the protected client's own share
+    counts, as everywhere in the distributed modes). With ``k`` the least count such that
+    ``P[X < k] ≤ η/rounds``, per-client noise solved for ``n_low = k + 1`` clients meets the
+    target in every round of the run except with probability ``≤ η`` (union bound). The real mechanism is within total
+    variation ``η`` of one that tops up a short cohort's noise to ``n_low`` clients' (which
+    meets the RDP bound in every round), so it is ``(ε, δ' + (1 + e^ε)·η)``-DP when that one is
+    ``(ε, δ')``-DP (the coupling bound of docs/privacy_sharp_edges.md §4). With
+    ``δ_tail = share·δ`` and ``η = δ_tail/(1 + e^ε)`` the noise is solved at ``δ' = δ − δ_tail``.
+
+    Returns ``(n_low, δ_tail)``; ``n_low ≥ 1``.
+    """
+    from scipy import stats
+
+    population = check_positive_int("population", population)
+    clients = check_positive_int("clients", clients)
+    if clients > population:
+        raise LdpsimError(f"clients = {clients} exceeds population = {population}")
+    rounds = check_positive_int("rounds", rounds)
+    delta = check_open_unit("delta", delta)
+    delta_tail = float(share) * delta
+    eta = delta_tail / (1.0 + math.exp(min(float(epsilon), 700.0)))
+    q = clients / population
+    if q >= 1.0 or population == 1:
+        return clients, 0.0
+    k = int(stats.binom.ppf(eta / rounds, population - 1, q))
+    # ppf: the least k with P[X <= k] >= p, so P[X < k] = P[X <= k - 1] < p
+    return min(k + 1, clients), delta_tail
