@@ -3,7 +3,9 @@
 ``encode`` is what one client runs on its (already clipped, L2 ≤ C) flat update; vmap it over
 clients with per-client keys (``fold_in(round_key, client_id)``) and one shared rotation key. The
 server sums the wrapped reports modulo ``2^b`` (:func:`.modular.modular_sum`) and calls
-``decode``. The host-side parameters come from :class:`.accounting.DiscreteMechanism`.
+``decode``. The host-side parameters come from :class:`.accounting.DiscreteMechanism`; the
+integer noise is drawn by the table sampler (:func:`.samplers.table_sample`, tables of
+:mod:`.table`) for both mechanisms.
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ from ldpsim._src.privacy.discrete.hadamard import rotate
 from ldpsim._src.privacy.discrete.modular import decode as _decode
 from ldpsim._src.privacy.discrete.modular import wrap
 from ldpsim._src.privacy.discrete.rounding import conditional_round
-from ldpsim._src.privacy.discrete.samplers import discrete_gaussian, skellam
-from ldpsim._src.privacy.discrete.spec import discrete_gaussian_spec
+from ldpsim._src.privacy.discrete.samplers import table_sample
+from ldpsim._src.privacy.discrete.table import noise_table
 
 __all__ = ["encode", "decode"]
 
@@ -36,11 +38,11 @@ def encode(rotation_key: jax.Array, client_key: jax.Array, x: jax.Array,
     y = rotate(rotation_key, x) * jnp.float32(1.0 / mech.granularity)
     v, ok = conditional_round(k_round, y, mech.norm_bound, max_tries=max_tries)
     if noise:
-        shape = (mech.padded_dim,)
-        if mech.mechanism == "ddg":
-            z = discrete_gaussian(k_noise, discrete_gaussian_spec(mech.noise), shape)
-        else:
-            z = skellam(k_noise, mech.noise, shape)
+        # the table sampler for both laws (samplers.table_sample): exact to the table's
+        # law, within noise_table(...).plan.tv_bound of N_Z(0, σ²) / Sk(μ) per coordinate,
+        # which the accountant charges (accounting.discrete_epsilon)
+        z = table_sample(k_noise, noise_table(mech.mechanism, float(mech.noise)),
+                         (mech.padded_dim,))
         out = v + z
     else:
         out = v
