@@ -243,3 +243,19 @@ def test_plan_bounds_and_window():
         assert T._tail(law, plan.piece, plan.half) < 2.0**-100
         assert T._tail(law, plan.piece, plan.half - 1) >= 2.0**-100
         assert plan.tv_bound < 1e-30
+
+
+def test_mechanism_variance_is_the_tables():
+    """DiscreteMechanism.client_variance (used for the MSE and the diagnostics) equals the
+    table's exact variance to float64 precision, including σ < 1 where N_Z(0, σ²)'s variance is
+    well below σ² (0.215 at σ = 1/2); noise_proxy is σ² (the sub-Gaussian parameter)."""
+    from ldpsim._src.privacy.discrete.accounting import DiscreteMechanism
+
+    for mech, param in (("ddg", 0.5), ("ddg", 0.6734), ("ddg", 3.8), ("ddg", 9.0),
+                        ("ddg", 280.0), ("skellam", 15.0), ("skellam", 1.5e5)):
+        m = DiscreteMechanism(mech, 1.0, 0.01, param, 10, 1000)
+        exact = T.noise_table(mech, param).total_variance
+        assert m.client_variance == pytest.approx(exact, rel=1e-14)
+        assert m.noise_proxy == pytest.approx(param * param if mech == "ddg" else param,
+                                              rel=1e-15)
+    assert DiscreteMechanism("ddg", 1.0, 0.01, 0.5, 10, 1000).client_variance < 0.22

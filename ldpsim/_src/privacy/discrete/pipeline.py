@@ -18,19 +18,27 @@ from ldpsim._src.privacy.discrete.hadamard import rotate
 from ldpsim._src.privacy.discrete.modular import decode as _decode
 from ldpsim._src.privacy.discrete.modular import wrap
 from ldpsim._src.privacy.discrete.rounding import conditional_round
-from ldpsim._src.privacy.discrete.samplers import table_sample
+from ldpsim._src.privacy.discrete.samplers import discrete_gaussian, skellam, table_sample
+from ldpsim._src.privacy.discrete.spec import discrete_gaussian_spec
 from ldpsim._src.privacy.discrete.table import noise_table
 
 __all__ = ["encode", "decode"]
 
 
 def encode(rotation_key: jax.Array, client_key: jax.Array, x: jax.Array,
-           mech: DiscreteMechanism, *, max_tries: int = 4, noise: bool = True):
+           mech: DiscreteMechanism, *, max_tries: int = 4, noise: bool = True,
+           sampler: str = "table"):
     """Rotate, scale by ``1/γ``, round conditionally, add integer noise, wrap to ``b`` bits.
 
     ``x``: the client's clipped update, flat, padded to ``mech.padded_dim``. Returns
     ``(report int32, integer vector before noise, rounding ok)``; the second is a diagnostic.
+    ``sampler``: ``"table"`` (the default, what the accountant covers) or ``"reference"`` (the
+    earlier samplers, for benchmarks and tests only: the Canonne–Kamath–Steinke rejection
+    sampler at its σ̂ ≥ σ, and the float32 Poisson differences for Skellam, which no proven
+    bound covers).
     """
+    if sampler not in ("table", "reference"):
+        raise ValueError(f"sampler must be 'table' or 'reference', got {sampler!r}")
     x = jnp.asarray(x, jnp.float32)
     if x.shape[-1] != mech.padded_dim:
         raise ValueError(f"x has length {x.shape[-1]}, expected padded_dim = {mech.padded_dim}")
@@ -41,8 +49,13 @@ def encode(rotation_key: jax.Array, client_key: jax.Array, x: jax.Array,
         # the table sampler for both laws (samplers.table_sample): exact to the table's
         # law, within noise_table(...).plan.tv_bound of N_Z(0, σ²) / Sk(μ) per coordinate,
         # which the accountant charges (accounting.discrete_epsilon)
-        z = table_sample(k_noise, noise_table(mech.mechanism, float(mech.noise)),
-                         (mech.padded_dim,))
+        shape = (mech.padded_dim,)
+        if sampler == "table":
+            z = table_sample(k_noise, noise_table(mech.mechanism, float(mech.noise)), shape)
+        elif mech.mechanism == "ddg":
+            z = discrete_gaussian(k_noise, discrete_gaussian_spec(mech.noise), shape)
+        else:
+            z = skellam(k_noise, mech.noise, shape)
         out = v + z
     else:
         out = v
