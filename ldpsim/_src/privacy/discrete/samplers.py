@@ -1,4 +1,11 @@
-"""Integer noise for distributed DP: an exact discrete Gaussian sampler and a Skellam sampler.
+"""Integer noise for distributed DP: the table sampler, and the reference samplers.
+
+**What the ``discrete`` mode runs** is :func:`table_sample` (end of this module): exact
+sampling of a 128-bit fixed-point table of ``N_Z(0, σ²)`` or ``Sk(μ)`` (:mod:`.table`) by
+Walker's alias method from four Threefry words per coordinate, within a proven total
+variation of the ideal law that the accountant charges. The rest of this module, below, are
+the earlier samplers, kept as references (tests compare the table with the rejection sampler;
+``pipeline.encode(..., sampler="reference")`` runs them for benchmarks).
 
 Discrete Gaussian ``N_Z(0, σ²)``: ``P[X = x] ∝ exp(−x²/(2σ²))`` on the integers. The sampler is
 Canonne, Kamath & Steinke, "The Discrete Gaussian for Differential Privacy", NeurIPS 2020
@@ -62,9 +69,8 @@ with ``k·log λ − λ − lgamma(k+1)``, whose float32 cancellation biases it 
 at 10⁸, only even values from λ ≈ 3·10⁷). :func:`skellam` draws each Poisson as a sum of pieces
 of rate at most ``max_rate`` (default ``2²⁰``; sums of Poissons are Poisson), where the moments
 and the pmf agree with the exact law (tests, chi-square at 2·10⁵ draws up to 2²⁰); it is
-still not an exact sampler (the transform and the test run in float32), so the accounting
-of the Skellam mechanism is that of the **ideal** Skellam law: no proven bound covers the
-sampler.
+still not an exact sampler (the transform and the test run in float32) and no proven bound
+covers it, which is why the ``discrete`` mode draws Skellam noise from the table instead.
 """
 
 from __future__ import annotations
