@@ -18,7 +18,8 @@ values: ``lo_x ≤ y_x ≤ hi_x``, and ``η = max (hi_x − lo_x)/lo_x`` is a pr
 relative error of the table's weights ``lo_x`` (measured: below ``10⁻⁵⁰``).
 
 * DDG: ``y_x = r^{x²}``, ``r = exp(−1/(2σ²))``: ``y_{x+1} = y_x·s_x``, ``s_{x+1} = s_x·r²``
-  (``Decimal.exp`` is correctly rounded; the bracket widens it by one unit in the last place).
+  (``Decimal.exp`` is correctly rounded; the bracket widens ``r`` by a relative margin that
+  covers that and the rounding of ``1/(2σ²)``).
 * Skellam: Miller's backward recurrence ``y_{k−1} = (2k/μ)·y_k + y_{k+1}`` from ``y_{K+1} = 0``,
   ``y_K = 1``, whose exact solution is ``y_k ∝ I_k(μ) ± (I_{K+1}/K_{K+1}(μ))·K_k(μ)`` (``K`` the
   modified Bessel function of the second kind, which satisfies the recurrence up to a sign
@@ -201,9 +202,13 @@ def _ddg_weights(sigma: float, half: int, ctx: decimal.Context, up: bool) -> lis
     ``ctx``'s direction and ``r`` moved one ulp that way."""
     f2 = Fraction(sigma) ** 2
     two_s2 = ctx.divide(Decimal(2 * f2.numerator), Decimal(f2.denominator))
-    r = ctx.exp(ctx.minus(ctx.divide(Decimal(1), two_s2)))       # correctly rounded (half even)
-    ulp = Decimal(1).scaleb(r.adjusted() - PREC + 1)
-    r = ctx.add(r, ulp) if up else ctx.subtract(r, ulp)
+    arg = ctx.divide(Decimal(1), two_s2)              # 1/(2σ²), relative error ≤ 2·10^(1−PREC)
+    r = ctx.exp(ctx.minus(arg))                       # correctly rounded (half even): ≤ ½ ulp
+    # |r̃/r − 1| ≤ e^{arg·2u} − 1 + u ≤ (3·arg + 1)·u for u = 10^(1−PREC) (arg·2u ≪ 1):
+    # widen r by that relative margin, in the bracket's direction
+    margin = ctx.multiply(ctx.add(ctx.multiply(Decimal(3), arg), Decimal(1)),
+                          Decimal(1).scaleb(1 - PREC))
+    r = ctx.multiply(r, ctx.add(Decimal(1), margin) if up else ctx.subtract(Decimal(1), margin))
     r = min(r, Decimal(1)) if up else r
     r2 = ctx.multiply(r, r)
     y, s = Decimal(1), r
