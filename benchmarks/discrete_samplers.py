@@ -1,17 +1,22 @@
-"""Exact discrete Gaussian sampler: this tree against a reference commit, in one run.
+"""Integer noise samplers: the table sampler against the reference samplers, in one run.
 
-Workload: one client's integer noise at LeNet-5 size, ``--dim`` draws (default 65,536 = 2^16,
-d = 61,706 padded to a power of two), from :func:`ldpsim._src.privacy.discrete.samplers.
-discrete_gaussian` at each ``--sigma``; and ``--clients`` clients of it vmapped in one jit.
-The reference implementation is the file ``ldpsim/_src/privacy/discrete/samplers.py`` of
-``--ref`` (loaded from git into its own module, with the rest of ldpsim from this tree).
+Workload: ``--clients`` clients' integer noise at LeNet-5 size (``--dim`` = 65,536 = 2^16 draws
+each, d = 61,706 padded to a power of two), vmapped in one jit, for
 
-Each method is compiled and run once (the first call: compilation + one run, CPU and wall
-seconds), then timed ``--repeats`` times round-robin with the other (so machine load hits
-both alike); the table shows medians of process CPU time (all threads; steadier than wall
-time on a shared machine) and of wall time, and old/new ratios.
+* the discrete Gaussian at each ``--sigma``: the table sampler
+  (:func:`ldpsim._src.privacy.discrete.samplers.table_sample`, what the ``discrete`` mode runs)
+  against the Canonne–Kamath–Steinke rejection sampler (``discrete_gaussian``; with ``--ref
+  COMMIT`` the one of that commit's ``samplers.py``, loaded from git, instead of this tree's);
+* the Skellam law at each ``--mu``: the table sampler against the float32 Poisson differences
+  (``skellam``).
 
-    PYTHONPATH=$PWD python benchmarks/discrete_samplers.py --ref 7f55849 --repeats 5
+Each method is compiled and run once (the first call: compilation + one run, CPU seconds; the
+table's host-side build, cached afterwards, is reported apart), then timed ``--repeats`` times
+round-robin with the other (so machine load hits both alike); the table shows medians of
+process CPU time (all threads; steadier than wall time on a shared machine) per coordinate,
+and old/new ratios.
+
+    PYTHONPATH=$PWD python benchmarks/discrete_samplers.py --repeats 3
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import time
 import jax
 
 from ldpsim._src.privacy.discrete import samplers as new
+from ldpsim._src.privacy.discrete import table as T
 from ldpsim._src.privacy.discrete.spec import discrete_gaussian_spec
 
 
@@ -46,45 +52,47 @@ def _time(fn, key):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--ref", default="7f55849")
+    ap.add_argument("--ref", default=None, help="take the rejection sampler from this commit")
     ap.add_argument("--dim", type=int, default=65_536)
-    ap.add_argument("--sigma", type=float, nargs="+", default=[40.0, 3000.0])
-    ap.add_argument("--clients", type=int, default=8)
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--sigma", type=float, nargs="*", default=[3.8, 280.0, 1500.0])
+    ap.add_argument("--mu", type=float, nargs="*", default=[15.0, 1.5e5, 1.3e6])
+    ap.add_argument("--clients", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args(argv)
-    ref = _load_ref(args.ref)
-    print(f"jax {jax.__version__}, backend {jax.default_backend()}, ref {args.ref}, "
-          f"dim {args.dim}, repeats {args.repeats}")
-    print("| workload | first call old / new (CPU s) | median old (CPU s, wall s) | "
-          "median new (CPU s, wall s) | old/new CPU | old/new wall |")
+    ref = _load_ref(args.ref) if args.ref else new
+    print(f"jax {jax.__version__}, backend {jax.default_backend()}, reference "
+          f"{args.ref or 'this tree'}, dim {args.dim}, clients {args.clients}, "
+          f"repeats {args.repeats}")
+    print("| workload | table build (CPU s) | first call old / new (CPU s) | "
+          "old CPU ns/coord | table CPU ns/coord | old/new CPU |")
     print("|---|---|---|---|---|---|")
-    for sigma in args.sigma:
-        spec = discrete_gaussian_spec(sigma)
-        shape = (args.dim,)
-        keys = jax.random.split(jax.random.key(7), args.clients)
-        for label, make in [
-            (f"1 client, sigma {sigma:g}",
-             lambda m: jax.jit(lambda k: m.discrete_gaussian(k, spec, shape))),
-            (f"{args.clients} clients vmapped, sigma {sigma:g}",
-             lambda m: jax.jit(jax.vmap(lambda k: m.discrete_gaussian(k, spec, shape)))),
-        ]:
-            fns = {"old": make(ref), "new": make(new)}
-            first = {}
-            for name in ("old", "new"):
-                first[name] = _time(fns[name], keys[0] if "1 client" in label else keys)[0]
-            times = {"old": [], "new": []}
-            for r in range(args.repeats):
-                order = ("old", "new") if r % 2 == 0 else ("new", "old")
-                for name in order:
-                    k = jax.random.fold_in(keys[0], r + 1) if "1 client" in label else \
-                        jax.vmap(lambda kk: jax.random.fold_in(kk, r + 1))(keys)
-                    times[name].append(_time(fns[name], k))
-            med = {n: (statistics.median(c for c, _ in t), statistics.median(w for _, w in t))
-                   for n, t in times.items()}
-            print(f"| {label} | {first['old']:.2f} / {first['new']:.2f} | "
-                  f"{med['old'][0]:.3f}, {med['old'][1]:.3f} | {med['new'][0]:.4f}, "
-                  f"{med['new'][1]:.4f} | {med['old'][0] / med['new'][0]:.1f} | "
-                  f"{med['old'][1] / med['new'][1]:.1f} |", flush=True)
+    shape = (args.dim,)
+    keys = jax.random.split(jax.random.key(7), args.clients)
+    coords = args.clients * args.dim
+    work = [("ddg", s) for s in args.sigma] + [("skellam", m) for m in args.mu]
+    for law, param in work:
+        c0 = time.process_time()
+        tb = T.noise_table(law, param)
+        build = time.process_time() - c0
+        if law == "ddg":
+            spec = discrete_gaussian_spec(param)
+            old = jax.jit(jax.vmap(lambda k: ref.discrete_gaussian(k, spec, shape)))
+            label = f"DDG sigma {param:g} (L = {tb.half})"
+        else:
+            old = jax.jit(jax.vmap(lambda k: new.skellam(k, param, shape)))
+            label = f"Skellam mu {param:g} (L = {tb.half})"
+        fns = {"old": old, "new": jax.jit(jax.vmap(lambda k: new.table_sample(k, tb, shape)))}
+        first = {n: _time(f, keys)[0] for n, f in fns.items()}
+        times = {"old": [], "new": []}
+        for r in range(args.repeats):
+            order = ("old", "new") if r % 2 == 0 else ("new", "old")
+            kr = jax.vmap(lambda kk: jax.random.fold_in(kk, r + 1))(keys)
+            for name in order:
+                times[name].append(_time(fns[name], kr)[0])
+        med = {n: statistics.median(t) for n, t in times.items()}
+        print(f"| {label} | {build:.2f} | {first['old']:.2f} / {first['new']:.2f} | "
+              f"{med['old'] / coords * 1e9:.0f} | {med['new'] / coords * 1e9:.1f} | "
+              f"{med['old'] / med['new']:.0f} |", flush=True)
     return 0
 
 

@@ -10,8 +10,8 @@ a ``fori_loop`` whose trip count is traced, so one compiled program serves every
   sum in float32; the server divides by m.
 * ``ddg`` / ``skellam`` (the ``discrete`` mode): clip to C, then
   :func:`ldpsim._src.privacy.discrete.pipeline.encode` (randomized Hadamard rotation, scale by
-  1/γ, conditional randomized rounding, exact discrete Gaussian or Skellam noise, wrap to b
-  bits), the sum modulo 2^b in uint32 (:func:`ldpsim._src.privacy.discrete.modular.modular_sum`),
+  1/γ, conditional randomized rounding, discrete Gaussian or Skellam noise from the table
+  sampler, wrap to b bits), the sum modulo 2^b in uint32 (:func:`ldpsim._src.privacy.discrete.modular.modular_sum`),
   and the server's decoding once (unwrap, unscale, unrotate).
 
 The clients' updates are synthetic: ``--chunk`` fixed random vectors of norm 2C..3C (so every
@@ -27,6 +27,13 @@ and the CPU ratio to the continuous mode at the same m.
 
     PYTHONPATH=$PWD python benchmarks/discrete_scale.py                 # m = 10^3, 10^4
     PYTHONPATH=$PWD python benchmarks/discrete_scale.py --with-1e5      # + m = 10^5 (hours)
+
+``ddg-ref`` / ``skellam-ref`` (not in the default ``--modes``): the same round with the
+reference samplers (``encode(..., sampler="reference")``: the Canonne–Kamath–Steinke rejection
+sampler, the float32 Poisson differences), for the table's gain in one run:
+
+    PYTHONPATH=$PWD python benchmarks/discrete_scale.py --ms 1000 \
+        --modes continuous,ddg,skellam,ddg-ref,skellam-ref
 
 ``--profile-sampler`` also times the parts of one ddg client's encoding separately (rotation
 and rounding, the discrete Gaussian noise, the Skellam noise) at one chunk.
@@ -48,12 +55,14 @@ from ldpsim._src.privacy.discrete import accounting as dacc
 from ldpsim._src.privacy.discrete import modular, pipeline
 from ldpsim._src.privacy.discrete.hadamard import rotate
 from ldpsim._src.privacy.discrete.rounding import conditional_round
-from ldpsim._src.privacy.discrete.samplers import discrete_gaussian, skellam
+from ldpsim._src.privacy.discrete.samplers import discrete_gaussian, skellam, table_sample
+from ldpsim._src.privacy.discrete.table import noise_table
 from ldpsim._src.privacy.discrete.spec import discrete_gaussian_spec
 from ldpsim._src.privacy.noise.mechanisms import gaussian_noise
 
 LENET5_DIM = 61_706
 MODES = ("continuous", "ddg", "skellam")
+REF_MODES = ("ddg-ref", "skellam-ref")
 
 
 def _updates(chunk: int, dim: int, clip: float) -> jax.Array:
@@ -100,10 +109,11 @@ def round_fn(mode: str, mech, *, dim: int, chunk: int, clip: float, sigma_share:
 
     big = mech.padded_dim
     rot_key_salt = 0x5EC
+    sampler = "reference" if mode.endswith("-ref") else "table"
 
     def client(rkey, key, x):
         y = jnp.pad(_clip(x, clip), (0, big - dim))
-        report, _, _ = pipeline.encode(rkey, key, y, mech)
+        report, _, _ = pipeline.encode(rkey, key, y, mech, sampler=sampler)
         return report
 
     def run(round_key, n_chunks, upd):
@@ -136,12 +146,17 @@ def profile_sampler(mech_ddg, mech_sk, *, dim: int, chunk: int, clip: float, rep
     rkey = jax.random.key(7)
     keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(8), i))(jnp.arange(chunk))
     spec = discrete_gaussian_spec(mech_ddg.noise)
+    tb_ddg = noise_table("ddg", mech_ddg.noise)
+    tb_sk = noise_table("skellam", mech_sk.noise)
     parts = {
         "rotate+round": jax.jit(jax.vmap(lambda k, x: conditional_round(
             k, rotate(rkey, x) * jnp.float32(1 / mech_ddg.granularity),
             mech_ddg.norm_bound)[0])),
-        "ddg noise": jax.jit(jax.vmap(lambda k, x: discrete_gaussian(k, spec, (big,)))),
-        "skellam noise": jax.jit(jax.vmap(lambda k, x: skellam(k, mech_sk.noise, (big,)))),
+        "ddg noise (table)": jax.jit(jax.vmap(lambda k, x: table_sample(k, tb_ddg, (big,)))),
+        "skellam noise (table)": jax.jit(jax.vmap(lambda k, x: table_sample(k, tb_sk, (big,)))),
+        "ddg noise (CKS ref)": jax.jit(jax.vmap(lambda k, x: discrete_gaussian(k, spec, (big,)))),
+        "skellam noise (PTRS ref)": jax.jit(jax.vmap(lambda k, x: skellam(k, mech_sk.noise,
+                                                                          (big,)))),
         "full ddg encode": jax.jit(jax.vmap(lambda k, x: pipeline.encode(rkey, k, x,
                                                                          mech_ddg)[0])),
     }
@@ -213,7 +228,7 @@ def main(argv=None) -> int:
                 var = dacc.gaussian_central_variance(args.epsilon, args.delta, 1, args.clip)
                 mech, share = None, math.sqrt(var / m)
             else:
-                mech, share = plan(mode, clients=m, dim=args.dim, clip=args.clip,
+                mech, share = plan(mode.removesuffix("-ref"), clients=m, dim=args.dim, clip=args.clip,
                                    epsilon=args.epsilon, delta=args.delta,
                                    bits_list=bits_list), 0.0
                 print(f"  {mode} m = {m}: bits {mech.bits}, gamma {mech.granularity:.4g}, noise "

@@ -1,4 +1,11 @@
-"""Integer noise for distributed DP: an exact discrete Gaussian sampler and a Skellam sampler.
+"""Integer noise for distributed DP: the table sampler, and the reference samplers.
+
+**What the ``discrete`` mode runs** is :func:`table_sample` (end of this module): exact
+sampling of a 128-bit fixed-point table of ``N_Z(0, σ²)`` or ``Sk(μ)`` (:mod:`.table`) by
+Walker's alias method from four Threefry words per coordinate, within a proven total
+variation of the ideal law that the accountant charges. The rest of this module, below, are
+the earlier samplers, kept as references (tests compare the table with the rejection sampler;
+``pipeline.encode(..., sampler="reference")`` runs them for benchmarks).
 
 Discrete Gaussian ``N_Z(0, σ²)``: ``P[X = x] ∝ exp(−x²/(2σ²))`` on the integers. The sampler is
 Canonne, Kamath & Steinke, "The Discrete Gaussian for Differential Privacy", NeurIPS 2020
@@ -62,9 +69,8 @@ with ``k·log λ − λ − lgamma(k+1)``, whose float32 cancellation biases it 
 at 10⁸, only even values from λ ≈ 3·10⁷). :func:`skellam` draws each Poisson as a sum of pieces
 of rate at most ``max_rate`` (default ``2²⁰``; sums of Poissons are Poisson), where the moments
 and the pmf agree with the exact law (tests, chi-square at 2·10⁵ draws up to 2²⁰); it is
-still not an exact sampler (the transform and the test run in float32), so the accounting
-of the Skellam mechanism is that of the **ideal** Skellam law: no proven bound covers the
-sampler.
+still not an exact sampler (the transform and the test run in float32) and no proven bound
+covers it, which is why the ``discrete`` mode draws Skellam noise from the table instead.
 """
 
 from __future__ import annotations
@@ -548,3 +554,93 @@ def skellam(key: jax.Array, variance: float, shape, *, max_rate: float = 2.0**20
         return acc + (one(k1) - one(k2))
 
     return lax.fori_loop(0, pieces, body, jnp.zeros(shape, jnp.int32))
+
+
+# --------------------------------------------------------------------------- table sampler
+
+_TB_TAG = 0x74620000                                       # Threefry counter word x0 ("tb")
+
+
+def _table_words(key, piece, ctr) -> list:
+    """Four independent uint32 words per coordinate ``ctr`` (uint32) of piece ``piece``: the
+    two outputs of Threefry-2x32-20 on the counters ``(_TB_TAG + 2·piece + j, i)``, ``j = 0, 1``,
+    under the key's words (as :func:`_words`); other key types: ``jax.random.bits``."""
+    if _sampling._is_threefry(key):
+        k0, k1 = _sampling._key_words(key)
+        base = jnp.uint32(_TB_TAG) + jnp.asarray(piece).astype(jnp.uint32) * jnp.uint32(2)
+        a, b = _sampling.threefry2x32(k0, k1, jnp.full_like(ctr, base), ctr)
+        c, d = _sampling.threefry2x32(k0, k1, jnp.full_like(ctr, base + jnp.uint32(1)), ctr)
+        return [a, b, c, d]
+    bits = jax.random.bits(jax.random.fold_in(jax.random.fold_in(key, _TB_TAG), piece),
+                           (4,) + ctr.shape, jnp.uint32)
+    return [bits[j] for j in range(4)]
+
+
+def _less128(a, b):
+    """``a < b`` for 128-bit integers given as four uint32 words, most significant first
+    (lexicographic, branch-free)."""
+    a0, a1, a2, a3 = a
+    b0, b1, b2, b3 = b
+    return (a0 < b0) | ((a0 == b0) & ((a1 < b1) | ((a1 == b1) & (
+        (a2 < b2) | ((a2 == b2) & (a3 < b3))))))
+
+
+def table_lookup(words, threshold: jax.Array, alias: jax.Array, columns_log2: int,
+                 half: int) -> jax.Array:
+    """The table's value for the uniform 128-bit ``U = (w₀, w₁, w₂, w₃)`` (uint32 words, most
+    significant first): column ``c = ⌊U / 2^(128−k)⌋`` (the top ``k`` bits of ``w₀``), remainder
+    ``V = U mod 2^(128−k)``; ``c − L`` if ``V < T_c``, else ``alias[c]`` (int32)."""
+    k = int(columns_log2)
+    w0, w1, w2, w3 = words
+    col = (w0 >> jnp.uint32(32 - k)).astype(jnp.int32)
+    v0 = w0 & jnp.uint32((1 << (32 - k)) - 1)
+    t = [jnp.take(threshold[:, j], col, mode="clip") for j in range(4)]
+    below = _less128((v0, w1, w2, w3), t)
+    return jnp.where(below, col - jnp.int32(half), jnp.take(alias, col, mode="clip"))
+
+
+@functools.partial(jax.jit, static_argnames=("columns_log2", "half", "pieces", "shape"))
+def _table_draw(key, threshold, alias, columns_log2: int, half: int, pieces: int, shape):
+    n = math.prod(shape)
+    ctr = lax.iota(jnp.uint32, n)
+
+    def piece(j):
+        return table_lookup(_table_words(key, j, ctr), threshold, alias, columns_log2, half)
+
+    if pieces == 1:
+        return piece(0).reshape(shape)
+    out = lax.fori_loop(0, pieces, lambda j, acc: acc + piece(j), jnp.zeros((n,), jnp.int32))
+    return out.reshape(shape)
+
+
+def table_sample(key: jax.Array, table, shape) -> jax.Array:
+    """Integer noise (int32) from a :class:`.table.NoiseTable`: the sum of ``table.plan.pieces``
+    independent draws of its law, each from four 32-bit words by Walker's alias method.
+
+    **Exactness.** Given ideal uniform words, ``U = (w₀, w₁, w₂, w₃)`` is uniform on
+    ``[0, 2¹²⁸)``, so its column ``c`` (top ``k`` bits) is uniform on the ``2^k`` columns and
+    independent of ``V`` (the other ``128 − k`` bits), uniform on ``[0, cap)``, ``cap =
+    2^(128−k)``. Hence ``P[out = x] = 2^−k·Σ_c (T_c/cap·1{c − L = x} + (1 − T_c/cap)·1{alias_c =
+    x}) = m_x/2¹²⁸`` exactly, where ``m_x`` are the table's integer masses (the alias table is
+    built from them in integer arithmetic, :func:`.table._alias`; the tests rebuild ``m`` from
+    it): the output law is exactly the table's law, within ``table.plan.tv_bound`` of the ideal
+    law (:mod:`.table`). Pieces use disjoint counters, so they are independent.
+
+    Keyed by position: coordinate ``i`` (row-major in ``shape``) of piece ``j`` reads the
+    Threefry outputs at counters ``(_TB_TAG + 2j + {0, 1}, i)`` only, so a client's noise
+    depends on its key and the shape alone (vmap over client keys). Jittable; the table is an
+    argument (one compilation per shape and table size).
+    """
+    shape = tuple(shape)
+    if math.prod(shape) > 2**32:
+        raise LdpsimError("table_sample: at most 2^32 coordinates per key")
+    plan = table.plan
+    return _table_draw(key, jnp.asarray(table.threshold), jnp.asarray(table.alias),
+                       plan.columns_log2, plan.half, plan.pieces, shape)
+
+
+def table_noise(key: jax.Array, law: str, param: float, shape) -> jax.Array:
+    """:func:`table_sample` from the cached table of ``law`` (``"ddg"``: σ, ``"skellam"``:
+    variance μ) at ``param`` (:func:`.table.noise_table`)."""
+    from ldpsim._src.privacy.discrete.table import noise_table
+    return table_sample(key, noise_table(law, float(param)), shape)

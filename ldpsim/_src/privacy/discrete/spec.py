@@ -1,6 +1,9 @@
-"""Host-side parameters of the exact discrete Gaussian sampler (pure Python, no JAX).
+"""Host-side parameters of the reference discrete Gaussian sampler, Canonne–Kamath–Steinke
+rejection (pure Python, no JAX).
 
-See :mod:`ldpsim._src.privacy.discrete.samplers` for the algorithm and what "exact" means.
+See :mod:`ldpsim._src.privacy.discrete.samplers` for the algorithm and what "exact" means. The
+``discrete`` mode draws its noise from the table sampler instead (:mod:`.table`); this spec
+serves the reference sampler in tests and benchmarks.
 """
 
 from __future__ import annotations
