@@ -33,6 +33,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SPEC = os.path.join(HERE, "distributed_discrete_lenet5.toml")
 D = 61_706                      # LeNet-5's parameters
 TARGETS = {"whole_run_4": (4.0, True), "whole_run_8": (8.0, True), "per_round_4": (4.0, False)}
+#: Reference runs beside the two integer mechanisms (``bits`` 0 in their rows): the continuous
+#: distributed Gaussian the discrete modes approximate, central DP (a trusted server adding the
+#: least Gaussian noise that meets the target), and no noise at all (clipping only).
+REFERENCES = ("continuous", "central", "nonprivate")
 
 
 
@@ -50,7 +54,66 @@ def cells(spec: dict) -> list[dict]:
                 for seed in g["seed"]:
                     out.append(dict(mechanism=mech, target=target, clients_per_round=int(m),
                                     bits=int(bits), seed=int(seed)))
+    ref = spec.get("reference", {})
+    for mech in ref.get("mechanism", ()):
+        for target in (("none",) if mech == "nonprivate" else g["target"]):
+            for m in ref["clients"]:
+                for seed in g["seed"]:
+                    out.append(dict(mechanism=mech, target=target, clients_per_round=int(m),
+                                    bits=0, seed=int(seed)))
     return out
+
+
+def reference_noise(cell: dict, spec: dict) -> dict:
+    key = (cell["mechanism"], cell["target"], cell["clients_per_round"],
+           tuple(sorted(spec["run"].items())))
+    if key not in _REFERENCE_CACHE:
+        _REFERENCE_CACHE[key] = _reference_noise(cell, spec)
+    return dict(_REFERENCE_CACHE[key])
+
+
+_REFERENCE_CACHE: dict = {}
+
+
+def _reference_noise(cell: dict, spec: dict) -> dict:
+    """The noise multiplier z (noise std on the sum / C) of a reference cell.
+
+    * ``central``, per-round target: the least Gaussian on the sum that makes one round
+      (ε, δ)-DP against replacing one client (``trust_model_noise``, as the crossover);
+      whole-run target: the least z whose ``rounds``-fold Poisson-subsampled Gaussian at
+      q = m/N is (ε, δ)-DP under add/remove, by dp_accounting's PLD accountant (the tight
+      accounting a trusted server would publish).
+    * ``continuous``: the distributed Gaussian at the discrete cells' accounting: per round,
+      the same z as central; whole run, the sum's variance from the same RDP bound and
+      amplification (``accounting.gaussian_central_variance``) at the same delta, counted from
+      the same cohort floor (each client's share is 1/n_low of it).
+    """
+    import dp_accounting
+
+    from ldpsim._src.privacy.discrete import accounting as A
+    from ldpsim.privacy import trust_model_noise
+
+    eps, whole = TARGETS[cell["target"]]
+    run, m = spec["run"], cell["clients_per_round"]
+    pop, clip, rounds = run["population"], run["clip"], run["rounds"]
+    delta = 1.0 / pop
+    if not whole:
+        z = trust_model_noise("central", target_epsilon=eps, delta=delta, clients=m,
+                              clip=clip).sigma_sum / clip
+        return dict(noise_multiplier=z, noise_survivors=m, delta_solved=delta)
+    q = m / pop
+    if cell["mechanism"] == "central":
+        def event(z):
+            return dp_accounting.SelfComposedDpEvent(
+                dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z)), rounds)
+        z = dp_accounting.calibrate_dp_mechanism(     # about a minute of CPU per (m, target)
+            lambda: dp_accounting.pld.PLDAccountant(), event, eps, delta,
+            dp_accounting.LowerEndpointAndGuess(0.1, 1.0), tol=1e-4)
+        return dict(noise_multiplier=float(z), noise_survivors=m, delta_solved=delta)
+    floor, tail = A.cohort_floor(pop, m, rounds, eps, delta)
+    var_sum = A.gaussian_central_variance(eps, delta - tail, rounds, clip, "add-remove", q)
+    return dict(noise_multiplier=math.sqrt(var_sum * m / floor) / clip, noise_survivors=floor,
+                delta_solved=delta - tail)
 
 
 def solve(cell: dict, spec: dict) -> dict:
@@ -60,6 +123,13 @@ def solve(cell: dict, spec: dict) -> dict:
     from ldpsim._src.fl import planning
     from ldpsim._src.privacy.discrete import accounting as A
 
+    if cell["mechanism"] in REFERENCES:
+        ref = (reference_noise(cell, spec) if cell["mechanism"] != "nonprivate" else
+               dict(noise_multiplier=0.0, noise_survivors=math.nan, delta_solved=math.nan))
+        return dict(feasible=1, granularity=math.nan, noise=math.nan, wrap_bound=math.nan,
+                    epsilon_accounted=TARGETS.get(cell["target"], (math.inf,))[0],
+                    mse_ratio=math.nan, delta=1.0 / spec["run"]["population"],
+                    infeasible="", **ref)
     cfg = engine_config(cell, None, spec)
     pop, dim = spec["run"]["population"], spec["sweep"].get("dim", D)
     eps, whole = TARGETS[cell["target"]]
@@ -95,8 +165,15 @@ def engine_config(cell: dict, solved: dict | None, spec: dict):
     """
     from ldpsim.fl import SimulationConfig
 
-    epsilon, whole_run = TARGETS[cell["target"]]
     run = {k: v for k, v in spec["run"].items() if k != "wrap_target"}
+    if cell["mechanism"] in REFERENCES:
+        whole_run = TARGETS.get(cell["target"], (0, False))[1]
+        run["sampling"] = "poisson" if whole_run else "uniform"
+        mode = "distributed" if cell["mechanism"] == "continuous" else "central"
+        return SimulationConfig(**run, clients_per_round=cell["clients_per_round"],
+                                seed=cell["seed"], delta=1.0 / run["population"],
+                                privacy_mode=mode, noise_multiplier=solved["noise_multiplier"])
+    epsilon, whole_run = TARGETS[cell["target"]]
     run["sampling"] = "poisson" if whole_run else "uniform"
     return SimulationConfig(**run, clients_per_round=cell["clients_per_round"],
                             seed=cell["seed"], delta=1.0 / run["population"],
