@@ -243,11 +243,16 @@ def main(argv=None) -> int:
                    help="folder of the running cell's checkpoints (default: .checkpoints next "
                         "to --out; removed when the cell ends)")
     p.add_argument("--progress", action="store_true", help="a progress bar per cell")
+    p.add_argument("--table", action="store_true",
+                   help="print the verdict table (Markdown) from --out and exit")
     args = p.parse_args(argv)
     spec = load_spec(args.spec)
     out = args.out or os.path.join(HERE, spec["sweep"]["out"])
     if args.plot:
         return plot(out, args.plot)
+    if args.table:
+        print(table(out))
+        return 0
     todo = [c for c in cells(spec) if selected(c, args.only)]
     finished = done_cells(out)
     for cell in todo:
@@ -277,6 +282,40 @@ def main(argv=None) -> int:
         append(out, rows)
         shutil.rmtree(ckpt, ignore_errors=True)
     return 0
+
+
+def table(path: str) -> str:
+    """The verdict table (Markdown) from the CSV: final accuracy (mean ± sd over seeds, seeds
+    counted) per (target, m, mechanism, bits), with its gap to the non-private, the continuous
+    and the central runs at the same m and target (points; positive: below the reference)."""
+    import pandas as pd
+
+    df = pd.read_csv(path)
+    fin = df[df["final"] == 1]
+    g = fin.groupby(["target", "clients_per_round", "mechanism", "bits"])["accuracy"]
+    acc = g.agg(["mean", "std", "count"]).reset_index()
+
+    def ref(mech, target, m):
+        hit = acc[(acc.mechanism == mech) & (acc.target == target) &
+                  (acc.clients_per_round == m)]
+        return float(hit["mean"].iloc[0]) if len(hit) else math.nan
+
+    lines = ["| target | m | mechanism | bits | accuracy (mean ± sd, seeds) | vs non-private | "
+             "vs continuous | vs central |", "|---|---|---|---|---|---|---|---|"]
+    for _, r in acc.sort_values(["target", "clients_per_round", "mechanism", "bits"]).iterrows():
+        if r.mechanism == "nonprivate":
+            continue
+        m = int(r.clients_per_round)
+        gaps = [100 * (ref(mech, tgt, m) - r["mean"]) for mech, tgt in
+                (("nonprivate", "none"), ("continuous", r.target), ("central", r.target))]
+        sd = f"{r['std']:.3f}" if r["count"] > 1 else "-"
+        lines.append(f"| {r.target} | {m:,} | {r.mechanism} | {int(r.bits) or '-'} | "
+                     f"{r['mean']:.4f} ± {sd} ({int(r['count'])}) | "
+                     + " | ".join("-" if math.isnan(x) else f"{x:+.1f}" for x in gaps) + " |")
+    for _, r in acc[acc.mechanism == "nonprivate"].iterrows():
+        lines.append(f"| none | {int(r.clients_per_round):,} | nonprivate | - | "
+                     f"{r['mean']:.4f} ({int(r['count'])}) | | | |")
+    return "\n".join(lines)
 
 
 def plot(path: str, png: str) -> int:
