@@ -150,9 +150,9 @@ def test_bare_shakespeare_char_lstm_run_with_the_defaults_trains(data_root):
     label entropy 3.58 nats; the old defaults (10 Adam steps at 1e-3, server lr 1) stalled at
     0.142 from round 3 to round 10.  Measured with these defaults, 10 roles per round, rounds
     1-10: 0.141, 0.156, 0.121, 0.168, 0.168, 0.171, 0.187, 0.191, 0.200, 0.209, and 3.145
-    nats at round 9 (20 roles per round, as in docs/defaults.md, rounds 1-8: 0.139, 0.142,
-    0.142, 0.151, 0.159, 0.177, 0.191, 0.207: 140 client updates to reach 0.191, where 10
-    roles for 9 rounds reach 0.200 in 90).  The bar is 5 binomial standard deviations (0.005
+    nats at round 9 (with the 20 roles per round of docs/defaults.md's run, measured by
+    this test before, rounds 1-8: 0.139, 0.142, 0.142, 0.151, 0.159, 0.177, 0.191, 0.207:
+    140 client updates to reach 0.191, where 10 roles for 9 rounds reach 0.200 in 90).  The bar is 5 binomial standard deviations (0.005
     at 0.17 on 5,517 windows) above the old plateau.  Its cost is executing the LSTM's
     training (one evaluation, at the end), so it runs in a subprocess with XLA's default
     options (the suite's options skip LLVM's optimisation: about 10x slower here).
