@@ -90,16 +90,51 @@ def _step_multipliers(clip, *, noise=0.5, bound=1.0, s=2, z_fraction=Z_FRACTION)
     return 1.0 / np.sqrt((s * clip / (bound * noise)) ** 2 + 1.0 / z_fraction**2)
 
 
+@pytest.fixture(scope="module")
+def adaptive_cli_runs(tmp_path_factory, data_root) -> dict:
+    """The two adaptive-clipping trainings of ``ldpsim dpsgd`` below (Poisson-sampled and
+    shuffled batches), run by the CLI's ``main`` in ONE child process with XLA's default
+    options, as users compile.  Their cost is executing the per-micro-batch clipping and
+    noise of 32 steps, not compiling: the two tests took 69 CPU-s with the suite's options
+    (which skip LLVM's optimisation) in-process, 52 with this child (pytest -p no:xdist).  Returns, per run, its exit status, its standard output and the folder of
+    its files (the config, the CSV, the per-step trace)."""
+    import json
+
+    from conftest import run_with_xla_defaults
+
+    folder = tmp_path_factory.mktemp("dpsgd")
+    (folder / "poisson.toml").write_text(SMALL)
+    # Shuffled batches are not amplified: the sampler floor Φ(4 − 6.76) = 2.9e-3 of the
+    # value release (multiplier 0.25) needs δ above it for a finite ε.
+    (folder / "shuffle.toml").write_text(SMALL.replace("delta = 1e-3", "delta = 1e-2"))
+    argv = {
+        # --pld off: PLD is not computed for differing multipliers anyway.
+        "poisson": ["dpsgd", "--config", str(folder / "poisson.toml"), "--data-dir",
+                    str(data_root), "--out", str(folder / "res.csv"), "--trace",
+                    str(folder / "steps.csv"), "--pld", "off", "--no-progress"],
+        "shuffle": ["dpsgd", "--config", str(folder / "shuffle.toml"), "--data-dir",
+                    str(data_root), "--sampling", "shuffle", "--json", "--no-progress",
+                    "--trace", str(folder / "shuffle_steps.csv")],
+    }
+    out = run_with_xla_defaults(
+        "import contextlib, io, json\nfrom ldpsim.cli import main\nout = {}\n"
+        f"for name, args in {argv!r}.items():\n"
+        "    buf = io.StringIO()\n"
+        "    with contextlib.redirect_stdout(buf):\n"
+        "        out[name] = [main(args)]\n"
+        "    out[name].append(buf.getvalue())\n"
+        "print(json.dumps(out))\n")
+    runs = json.loads(out.strip().splitlines()[-1])
+    return {name: (rc, printed, folder) for name, (rc, printed) in runs.items()}
+
+
 @pytest.mark.slow
-def test_cli_poisson_adaptive_clipping_accounts_every_step(tmp_path, data_root, capsys):
+def test_cli_poisson_adaptive_clipping_accounts_every_step(tmp_path, data_root, capsys,
+                                                          adaptive_cli_runs):
     """The tiny real run (Linear adaptive clipping): ε is the composition of the recorded steps."""
-    cfg = tmp_path / "small.toml"
-    cfg.write_text(SMALL)
-    out, trace = tmp_path / "res.csv", tmp_path / "steps.csv"
-    # --pld off: PLD is not computed for differing multipliers anyway.
-    assert main(["dpsgd", "--config", str(cfg), "--data-dir", str(data_root), "--out", str(out),
-                 "--trace", str(trace), "--pld", "off", "--no-progress"]) == 0
-    printed = capsys.readouterr().out
+    rc, printed, folder = adaptive_cli_runs["poisson"]   # trained in the XLA-defaults child
+    cfg, out, trace = folder / "poisson.toml", folder / "res.csv", folder / "steps.csv"
+    assert rc == 0
     assert "sampling=poisson" in printed and "add-or-remove one example" in printed
     assert "sensitivity 2C" in printed and "epsilon_monitor: MindArmour's RDPMonitor" in printed
     assert "not accounted" not in printed and "z_f = sigma_f*M = 0.32" in printed
@@ -165,16 +200,11 @@ def test_cli_poisson_adaptive_clipping_accounts_every_step(tmp_path, data_root, 
 
 
 @pytest.mark.slow
-def test_cli_shuffle_adaptive_clipping_charges_the_epochs_worst_step(tmp_path, data_root,
-                                                                    capsys):
-    cfg = tmp_path / "small.toml"
-    # Shuffled batches are not amplified: the sampler floor Φ(4 − 6.76) = 2.9e-3 of the
-    # value release (multiplier 0.25) needs δ above it for a finite ε.
-    cfg.write_text(SMALL.replace("delta = 1e-3", "delta = 1e-2"))
-    trace = tmp_path / "steps.csv"
-    assert main(["dpsgd", "--config", str(cfg), "--data-dir", str(data_root), "--sampling",
-                 "shuffle", "--json", "--no-progress", "--trace", str(trace)]) == 0
-    row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+def test_cli_shuffle_adaptive_clipping_charges_the_epochs_worst_step(adaptive_cli_runs):
+    rc, printed, folder = adaptive_cli_runs["shuffle"]   # trained in the XLA-defaults child
+    trace = folder / "shuffle_steps.csv"
+    assert rc == 0
+    row = json.loads(printed.strip().splitlines()[-1])
     assert row["accuracy"] > 0.5 and row["step"] == 32
     assert (row["sampling"], row["neighbouring"], row["sensitivity"]) == (
         "shuffle", "replace one example", "2C")

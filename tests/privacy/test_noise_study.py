@@ -87,13 +87,47 @@ def _check_against_theory(rows, mechanism, clip):
         assert r["snr_aligned"] == pytest.approx(r["snr_aligned_theory"], rel=Z * rel_norm + 1e-3)
 
 
+#: The studies of test_simulated_noise_matches_theory: 64 trials, so the χ² window of the
+#: noise-norm SD is [0.59, 1.47] (16 trials: [0.26, 1.99]).
+STUDY = dict(clients=[1, 30, 300], dim=2_000, noise_scale=0.5, clip=1.0, trials=64)
+NOISE_ARGS = ["noise", "--dim", "3000", "--epsilon", "2", "--delta", "1e-5", "--clip", "1",
+              "--clients", "1,100,1000", "--trials", "12", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def xla_defaults_runs(tmp_path_factory):
+    """The per-client studies (both mechanisms) and the ``ldpsim noise`` run, in ONE child
+    process with XLA's default options, as users compile.  Their cost is executing ~10^8
+    per-client draws, not compiling: 54 CPU-s for the two studies with the suite's options
+    (which skip LLVM's optimisation), 15 with XLA's defaults, whose figures agree with the
+    suite's to float rounding (tests/test_xla_defaults.py checks the options on rounds)."""
+    import json
+
+    from conftest import run_with_xla_defaults
+
+    out = tmp_path_factory.mktemp("noise") / "noise.csv"
+    stdout = run_with_xla_defaults(
+        "import json, sys\nimport jax\n"
+        "from ldpsim._src.privacy.analysis import averaging as A\n"
+        "from ldpsim.cli import main\n"
+        f"rc = main({[*NOISE_ARGS, '--out', str(out)]!r})\n"
+        "rows = {m: A.noise_study(jax.random.key(11), mechanism=m, method='per-client', "
+        f"**{STUDY!r}) for m in ('gaussian', 'laplace')}}\n"
+        "print(json.dumps({'rc': rc, 'rows': rows}, default=float))\n")
+    result = json.loads(stdout.strip().splitlines()[-1])
+    return {"cli": (result["rc"], out), **result["rows"]}
+
+
 @pytest.mark.parametrize("mechanism", ["gaussian", pytest.param("laplace", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("method", [pytest.param("per-client", marks=pytest.mark.slow), "aggregate"])
-def test_simulated_noise_matches_theory(mechanism, method):
-    # 64 trials: the χ² window of the noise-norm SD is [0.59, 1.47] (16 trials: [0.26, 1.99]).
-    rows = A.noise_study(jax.random.key(11), clients=[1, 30, 300], dim=2_000, noise_scale=0.5, clip=1.0,
-                         mechanism=mechanism, trials=64, method=method)
+def test_simulated_noise_matches_theory(mechanism, method, request):
+    if method == "per-client":   # execution-bound: drawn with XLA's defaults (fixture above)
+        rows = request.getfixturevalue("xla_defaults_runs")[mechanism]
+    else:
+        rows = A.noise_study(jax.random.key(11), mechanism=mechanism, method=method, **STUDY)
     assert [r["method"] for r in rows] == [method] * 3
+    assert [(r["clients"], r["dim"], r["trials"]) for r in rows] == [(n, 2_000, 64)
+                                                                     for n in STUDY["clients"]]
     _check_against_theory(rows, mechanism, 1.0)
 
 
@@ -151,10 +185,8 @@ def test_million_clients_per_client_draws_in_chunks():
 
 
 @pytest.mark.slow
-def test_cli_noise_csv_against_theory(tmp_path):
-    out = tmp_path / "noise.csv"
-    rc = main(["noise", "--dim", "3000", "--epsilon", "2", "--delta", "1e-5", "--clip", "1",
-               "--clients", "1,100,1000", "--trials", "12", "--out", str(out), "--no-progress"])
+def test_cli_noise_csv_against_theory(xla_defaults_runs):
+    rc, out = xla_defaults_runs["cli"]   # main(NOISE_ARGS) in the XLA-defaults child
     assert rc == 0
     with open(out, newline="") as f:
         reader = csv.DictReader(f)
