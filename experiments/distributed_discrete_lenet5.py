@@ -319,22 +319,53 @@ def table(path: str) -> str:
 
 
 def plot(path: str, png: str) -> int:
+    """Accuracy against bits, one panel per target: the two mechanisms at m = 1,000 (lines over
+    b, mean ± sd over seeds) and at b = 16 for the other m (markers), with the m = 1,000
+    references (continuous, central, no noise) as horizontal lines."""
     import pandas as pd
     from matplotlib.figure import Figure
 
     df = pd.read_csv(path)
     fin = df[df["final"] == 1]
-    fig = Figure(figsize=(9, 3.5))
-    for ax, target in zip(fig.subplots(1, len(TARGETS)), TARGETS):
-        sub = fin[(fin["target"] == target) & (fin["clients_per_round"] == 1000)]
-        for mech, g in sub.groupby("mechanism"):
-            acc = g.groupby("bits")["accuracy"].agg(["mean", "std"])
-            ax.errorbar(acc.index, acc["mean"], yerr=acc["std"], marker="o", label=mech)
-        ax.set_title(f"m = 1,000, {target}")
-        ax.set_xlabel("bits b")
-    fig.axes[0].set_ylabel("final test accuracy")
-    fig.axes[0].legend()
-    fig.tight_layout()
+    colours = {"ddg": "C0", "skellam": "C1", "continuous": "C2", "central": "C3",
+               "nonprivate": "0.3"}
+    fig = Figure(figsize=(11, 3.8))
+    axes = fig.subplots(1, len(TARGETS), sharey=True)
+    for ax, target in zip(axes, TARGETS):
+        sub = fin[fin["target"] == target]
+        for mech in ("ddg", "skellam"):
+            g = sub[(sub.mechanism == mech) & (sub.clients_per_round == 1000)]
+            if len(g):
+                acc = g.groupby("bits")["accuracy"].agg(["mean", "std"])
+                ax.errorbar(acc.index, acc["mean"], yerr=acc["std"].fillna(0), marker="o",
+                            color=colours[mech], label=f"{mech}, m = 1,000")
+            for m, marker in ((100, "v"), (10000, "^")):
+                g = sub[(sub.mechanism == mech) & (sub.clients_per_round == m)]
+                if len(g):
+                    ax.errorbar(g["bits"].mean() + (0.3 if mech == "skellam" else -0.3),
+                                g["accuracy"].mean(), yerr=g["accuracy"].std() if len(g) > 1
+                                else 0, marker=marker, color=colours[mech], linestyle="none",
+                                label=f"{mech}, m = {m:,}")
+        for mech in ("continuous", "central", "nonprivate"):
+            g = fin[(fin.mechanism == mech) & (fin.clients_per_round == 1000) &
+                    (fin.target == ("none" if mech == "nonprivate" else target))]
+            if len(g):
+                ax.axhline(g["accuracy"].mean(), color=colours[mech], linestyle="--",
+                           linewidth=1, label=f"{mech}, m = 1,000")
+        ax.set_title(target.replace("_", " ").replace("run ", "run, ε = ")
+                     .replace("round ", "round, ε = "))
+        ax.set_xlabel("bits b of the modular sum")
+        ax.set_xticks([12, 14, 16, 18, 20])
+        ax.set_xlim(11, 21)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("test accuracy after 100 rounds")
+    handles, labels = {}, []
+    for ax in axes:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(lab, h)
+    fig.legend(list(handles.values()), list(handles), loc="lower center",
+               ncol=min(5, len(handles)), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.14, 1, 1))
     fig.savefig(png, dpi=120)
     return 0
 
