@@ -33,9 +33,8 @@ def _toml(v) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mechanism", ["ddg"])   # Skellam: the same driver path; its float32
-def test_whole_run_cell_runs_end_to_end(tmp_path, mechanism):   # Poisson sampler is slow at
-    # this grid's variances (~7e5 per client: minutes on 2 cores), so the cell runs DDG only
+@pytest.mark.parametrize("mechanism", ["ddg", "skellam"])
+def test_whole_run_cell_runs_end_to_end(tmp_path, mechanism):
     pop, _, _ = build_data(SimulationConfig(**RUN))
     dim = model_dimension(model_name_for("logreg", pop), tuple(pop.input_shape),
                           int(pop.num_classes))
@@ -44,7 +43,7 @@ def test_whole_run_cell_runs_end_to_end(tmp_path, mechanism):   # Poisson sample
         "[sweep]", 'name = "tiny"', 'out = "tiny.csv"', f"dim = {dim}", "[grid]",
         f'mechanism = ["{mechanism}"]', 'target = ["whole_run_8"]', "seed = [0]",
         "cells = [[40, 20]]", "[run]", *(f"{k} = {_toml(v)}" for k, v in RUN.items()),
-        "wrap_target = 1e-6", ""]))
+        ""]))
     mod_spec = importlib.util.spec_from_file_location("ddl5", SCRIPT)
     driver = importlib.util.module_from_spec(mod_spec)
     mod_spec.loader.exec_module(driver)
@@ -55,16 +54,20 @@ def test_whole_run_cell_runs_end_to_end(tmp_path, mechanism):   # Poisson sample
     df = pd.read_csv(out)
     assert list(df["round"]) == [1, 2, 3] and list(df["final"]) == [0, 0, 1]
     assert (df["target"] == "whole_run_8").all() and (df["wrapped_fraction"] == 0).all()
-    # the driver's own solve: ε = 8 over the 3 rounds at q = 40/400, δ = 1/400
+    # the driver's own solve: ε = 8 over the 3 rounds at q = 40/400, δ = 1/400, the noise
+    # counted from the cohort floor at δ less its tail charge
+    floor, tail = dacc.cohort_floor(400, 40, 3, 8.0, 1.0 / 400)
+    assert (df["noise_survivors"] == floor).all() and floor < 40
     assert df["epsilon_accounted"].iloc[0] <= 8.0
     assert df["epsilon_accounted"].iloc[0] == pytest.approx(8.0, rel=1e-3)
     # the engine's accounting: the same mechanism (γ from the driver, noise re-solved to the
-    # same value), the fewest realised survivors so far, amplified at q = 0.1
+    # same value), the fewest realised survivors so far capped at the floor, amplified at q = 0.1
     g = float(df["granularity"].iloc[0])
     mech = dacc.DiscreteMechanism(mechanism, 1.0, g, float(df["noise"].iloc[0]), 40, dim,
                                   20, neighbours="add-remove")
     for t in (1, 2, 3):
-        s = max(1, min(40, int(df["survivors"].iloc[:t].min())))
-        want = dacc.discrete_epsilon(mech, 1.0 / 400, t, survivors=s, sampling_rate=0.1)
+        s = max(1, min(floor, int(df["survivors"].iloc[:t].min())))
+        want = dacc.discrete_epsilon(mech, 1.0 / 400 - tail, t, survivors=s, sampling_rate=0.1)
         assert df["epsilon_spent"].iloc[t - 1] == pytest.approx(want, rel=1e-9)
+        assert df["delta_spent"].iloc[t - 1] <= 1.0 / 400
     assert math.isfinite(df["accuracy"].iloc[-1])
