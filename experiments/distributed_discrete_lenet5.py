@@ -275,8 +275,11 @@ def main(argv=None) -> int:
                             "_".join(str(v) for v in key_of(cell)))
         rows, t0 = [], time.process_time()
         print("run", cell, flush=True)
+        # the cell's own columns win over the engine row's (whose "mechanism" is the noise's
+        # law, e.g. "gaussian" for the reference cells: kept as engine_mechanism)
         simulate(cfg, checkpoint_dir=ckpt, progress=args.progress, callback=lambda r: rows.append(
-            {**cell, **solved, **r, "process_time": time.process_time() - t0}))
+            {**r, "engine_mechanism": r.get("mechanism"), **cell, **solved,
+             "process_time": time.process_time() - t0}))
         for i, r in enumerate(rows):
             r["final"] = int(i == len(rows) - 1)
         append(out, rows)
