@@ -3,16 +3,22 @@ privacy level, for the distributed discrete Gaussian and the Skellam mechanism
 (experiments/distributed_discrete_lenet5.toml describes the grid; docs/distributed_discrete.md
 the mechanisms and their accounting).
 
-Each cell (mechanism, m, b, target, seed) is one 100-round run; the driver solves the cell's
-granularity and per-client noise on the host (``accounting.bits_needed`` for that single b,
-with Poisson amplification for the whole-run targets), runs it, and appends its rows with
-``final = 1`` on the last, so an interrupted grid resumes where it stopped; ``--only``
-restricts to some mechanisms / targets / m / b / seeds (pieces for 2 cores).
+Each cell (mechanism, m, b, target, seed) is one 100-round run; the driver takes the cell's
+granularity and per-client noise from the engine's own plan (host side: the finest γ whose
+wrap bound fits b, the least noise meeting the target, with the Poisson amplification and the
+cohort floor for the whole-run targets), runs it, and appends its rows with ``final = 1`` on
+the last; a cell interrupted midway continues from its checkpoint (every 10 rounds), so the
+grid resumes where it stopped. ``--only`` restricts to some mechanisms / targets / m / b /
+seeds (pieces for 2 cores). Reference cells (``bits`` 0): the continuous distributed Gaussian,
+central DP and no noise at each m (the toml's ``[reference]``).
 
     python experiments/distributed_discrete_lenet5.py --plan          # cells and their noise
-    nice -n 10 python experiments/distributed_discrete_lenet5.py --only mechanism=ddg,m=1000
-    python experiments/distributed_discrete_lenet5.py --plot acc_vs_bits.png
+    python experiments/distributed_discrete_lenet5.py --only mechanism=ddg,m=1000 \
+        --out experiments/results/distributed_discrete_lenet5_m1000.csv
+    python experiments/distributed_discrete_lenet5.py --table --out A.csv,B.csv   # verdict table
+    python experiments/distributed_discrete_lenet5.py --plot acc_vs_bits.png --out A.csv,B.csv
 
+The committed results are one CSV per m (experiments/results/distributed_discrete_lenet5_m*.csv).
 The engine side (the privacy modes built from the round's stages) is not part of this file:
 :func:`engine_config` is the single place that maps a cell onto ``SimulationConfig``, with the
 engine's ``discrete`` privacy mode (``epsilon_scope="run"`` for the whole-run targets).
@@ -237,7 +243,8 @@ def main(argv=None) -> int:
     p.add_argument("--only", default=None,
                    help="comma list of key=value (mechanism, target, m, b, seed)")
     p.add_argument("--plan", action="store_true", help="print the cells and their noise, run none")
-    p.add_argument("--out", default=None)
+    p.add_argument("--out", default=None,
+                   help="the CSV the cells append to (--table / --plot: one or a comma list)")
     p.add_argument("--plot", metavar="PNG", help="accuracy against bits per m from --out")
     p.add_argument("--checkpoints", default=None,
                    help="folder of the running cell's checkpoints (default: .checkpoints next "
@@ -287,13 +294,19 @@ def main(argv=None) -> int:
     return 0
 
 
+def read(path: str):
+    """The rows of one CSV, or of a comma-separated list of them (the committed results are
+    one file per m, to keep each small)."""
+    import pandas as pd
+
+    return pd.concat([pd.read_csv(p) for p in path.split(",")], ignore_index=True, sort=False)
+
+
 def table(path: str) -> str:
     """The verdict table (Markdown) from the CSV: final accuracy (mean ± sd over seeds, seeds
     counted) per (target, m, mechanism, bits), with its gap to the non-private, the continuous
     and the central runs at the same m and target (points; positive: below the reference)."""
-    import pandas as pd
-
-    df = pd.read_csv(path)
+    df = read(path)
     fin = df[df["final"] == 1]
     g = fin.groupby(["target", "clients_per_round", "mechanism", "bits"])["accuracy"]
     acc = g.agg(["mean", "std", "count"]).reset_index()
@@ -325,10 +338,9 @@ def plot(path: str, png: str) -> int:
     """Accuracy against bits, one panel per target: the two mechanisms at m = 1,000 (lines over
     b, mean ± sd over seeds) and at b = 16 for the other m (markers), with the m = 1,000
     references (continuous, central, no noise) as horizontal lines."""
-    import pandas as pd
     from matplotlib.figure import Figure
 
-    df = pd.read_csv(path)
+    df = read(path)
     fin = df[df["final"] == 1]
     colours = {"ddg": "C0", "skellam": "C1", "continuous": "C2", "central": "C3",
                "nonprivate": "0.3"}
@@ -362,7 +374,7 @@ def plot(path: str, png: str) -> int:
         ax.set_xlim(11, 21)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("test accuracy after 100 rounds")
-    handles, labels = {}, []
+    handles = {}
     for ax in axes:
         for h, lab in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(lab, h)
