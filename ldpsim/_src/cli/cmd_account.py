@@ -474,9 +474,8 @@ def _print_discrete(out: dict) -> None:
     if "mse_ratio" in out:
         print(f"error variance   {out['mse_ratio']:.4g} x the continuous Gaussian's at the same "
               "epsilon")
-    if out["mechanism"] == "skellam":
-        print("caveat           the Skellam bound is the ideal law's; ldpsim's Skellam sampler "
-              "is not exact")
+    print("sampler          exact table draws within a proven total variation of the ideal "
+          "law, charged to delta (docs/distributed_discrete.md)")
     print(f"neighbouring     {out['neighbouring']}")
 
 
