@@ -140,9 +140,11 @@ def solve(cell: dict, spec: dict) -> dict:
     pop, dim = spec["run"]["population"], spec["sweep"].get("dim", D)
     eps, whole = TARGETS[cell["target"]]
     m = cell["clients_per_round"]
+    from ldpsim._src._checks import LdpsimError
+
     try:
         mech = planning.secagg_mechanism(cfg, dim, pop)
-    except Exception as err:            # b too small: an infeasible cell, recorded as such
+    except LdpsimError as err:          # b too small: an infeasible cell, recorded as such
         return dict(feasible=0, granularity=math.nan, noise=math.nan, wrap_bound=math.nan,
                     epsilon_accounted=math.nan, mse_ratio=math.nan, delta=cfg.delta,
                     noise_survivors=math.nan, infeasible=str(err).splitlines()[0][:200])

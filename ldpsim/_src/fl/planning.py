@@ -726,7 +726,7 @@ def _plan_discrete(config: SimulationConfig, population: int, dim: int | None = 
     counted = m if floor is None else floor
     # a whole-run plan: the cohort-tail event costs (1 + e^eps)·eta of delta (cohort_guarantee)
     eta = (0.0 if floor is None else
-           (config.delta - delta_solved) / (1.0 + math.exp(min(config.epsilon, 700.0))))
+           dacc.cohort_tail_eta(config.delta - delta_solved, config.epsilon))
 
     def epsilon_of(k: int, t: int, frac: float) -> float:
         if t == 0:

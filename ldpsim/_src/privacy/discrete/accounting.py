@@ -604,6 +604,12 @@ def bits_needed(mechanism: str, *, epsilon: float, delta: float, clients: int, d
 COHORT_TAIL_SHARE = 0.1
 
 
+def cohort_tail_eta(delta_tail: float, epsilon: float) -> float:
+    """``η = δ_tail/(1 + e^ε)``: the probability of the cohort-tail event whose coupling-bound
+    charge ``(1 + e^ε)·η`` is ``δ_tail`` (:func:`cohort_floor`)."""
+    return float(delta_tail) / (1.0 + math.exp(min(float(epsilon), 700.0)))
+
+
 def cohort_floor(population: int, clients: int, rounds: int, epsilon: float, delta: float,
                  share: float = COHORT_TAIL_SHARE) -> tuple[int, float]:
     """The cohort size ``n_low`` a whole-run plan under Poisson sampling can count on, and the
@@ -631,7 +637,7 @@ def cohort_floor(population: int, clients: int, rounds: int, epsilon: float, del
     rounds = check_positive_int("rounds", rounds)
     delta = check_open_unit("delta", delta)
     delta_tail = float(share) * delta
-    eta = delta_tail / (1.0 + math.exp(min(float(epsilon), 700.0)))
+    eta = cohort_tail_eta(delta_tail, epsilon)
     q = clients / population
     if q >= 1.0 or population == 1:
         return clients, 0.0
