@@ -132,6 +132,29 @@ def test_lookup_is_exact_at_every_threshold_boundary():
         assert np.array_equal(np.asarray(got), np.array(want))
 
 
+def test_less128_is_the_128_bit_order():
+    """The borrow-chain comparison against Python integers: every pair over an alphabet of
+    edge words (0, 1, 2, 2^31 - 1, 2^31, 2^32 - 2, 2^32 - 1; equal prefixes included) and
+    random pairs."""
+    rng = np.random.default_rng(0)
+    edge = np.array([0, 1, 2, 2**31 - 1, 2**31, 2**32 - 2, 2**32 - 1], np.uint64)
+    grid = np.stack(np.meshgrid(*[np.arange(len(edge))] * 4, indexing="ij"), -1).reshape(-1, 4)
+    pairs = rng.integers(0, len(grid), (50_000, 2))
+    a = np.concatenate([edge[grid[pairs[:, 0]]], edge[grid], rng.integers(0, 2**32, (20_000, 4),
+                                                                           dtype=np.uint64)])
+    b = np.concatenate([edge[grid[pairs[:, 1]]], edge[grid], rng.integers(0, 2**32, (20_000, 4),
+                                                                           dtype=np.uint64)])
+    got = np.asarray(S._less128(tuple(jnp.asarray(a[:, j].astype(np.uint32)) for j in range(4)),
+                                tuple(jnp.asarray(b[:, j].astype(np.uint32)) for j in range(4))))
+
+    def value(row):
+        return sum(int(w) << (32 * (3 - j)) for j, w in enumerate(row))
+
+    want = np.array([value(x) < value(y) for x, y in zip(a, b)])
+    assert 0.3 < want.mean() < 0.7
+    assert np.array_equal(got, want)
+
+
 def _chisquare_p(x, pmf):
     """Chi-square p-value of integer draws ``x`` against ``pmf`` (values with expected count
     < 5 pooled into the two tails)."""

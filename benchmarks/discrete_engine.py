@@ -1,0 +1,109 @@
+"""The engine's secure-aggregation round as the experiment runs it, this tree against a commit.
+
+Workload: one cell of ``experiments/distributed_discrete_lenet5.py`` (MNIST, LeNet-5, 20,000
+clients of 3 images, 3 local SGD steps of batch 3, Poisson cohorts of expected size ``--m``,
+``--mechanism`` at ``--bits`` bits and whole-run ε = 8, or ``continuous`` for the distributed
+Gaussian reference), run through ``ldpsim.simulate`` exactly as the driver runs it (the
+driver's own ``solve`` and ``engine_config``), for ``--rounds`` rounds evaluated every round.
+
+Each tree runs in its own fresh worker process (``PYTHONPATH`` = that tree; the older one
+from a temporary ``git worktree``), the two alternating in order over ``--pairs``; a worker
+reports the process CPU seconds (all threads) of each round after the first (the first
+compiles), evaluation included. The table gives the median per tree and the median of the
+paired old/new ratios.
+
+    LDPSIM_DATA_DIR=... python benchmarks/discrete_engine.py --ref e5597ed
+    LDPSIM_DATA_DIR=... python benchmarks/discrete_engine.py --ref e5597ed --mechanism skellam
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+WORKER = r"""
+import dataclasses, importlib.util, json, os, sys, time
+tree, mech, m, bits, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+spec = importlib.util.spec_from_file_location(
+    "dd", os.path.join(tree, "experiments", "distributed_discrete_lenet5.py"))
+dd = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(dd)
+from ldpsim import simulate
+sp = dd.load_spec()
+cell = dict(mechanism=mech, target="whole_run_8", clients_per_round=m, bits=bits, seed=0)
+solved = dd.solve(cell, sp)
+cfg = dataclasses.replace(dd.engine_config(cell, solved, sp), rounds=rounds + 1, eval_every=1)
+marks = []
+t0 = time.process_time()
+simulate(cfg, callback=lambda r: marks.append(time.process_time() - t0))
+per = [b - a for a, b in zip(marks, marks[1:])]
+print("RESULT " + json.dumps({"first": marks[0], "rounds": per}), flush=True)
+"""
+
+
+def _worker(tree: str, args) -> dict:
+    env = dict(os.environ, PYTHONPATH=tree)
+    out = subprocess.run([sys.executable, "-c", WORKER, tree, args.mechanism, str(args.m),
+                          str(args.bits), str(args.rounds)],
+                         env=env, capture_output=True, text=True, check=True)
+    line = [s for s in out.stdout.splitlines() if s.startswith("RESULT ")][-1]
+    return json.loads(line[len("RESULT "):])
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--ref", required=True, help="older commit to compare against")
+    p.add_argument("--mechanism", default="ddg", choices=("ddg", "skellam", "continuous"))
+    p.add_argument("--m", type=int, default=1000, help="expected clients per round")
+    p.add_argument("--bits", type=int, default=16)
+    p.add_argument("--rounds", type=int, default=4, help="timed rounds per worker")
+    p.add_argument("--pairs", type=int, default=2)
+    args = p.parse_args(argv)
+    if args.mechanism == "continuous":
+        args.bits = 0
+    if not os.environ.get("LDPSIM_DATA_DIR"):
+        p.error("set LDPSIM_DATA_DIR to the folder holding MNIST")
+    with tempfile.TemporaryDirectory() as tmp:
+        old_tree = os.path.join(tmp, "ref")
+        subprocess.run(["git", "-C", ROOT, "worktree", "add", "--detach", "-q", old_tree,
+                        args.ref], check=True)
+        try:
+            res = {"old": [], "new": []}
+            ratios = []
+            for i in range(args.pairs):
+                order = [("old", old_tree), ("new", ROOT)]
+                if i % 2:
+                    order.reverse()
+                got = {}
+                for name, tree in order:
+                    r = _worker(tree, args)
+                    got[name] = statistics.median(r["rounds"])
+                    res[name].append(r)
+                    print(f"pair {i} {name}: CPU-s per round {[round(x, 2) for x in r['rounds']]}"
+                          f" (first round {r['first']:.1f})", flush=True)
+                ratios.append(got["old"] / got["new"])
+        finally:
+            subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", old_tree],
+                           check=False)
+    print(f"\n{args.mechanism}, b = {args.bits}, m = {args.m}, whole-run eps 8, "
+          f"{args.rounds} rounds x {args.pairs} pairs\n")
+    print("| tree | CPU-s per round (median of workers' medians) | old/new (paired) |")
+    print("|---|---|---|")
+    for name, label in (("old", args.ref), ("new", "this tree")):
+        med = statistics.median(statistics.median(r["rounds"]) for r in res[name])
+        extra = (f"**{statistics.median(ratios):.2f}** ({min(ratios):.2f}-{max(ratios):.2f})"
+                 if name == "new" else "")
+        print(f"| {label} | {med:.2f} | {extra} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
