@@ -41,11 +41,13 @@ sp = dd.load_spec()
 cell = dict(mechanism=mech, target="whole_run_8", clients_per_round=m, bits=bits, seed=0)
 solved = dd.solve(cell, sp)
 cfg = dataclasses.replace(dd.engine_config(cell, solved, sp), rounds=rounds + 1, eval_every=1)
-marks = []
-t0 = time.process_time()
-simulate(cfg, callback=lambda r: marks.append(time.process_time() - t0))
+marks, walls = [], []
+t0, w0 = time.process_time(), time.perf_counter()
+simulate(cfg, callback=lambda r: (marks.append(time.process_time() - t0),
+                                  walls.append(time.perf_counter() - w0)))
 per = [b - a for a, b in zip(marks, marks[1:])]
-print("RESULT " + json.dumps({"first": marks[0], "rounds": per}), flush=True)
+wall = [b - a for a, b in zip(walls, walls[1:])]
+print("RESULT " + json.dumps({"first": marks[0], "rounds": per, "wall": wall}), flush=True)
 """
 
 
@@ -77,30 +79,35 @@ def main(argv=None) -> int:
                         args.ref], check=True)
         try:
             res = {"old": [], "new": []}
-            ratios = []
+            ratios, wall_ratios = [], []
             for i in range(args.pairs):
                 order = [("old", old_tree), ("new", ROOT)]
                 if i % 2:
                     order.reverse()
-                got = {}
+                got, wall = {}, {}
                 for name, tree in order:
                     r = _worker(tree, args)
                     got[name] = statistics.median(r["rounds"])
+                    wall[name] = statistics.median(r["wall"])
                     res[name].append(r)
                     print(f"pair {i} {name}: CPU-s per round {[round(x, 2) for x in r['rounds']]}"
-                          f" (first round {r['first']:.1f})", flush=True)
+                          f", wall {[round(x, 2) for x in r['wall']]} (first round CPU-s "
+                          f"{r['first']:.1f})", flush=True)
                 ratios.append(got["old"] / got["new"])
+                wall_ratios.append(wall["old"] / wall["new"])
         finally:
             subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", old_tree],
                            check=False)
     print(f"\n{args.mechanism}, b = {args.bits}, m = {args.m}, whole-run eps 8, "
           f"{args.rounds} rounds x {args.pairs} pairs\n")
-    print("| tree | CPU-s per round (median of workers' medians) | old/new (paired) |")
-    print("|---|---|---|")
+    print("| tree | CPU-s per round (median of workers' medians) | old/new CPU (paired) "
+          "| old/new wall (paired) |")
+    print("|---|---|---|---|")
     for name, label in (("old", args.ref), ("new", "this tree")):
         med = statistics.median(statistics.median(r["rounds"]) for r in res[name])
-        extra = (f"**{statistics.median(ratios):.2f}** ({min(ratios):.2f}-{max(ratios):.2f})"
-                 if name == "new" else "")
+        extra = (f"**{statistics.median(ratios):.2f}** ({min(ratios):.2f}-{max(ratios):.2f}) | "
+                 f"{statistics.median(wall_ratios):.2f} ({min(wall_ratios):.2f}-"
+                 f"{max(wall_ratios):.2f})" if name == "new" else " | ")
         print(f"| {label} | {med:.2f} | {extra} |")
     return 0
 

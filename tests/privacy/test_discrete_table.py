@@ -133,7 +133,7 @@ def test_lookup_is_exact_at_every_threshold_boundary():
 
 
 def test_less128_is_the_128_bit_order():
-    """The borrow-chain comparison against Python integers: every pair over an alphabet of
+    """The 128-bit comparison against Python integers: every pair over an alphabet of
     edge words (0, 1, 2, 2^31 - 1, 2^31, 2^32 - 2, 2^32 - 1; equal prefixes included) and
     random pairs."""
     rng = np.random.default_rng(0)

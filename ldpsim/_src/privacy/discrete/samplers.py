@@ -577,18 +577,12 @@ def _table_words(key, piece, ctr) -> list:
 
 
 def _less128(a, b):
-    """``a < b`` for 128-bit integers given as four uint32 words, most significant first:
-    the borrow out of the multi-word subtraction ``a − b`` (branch-free).
-
-    Each word of ``b`` is read once: ``b`` comes from table gathers, and XLA keeps a gather
-    read twice as its own fusion, recomputing the Threefry hash of its index in each one
-    (five times per draw); read once, the gathers fuse with their consumer."""
-    borrow = jnp.zeros_like(a[0], dtype=bool)
-    for x, y in zip(reversed(a), reversed(b)):
-        diff = x - y                               # wraps modulo 2^32 exactly when x < y
-        out = diff - borrow.astype(jnp.uint32)     # wraps exactly when diff == 0 and borrow
-        borrow = (diff > x) | (out > diff)
-    return borrow
+    """``a < b`` for 128-bit integers given as four uint32 words, most significant first
+    (lexicographic, branch-free)."""
+    a0, a1, a2, a3 = a
+    b0, b1, b2, b3 = b
+    return (a0 < b0) | ((a0 == b0) & ((a1 < b1) | ((a1 == b1) & (
+        (a2 < b2) | ((a2 == b2) & (a3 < b3))))))
 
 
 def table_lookup(words, threshold: jax.Array, alias: jax.Array, columns_log2: int,
@@ -598,12 +592,7 @@ def table_lookup(words, threshold: jax.Array, alias: jax.Array, columns_log2: in
     ``V = U mod 2^(128−k)``; ``c − L`` if ``V < T_c``, else ``alias[c]`` (int32)."""
     k = int(columns_log2)
     w0, w1, w2, w3 = words
-    # ``col`` indexes five gathers. XLA keeps each gather as its own fusion and fuses the
-    # index's producer, the Threefry hash, into each one (five hashes per draw). Dividing by a
-    # runtime 1 (an integer division, which XLA will not duplicate) materialises ``col`` once.
-    first = w0.reshape(-1)[0] | jnp.uint32(1)
-    one = first // first
-    col = ((w0 >> jnp.uint32(32 - k)) // one).astype(jnp.int32)
+    col = (w0 >> jnp.uint32(32 - k)).astype(jnp.int32)
     v0 = w0 & jnp.uint32((1 << (32 - k)) - 1)
     t = [jnp.take(threshold[:, j], col, mode="clip") for j in range(4)]
     below = _less128((v0, w1, w2, w3), t)
