@@ -285,6 +285,9 @@ def main(argv=None) -> None:
     p.add_argument("--plot", metavar="PNG", help="draw the figure from --out and exit")
     p.add_argument("--table", action="store_true", help="print the README table and exit")
     args = p.parse_args(argv)
+    from ldpsim import enable_compilation_cache
+
+    enable_compilation_cache()   # each cell's compiled round, reused by a resumed run
     if args.plot or args.table:
         df = load(args.out)
         if args.table:

@@ -256,6 +256,9 @@ def main(argv=None) -> int:
                    help="print the verdict table (Markdown) from --out and exit")
     args = p.parse_args(argv)
     spec = load_spec(args.spec)
+    from ldpsim import enable_compilation_cache
+
+    enable_compilation_cache()
     out = args.out or os.path.join(HERE, spec["sweep"]["out"])
     if args.plot:
         return plot(out, args.plot)

@@ -20,7 +20,8 @@ randomizers), :func:`weighted_mean` (aggregate),
 (where the noise goes).
 
 Devices: call ``ldpsim.use_host_devices()`` before anything imports JAX to run on one CPU
-device per core, as the ``ldpsim`` command does.
+device per core, as the ``ldpsim`` command does; ``ldpsim.enable_compilation_cache()`` keeps
+compiled programs on disk for later processes, as the command does too.
 
 Layers (dependencies point downwards only):
 
@@ -71,6 +72,7 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
 }
 
 _EXPORTS["use_host_devices"] = ("ldpsim._src._devices", "use_host_devices")
+_EXPORTS["enable_compilation_cache"] = ("ldpsim._src._compile_cache", "enable_compilation_cache")
 
 __all__ = ["LdpsimError", "__version__", *sorted(_EXPORTS)]
 

@@ -102,6 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
             "Simulate federated learning under local differential privacy at scale "
             "(JAX). Run `ldpsim <command> --help` for the options of a command."
         ),
+        epilog=("Compiled programs are kept in ~/.cache/ldpsim/xla and reused by later runs "
+                "(a rerun or a resumed run skips most of its start-up); "
+                "LDPSIM_COMPILATION_CACHE=DIR moves the cache, =off turns it off."),
     )
     parser.add_argument("--version", action="version", version=f"ldpsim {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="<command>")
@@ -205,6 +208,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args._given = given_dests(parser, argv)  # options typed, not defaulted (_parsing.was_given)
     _one_line_warnings(args.command)
+    from ldpsim._src._compile_cache import enable_compilation_cache
+
+    enable_compilation_cache()   # compiled rounds reused by later runs (LDPSIM_COMPILATION_CACHE)
     try:
         _check_outputs(args)
         return int(args.handler(args) or 0)
