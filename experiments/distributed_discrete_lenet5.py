@@ -154,8 +154,12 @@ def solve(cell: dict, spec: dict) -> dict:
     accounted = A.discrete_epsilon(mech, delta, rounds, floor, sampling_rate=q)
     ref = A.gaussian_central_variance(eps, delta, rounds, cfg.clip, mech.neighbours, q)
     mse = mech.granularity ** 2 * m * (0.25 + mech.client_variance)
+    # the wrap bound of the cohort sizes the round can have (Poisson: up to wrap_n, plus the
+    # probability of a larger cohort; planning.wrap_cohort)
+    wrap_n, wrap_target = planning.wrap_cohort(cfg, pop)
+    wrap = (planning.SECAGG_WRAP_TARGET - wrap_target) + A.wrap_probability(mech, wrap_n)
     return dict(feasible=1, granularity=mech.granularity, noise=mech.noise,
-                wrap_bound=A.wrap_probability(mech), epsilon_accounted=accounted,
+                wrap_bound=wrap, wrap_clients=wrap_n, epsilon_accounted=accounted,
                 mse_ratio=mse / ref, delta=cfg.delta,
                 noise_survivors=m if floor is None else floor, infeasible="")
 

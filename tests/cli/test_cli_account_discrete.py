@@ -44,8 +44,12 @@ def test_json_agrees_with_the_library(mech):
     eps = A.discrete_epsilon(m, 1e-5 - tail, 20, floor, sampling_rate=0.05)
     assert o["epsilon"] == pytest.approx(eps, rel=1e-12) and eps <= 4.0
     assert A.discrete_epsilon(m, 1e-5 - tail, 20, 100, sampling_rate=0.05) < eps
-    assert o["wrap_probability"] == pytest.approx(A.wrap_probability(m), rel=1e-9)
-    assert o["wrap_probability"] <= 1e-6
+    # the wrap bound counts the Poisson cohort's size up to n_high, plus P[cohort > n_high]
+    n_high, wrap_tail = A.cohort_ceiling(2000, 100, 1e-6 / 2)
+    assert o["wrap_clients"] == n_high > 100
+    assert o["wrap_probability"] == pytest.approx(wrap_tail + A.wrap_probability(m, n_high),
+                                                  rel=1e-9)
+    assert A.wrap_probability(m) < o["wrap_probability"] <= 1e-6
     assert o["padded_dim"] == 1024
     assert o["epsilon_unamplified"] > eps
 

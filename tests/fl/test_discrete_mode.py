@@ -9,6 +9,7 @@ realised variance) for the statistical checks.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import os
@@ -457,6 +458,59 @@ def test_cohort_floor_is_the_binomial_quantile():
         below, below_next = sum(pmf[:k]), sum(pmf)
         bound = Fraction(tail) / (1 + Fraction(math.exp(eps))) / rounds
         assert below <= bound * (1 + Fraction(1, 10**9)) and below_next > bound
+
+
+def test_cohort_ceiling_is_the_binomial_quantile():
+    """n_high against exact Binomial(N, q) upper tails (Fractions): P[X > n_high] <= tail <
+    P[X > n_high - 1], and the returned tail is P[X > n_high]."""
+    from fractions import Fraction
+
+    from ldpsim._src.privacy.discrete import accounting as dacc
+
+    for pop, m, tail in [(1000, 50, 5e-7), (400, 100, 1e-3), (2000, 10, 1e-9), (300, 300, 1e-6)]:
+        n_high, p = dacc.cohort_ceiling(pop, m, tail)
+        if m == pop:
+            assert (n_high, p) == (m, 0.0)
+            continue
+        q = Fraction(m, pop)
+        pmf = [math.comb(pop, j) * q**j * (1 - q)**(pop - j) for j in range(pop + 1)]
+        above = sum(pmf[n_high + 1:])
+        assert above <= Fraction(tail) * (1 + Fraction(1, 10**9))
+        assert sum(pmf[n_high:]) > Fraction(tail)
+        assert p == pytest.approx(float(above), rel=1e-9)
+        assert n_high > m
+
+
+def test_poisson_plans_count_the_cohort_size_the_round_can_reach():
+    """Under Poisson cohorts the wrap bound of the plan is P[X > n_high] + the bound at n_high
+    reports (<= the target), the plan is coarser than one counting m reports only, and the
+    bound increases with the number of reports (so the split is a valid bound); fixed-size
+    cohorts count m."""
+    from ldpsim._src.privacy.discrete import accounting as dacc
+
+    cfg, _, mech = _whole_mech(kind="ddg")
+    pop = 1000
+    n_high, target = planning.wrap_cohort(cfg, pop)
+    ceiling, tail = dacc.cohort_ceiling(pop, cfg.clients_per_round, planning.SECAGG_WRAP_TARGET / 2)
+    assert (n_high, target) == (ceiling, planning.SECAGG_WRAP_TARGET - tail)
+    assert n_high > cfg.clients_per_round
+    bound = tail + dacc.wrap_probability(mech, n_high)
+    assert bound <= planning.SECAGG_WRAP_TARGET
+    wraps = [dacc.wrap_probability(mech, n) for n in range(cfg.clients_per_round, n_high + 1, 3)]
+    assert all(a <= b for a, b in zip(wraps, wraps[1:]))
+    m_only = dacc.bits_needed("ddg", epsilon=cfg.epsilon, delta=planning.cohort_guarantee(cfg, pop)[1],
+                              clients=mech.clients, dim=mech.dim, clip=mech.clip,
+                              rounds=cfg.rounds, bit_range=(mech.bits,), neighbours=mech.neighbours,
+                              sampling_rate=planning.sampling_rate(cfg, pop),
+                              survivors=planning.cohort_guarantee(cfg, pop)[0]).rows[0]
+    assert m_only.granularity < mech.granularity
+    assert dacc.wrap_probability(dataclasses.replace(mech, granularity=m_only.granularity),
+                                 n_high) > planning.SECAGG_WRAP_TARGET
+    fixed = dataclasses.replace(cfg, sampling="uniform", epsilon_scope="round")
+    assert planning.wrap_cohort(fixed, pop) == (cfg.clients_per_round,
+                                                planning.SECAGG_WRAP_TARGET)
+    with pytest.raises(LdpsimError, match="pass population"):
+        planning.wrap_cohort(cfg, None)
 
 
 def test_whole_run_spent_stays_within_the_target_until_a_cohort_falls_short():

@@ -387,12 +387,19 @@ def _discrete(args) -> dict:
     # Poisson cohorts fall short of --clients about half the time: the noise is counted from
     # the cohort size every round reaches but with a probability charged to delta
     # (accounting.cohort_floor); population N = --population, or --clients/--sampling-rate
+    # ... and exceed it about half the time: the wrap bound counts the size a cohort exceeds
+    # with probability at most half of --wrap-target, and adds that probability
+    # (accounting.cohort_ceiling)
     survivors, delta = None, args.delta
+    wrap_n, wrap_tail = args.clients, 0.0
     if q is not None and q < 1:
         population = args.population or max(args.clients, round(args.clients / q))
         survivors, tail = A.cohort_floor(population, args.clients, args.rounds, args.epsilon,
                                          args.delta)
         delta = args.delta - tail
+        wrap_n, wrap_tail = A.cohort_ceiling(population, args.clients, args.wrap_target / 2)
+    cohort = (f"{args.clients}-client sum" if wrap_n == args.clients else
+              f"sum of a Poisson cohort of {args.clients} clients on average (up to {wrap_n})")
     kw = dict(epsilon=args.epsilon, delta=delta, clients=args.clients, dim=args.dim,
               clip=args.clip, rounds=args.rounds, neighbours=args.neighbours)
     if args.granularity is not None:
@@ -402,24 +409,24 @@ def _discrete(args) -> dict:
         except LdpsimError as err:
             raise LdpsimError(f"gamma {args.granularity:g} cannot fit: {err}; use a coarser "
                               "--granularity (omit it to get the finest that fits)") from None
-        wrap = A.wrap_probability(mech)
+        wrap = wrap_tail + A.wrap_probability(mech, wrap_n)
         if wrap > args.wrap_target:
             raise LdpsimError(
                 f"gamma {args.granularity:g} cannot fit in {args.bits} bits: the "
-                f"{args.clients}-client sum wraps with probability up to {wrap:.3g} > "
+                f"{cohort} wraps with probability up to {wrap:.3g} > "
                 f"--wrap-target {args.wrap_target:g}; use a coarser --granularity or more --bits "
                 "(omit --granularity to get the finest that fits)")
         row = None
     else:
-        report = A.bits_needed(args.mechanism, wrap_target=args.wrap_target,
+        report = A.bits_needed(args.mechanism, wrap_target=args.wrap_target - wrap_tail,
                                mse_tolerance=args.mse_tolerance, sampling_rate=q,
-                               survivors=survivors,
+                               survivors=survivors, wrap_clients=wrap_n,
                                bit_range=[args.bits] if args.bits else range(8, 33), **kw)
         if args.bits is not None:
             if not report.rows:
                 raise LdpsimError(
                     f"--bits {args.bits} is too small: no granularity keeps the wrap bound of "
-                    f"{args.clients} clients (clip {args.clip}) below --wrap-target "
+                    f"the {cohort} (clip {args.clip}) below --wrap-target "
                     f"{args.wrap_target:g} at epsilon {args.epsilon:g}; use more bits")
             row = report.rows[0]
         else:
@@ -430,7 +437,7 @@ def _discrete(args) -> dict:
             row = report.row(report.bits)
         mech = A.DiscreteMechanism(args.mechanism, args.clip, row.granularity, row.noise,
                                    args.clients, args.dim, row.bits, neighbours=args.neighbours)
-        wrap = row.wrap_probability
+        wrap = wrap_tail + row.wrap_probability
     eps = A.discrete_epsilon(mech, delta, args.rounds, survivors, sampling_rate=q)
     out = {"mechanism": args.mechanism, "bits": mech.bits, "granularity": mech.granularity,
            "noise": mech.noise, "client_variance": mech.client_variance,
@@ -439,6 +446,7 @@ def _discrete(args) -> dict:
            "delta": args.delta, "rounds": args.rounds, "sampling_rate": q,
            "clients": args.clients, "dim": args.dim, "clip": args.clip,
            "noise_survivors": args.clients if survivors is None else survivors,
+           "wrap_clients": wrap_n,
            "delta_solved": delta,
            "neighbouring": ("add/remove one client of the population (Poisson cohorts)"
                             if q is not None and q < 1 else
@@ -460,7 +468,10 @@ def _print_discrete(out: dict) -> None:
           f"{out['norm_bound']:.6g} integer units)")
     print(f"noise            {noise} {out['noise']:.6g} per client (integer units; realised "
           f"variance {out['client_variance']:.6g})")
-    print(f"wrap probability <= {out['wrap_probability']:.3g} per round")
+    counted = (f" (a Poisson cohort: counted at up to {out['wrap_clients']:,} clients, the rest "
+               "of its size tail added)" if out.get("wrap_clients", out["clients"]) != out["clients"]
+               else "")
+    print(f"wrap probability <= {out['wrap_probability']:.3g} per round{counted}")
     samp = (f", Poisson cohorts at q = {out['sampling_rate']:.4g}"
             if out["sampling_rate"] is not None and out["sampling_rate"] < 1 else "")
     print(f"epsilon          {out['epsilon']:.6g}   whole run: {out['rounds']} round(s) at delta "

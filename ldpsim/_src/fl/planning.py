@@ -596,13 +596,37 @@ def cohort_guarantee(config: SimulationConfig, population: int | None
     return min(n_low, int(config.clients_per_round)), float(config.delta) - delta_tail
 
 
+def wrap_cohort(config: SimulationConfig, population: int | None) -> tuple[int, float]:
+    """``(n, target)``: the number of reports a round's wrap bound counts and the bound it must
+    meet so that a round wraps with probability ``≤ SECAGG_WRAP_TARGET``.
+
+    Fixed-size cohorts sum ``clients_per_round`` reports: ``(m, SECAGG_WRAP_TARGET)``. A Poisson
+    cohort's size is Binomial(population, m/population) and exceeds m about half the time; the
+    bound counts the size ``n_high`` that a cohort exceeds with probability ``t ≤
+    SECAGG_WRAP_TARGET/2`` (:func:`~ldpsim._src.privacy.discrete.accounting.cohort_ceiling`)
+    and must meet ``SECAGG_WRAP_TARGET − t``.
+    """
+    from ldpsim._src.privacy.discrete import accounting as dacc
+
+    m = int(config.clients_per_round)
+    if config.sampling != "poisson":
+        return m, SECAGG_WRAP_TARGET
+    if population is None:
+        raise LdpsimError("privacy_mode='discrete' with Poisson cohorts is planned for the "
+                          "population (the cohort size varies with it): pass population")
+    n_high, tail = dacc.cohort_ceiling(int(population), m, SECAGG_WRAP_TARGET / 2)
+    return n_high, SECAGG_WRAP_TARGET - tail
+
+
 def secagg_mechanism(config: SimulationConfig, dim: int, population: int | None = None) -> Any:
     """The :class:`~ldpsim._src.privacy.discrete.accounting.DiscreteMechanism` of a
     ``"discrete"`` run: clip C, ``bits`` b, ``clients_per_round`` m, the model's d, and
 
-    * the granularity γ: ``config.granularity``, or (None) the finest γ at which the m-client
+    * the granularity γ: ``config.granularity``, or (None) the finest γ at which a round's
       sum stays inside b bits with probability ``≥ 1 − SECAGG_WRAP_TARGET``
-      (:func:`~ldpsim._src.privacy.discrete.accounting.bits_needed` at this one b);
+      (:func:`~ldpsim._src.privacy.discrete.accounting.bits_needed` at this one b), counting
+      m reports for fixed-size cohorts and a Poisson cohort's variable size otherwise
+      (:func:`wrap_cohort`);
     * the per-client integer noise (σ of the discrete Gaussian, or the Skellam variance) that
       makes one round ``(epsilon, delta)``-DP for one user of the sum, or, with
       ``epsilon_scope="run"``, the ``rounds``-fold composition of the round amplified by the
@@ -635,16 +659,20 @@ def secagg_mechanism(config: SimulationConfig, dim: int, population: int | None 
     scope = (f"over {config.rounds} rounds at sampling rate {q:.4g}" if q is not None
              else "per round")
     smallest = 0.5 if kind == "ddg" else 1e-6
+    wrap_n, wrap_target = wrap_cohort(config, population)
     if config.private:
         if config.granularity is None:
             report = dacc.bits_needed(kind, epsilon=config.epsilon, delta=delta,
-                                      wrap_target=SECAGG_WRAP_TARGET, bit_range=(bits,),
+                                      wrap_target=wrap_target, bit_range=(bits,),
+                                      wrap_clients=wrap_n,
                                       **{k: v for k, v in common.items() if k != "bits"},
                                       **whole)
             if not report.rows:
+                cohort = (f"{m} clients" if wrap_n == m else
+                          f"a Poisson cohort of {m} clients on average (up to {wrap_n})")
                 raise LdpsimError(
                     f"bits = {bits} too small for privacy_mode='discrete' ({kind}): no "
-                    f"granularity keeps the sum of {m} clients (clip {config.clip}, d = {dim}, "
+                    f"granularity keeps the sum of {cohort} (clip {config.clip}, d = {dim}, "
                     f"epsilon {config.epsilon} {scope}) inside {bits} bits with probability "
                     f">= 1 - {SECAGG_WRAP_TARGET:g}; use more bits")
             gamma = report.rows[0].granularity
@@ -666,17 +694,17 @@ def secagg_mechanism(config: SimulationConfig, dim: int, population: int | None 
         else:
             hi = float(config.clip)
             lo = hi / 2.0**28
-            if dacc.wrap_probability(make(hi)) > SECAGG_WRAP_TARGET:
+            if dacc.wrap_probability(make(hi), wrap_n) > wrap_target:
                 mech = make(hi)   # check_wrap below names the problem
             else:
                 for _ in range(60):
                     mid = math.sqrt(lo * hi)
-                    ok = dacc.wrap_probability(make(mid)) <= SECAGG_WRAP_TARGET
+                    ok = dacc.wrap_probability(make(mid), wrap_n) <= wrap_target
                     lo, hi = (lo, mid) if ok else (mid, hi)
                     if hi / lo < 1.001:
                         break
                 mech = make(hi)
-    dacc.check_wrap(mech, SECAGG_WRAP_TARGET)
+    dacc.check_wrap(mech, wrap_target, wrap_n)
     return mech
 
 

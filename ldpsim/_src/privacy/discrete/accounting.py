@@ -82,7 +82,7 @@ __all__ = [
     "ddg_tau", "ddg_rdp", "skellam_rdp", "gaussian_rdp", "rdp_to_epsilon",
     "discrete_rdp", "discrete_epsilon", "wrap_probability", "wrap_mse_bound", "check_wrap",
     "solve_noise",
-    "bits_needed", "cohort_floor", "poisson_subsampled_rdp", "SUBSAMPLED_ORDERS", "gaussian_central_variance",
+    "bits_needed", "cohort_floor", "cohort_ceiling", "poisson_subsampled_rdp", "SUBSAMPLED_ORDERS", "gaussian_central_variance",
 ]
 
 MECHANISMS = ("ddg", "skellam")
@@ -386,10 +386,14 @@ def _finite(x: float) -> float:
     return x if x < 1e300 else 1e300
 
 
-def wrap_probability(mech: DiscreteMechanism) -> float:
+def wrap_probability(mech: DiscreteMechanism, clients: int | None = None) -> float:
     """Upper bound on P[some coordinate of the round's integer sum leaves ``[−2^(b−1), 2^(b−1))``]
     (module docstring): ``min(1, 2D·(1−β)^(−n)·min_λ exp(λ²v/2 + log MGF_noise(λ) − λM))``,
-    ``v = (nc)²/D + n/4``, ``M = 2^(b−1)``."""
+    ``v = (nc)²/D + n/4``, ``M = 2^(b−1)``, for a sum of ``n = clients`` reports (default
+    ``mech.clients``; a Poisson cohort's size varies: :func:`cohort_ceiling`). The bound
+    increases with ``n``."""
+    if clients is not None:
+        mech = dataclasses.replace(mech, clients=check_positive_int("clients", clients))
     n, dim = mech.clients, mech.padded_dim
     m = 2.0 ** (mech.bits - 1)
     v = (n * mech.scaled_clip) ** 2 / dim + n / 4
@@ -436,14 +440,16 @@ def wrap_mse_bound(mech: DiscreteMechanism) -> float:
     return math.exp(min(log_e, 700.0))
 
 
-def check_wrap(mech: DiscreteMechanism, max_probability: float = 1e-6) -> float:
-    """The wrap bound of :func:`wrap_probability`, or :class:`LdpsimError` when it exceeds
-    ``max_probability`` (``b`` too small for the clip, γ, noise and ``n``): nothing wraps
-    silently."""
-    p = wrap_probability(mech)
+def check_wrap(mech: DiscreteMechanism, max_probability: float = 1e-6,
+               clients: int | None = None) -> float:
+    """The wrap bound of :func:`wrap_probability` (for ``clients`` reports, default
+    ``mech.clients``), or :class:`LdpsimError` when it exceeds ``max_probability`` (``b`` too
+    small for the clip, γ, noise and ``n``): nothing wraps silently."""
+    n = mech.clients if clients is None else int(clients)
+    p = wrap_probability(mech, n)
     if p > max_probability:
         raise LdpsimError(
-            f"bits = {mech.bits} too small: the {mech.clients}-client sum wraps modulo 2^{mech.bits} "
+            f"bits = {mech.bits} too small: the {n}-client sum wraps modulo 2^{mech.bits} "
             f"with probability up to {p:.3g} > {max_probability:g} (clip {mech.clip}, granularity "
             f"{mech.granularity}, noise {mech.noise}); use more bits or a coarser granularity "
             "(bits_needed finds both)")
@@ -542,15 +548,17 @@ def bits_needed(mechanism: str, *, epsilon: float, delta: float, clients: int, d
                 mse_tolerance: float = 0.1, beta: float = 2.0**-20,
                 neighbours: str = "replace", bit_range: Sequence[int] = range(8, 33),
                 sampling_rate: float | None = None,
-                survivors: int | None = None) -> BitsReport:
+                survivors: int | None = None,
+                wrap_clients: int | None = None) -> BitsReport:
     """The least bit-width ``b`` at which the mechanism, at (ε, δ) over ``rounds`` rounds, has a
     modular-wrap probability (per round, :func:`wrap_probability`) ``≤ wrap_target`` and an error
     variance of the decoded sum within ``(1 + mse_tolerance)`` of the continuous Gaussian's at the
     same (ε, δ). ``sampling_rate``: whole-run accounting with Poisson cohort sampling
     (:func:`discrete_epsilon`), for the mechanism and the reference alike. ``survivors``: the
     clients whose noise the accounting counts (default ``clients``; with Poisson cohorts the
-    count :func:`cohort_floor` guarantees); the wrap bound and the error variance count
-    ``clients``.
+    count :func:`cohort_floor` guarantees); the error variance counts ``clients``, the wrap
+    bound ``wrap_clients`` (default ``clients``; with Poisson cohorts the size
+    :func:`cohort_ceiling` bounds).
 
     For each ``b`` the granularity γ is the finest whose wrap bound meets ``wrap_target`` (found
     by bisection on ``log γ``; the noise is re-solved for each γ); the error variance per
@@ -569,7 +577,7 @@ def bits_needed(mechanism: str, *, epsilon: float, delta: float, clients: int, d
 
         def ok(g):
             try:
-                return wrap_probability(mech_at(g)) <= wrap_target
+                return wrap_probability(mech_at(g), wrap_clients) <= wrap_target
             except LdpsimError:                              # no valid noise at this γ
                 return False
 
@@ -591,7 +599,7 @@ def bits_needed(mechanism: str, *, epsilon: float, delta: float, clients: int, d
                     break
         mech = mech_at(hi)
         mse = hi * hi * clients * (0.25 + mech.client_variance)
-        rows.append(BitsRow(b, hi, mech.noise, wrap_probability(mech),
+        rows.append(BitsRow(b, hi, mech.noise, wrap_probability(mech, wrap_clients),
                             discrete_epsilon(mech, delta, rounds, survivors,
                                              sampling_rate=sampling_rate),
                             mse / ref))
@@ -644,3 +652,33 @@ def cohort_floor(population: int, clients: int, rounds: int, epsilon: float, del
     k = int(stats.binom.ppf(eta / rounds, population - 1, q))
     # ppf: the least k with P[X <= k] >= p, so P[X < k] = P[X <= k - 1] < p
     return min(k + 1, clients), delta_tail
+
+
+def cohort_ceiling(population: int, clients: int, tail: float) -> tuple[int, float]:
+    """The cohort size a round's wrap bound counts under Poisson sampling, and the probability
+    that a cohort exceeds it.
+
+    Each client of ``population`` joins independently at rate ``q = clients/population``, so
+    the cohort size ``X`` is Binomial(population, q) and can exceed its mean ``clients``. The
+    wrap bound increases with the number of reports summed (:func:`wrap_probability`), so
+    ``P[wrap] ≤ P[X > n_high] + wrap_probability(mech, n_high)``, with ``n_high`` the least
+    ``n`` such that ``P[X > n] ≤ tail``.
+
+    Returns ``(n_high, P[X > n_high])``; ``(clients, 0)`` when ``q = 1``.
+    """
+    from scipy import stats
+
+    population = check_positive_int("population", population)
+    clients = check_positive_int("clients", clients)
+    if clients > population:
+        raise LdpsimError(f"clients = {clients} exceeds population = {population}")
+    tail = check_open_unit("tail", tail)
+    q = clients / population
+    if q >= 1.0:
+        return clients, 0.0
+    n = int(stats.binom.isf(tail, population, q))
+    while n < population and stats.binom.sf(n, population, q) > tail:
+        n += 1
+    while n > clients and stats.binom.sf(n - 1, population, q) <= tail:
+        n -= 1
+    return n, float(stats.binom.sf(n, population, q))
