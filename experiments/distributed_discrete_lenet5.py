@@ -358,53 +358,58 @@ def table(path: str) -> str:
 
 
 def plot(path: str, png: str) -> int:
-    """Accuracy against bits, one panel per target: the two mechanisms at m = 1,000 (lines over
-    b, mean ± sd over seeds) and at b = 16 for the other m (markers), with the m = 1,000
-    references (continuous, central, no noise) as horizontal lines."""
+    """Accuracy against bits per m: one row per target, one column per m; in each panel the two
+    mechanisms (mean ± sd over seeds, each bit-width run) and, as horizontal lines, the
+    references at the same m and target (continuous, central, no noise). Each row has its own
+    accuracy range; a panel with nothing run yet says so."""
     from matplotlib.figure import Figure
 
     df = read(path)
     fin = df[df["final"] == 1]
     colours = {"ddg": "C0", "skellam": "C1", "continuous": "C2", "central": "C3",
                "nonprivate": "0.3"}
-    fig = Figure(figsize=(11, 3.8))
-    axes = fig.subplots(1, len(TARGETS), sharey=True)
-    for ax, target in zip(axes, TARGETS):
-        sub = fin[fin["target"] == target]
-        for mech in ("ddg", "skellam"):
-            g = sub[(sub.mechanism == mech) & (sub.clients_per_round == 1000)]
-            if len(g):
-                acc = g.groupby("bits")["accuracy"].agg(["mean", "std"])
-                ax.errorbar(acc.index, acc["mean"], yerr=acc["std"].fillna(0), marker="o",
-                            color=colours[mech], label=f"{mech}, m = 1,000")
-            for m, marker in ((100, "v"), (10000, "^")):
-                g = sub[(sub.mechanism == mech) & (sub.clients_per_round == m)]
+    ms = sorted(int(m) for m in fin["clients_per_round"].unique())
+    fig = Figure(figsize=(3.6 * len(ms) + 0.8, 2.9 * len(TARGETS) + 0.9))
+    axes = fig.subplots(len(TARGETS), len(ms), sharey="row", squeeze=False)
+    for row, target in zip(axes, TARGETS):
+        for ax, m in zip(row, ms):
+            sub = fin[(fin["clients_per_round"] == m)]
+            drawn = False
+            for k, mech in enumerate(("ddg", "skellam")):
+                g = sub[(sub.mechanism == mech) & (sub.target == target)]
                 if len(g):
-                    ax.errorbar(g["bits"].mean() + (0.3 if mech == "skellam" else -0.3),
-                                g["accuracy"].mean(), yerr=g["accuracy"].std() if len(g) > 1
-                                else 0, marker=marker, color=colours[mech], linestyle="none",
-                                label=f"{mech}, m = {m:,}")
-        for mech in ("continuous", "central", "nonprivate"):
-            g = fin[(fin.mechanism == mech) & (fin.clients_per_round == 1000) &
-                    (fin.target == ("none" if mech == "nonprivate" else target))]
-            if len(g):
-                ax.axhline(g["accuracy"].mean(), color=colours[mech], linestyle="--",
-                           linewidth=1, label=f"{mech}, m = 1,000")
-        ax.set_title(target.replace("_", " ").replace("run ", "run, ε = ")
+                    acc = g.groupby("bits")["accuracy"].agg(["mean", "std"])
+                    ax.errorbar(acc.index + (0.12 if k else -0.12), acc["mean"],
+                                yerr=acc["std"].fillna(0), marker="o", capsize=2,
+                                color=colours[mech], label=mech)
+                    drawn = True
+            for mech in ("continuous", "central", "nonprivate"):
+                g = sub[(sub.mechanism == mech) &
+                        (sub.target == ("none" if mech == "nonprivate" else target))]
+                if len(g):
+                    ax.axhline(g["accuracy"].mean(), color=colours[mech], linestyle="--",
+                               linewidth=1, label=f"{mech} (reference)")
+                    drawn = True
+            if not drawn:
+                ax.text(0.5, 0.5, "not run yet", transform=ax.transAxes, ha="center",
+                        va="center", color="0.5")
+            title = (target.replace("_", " ").replace("run ", "run, ε = ")
                      .replace("round ", "round, ε = "))
+            ax.set_title(f"{title}, m = {m:,}", fontsize=9)
+            ax.set_xticks([12, 14, 16, 18, 20])
+            ax.set_xlim(11, 21)
+            ax.grid(alpha=0.3)
+        row[0].set_ylabel("test accuracy, round 100")
+    for ax in axes[-1]:
         ax.set_xlabel("bits b of the modular sum")
-        ax.set_xticks([12, 14, 16, 18, 20])
-        ax.set_xlim(11, 21)
-        ax.grid(alpha=0.3)
-    axes[0].set_ylabel("test accuracy after 100 rounds")
     handles = {}
-    for ax in axes:
+    for ax in axes.flat:
         for h, lab in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(lab, h)
     fig.legend(list(handles.values()), list(handles), loc="lower center",
-               ncol=min(5, len(handles)), fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0.14, 1, 1))
-    fig.savefig(png, dpi=120)
+               ncol=len(handles), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    fig.savefig(png, dpi=110)
     return 0
 
 
