@@ -71,3 +71,54 @@ def test_whole_run_cell_runs_end_to_end(tmp_path, mechanism):
         assert df["epsilon_spent"].iloc[t - 1] == pytest.approx(want, rel=1e-9)
         assert df["delta_spent"].iloc[t - 1] <= 1.0 / 400
     assert math.isfinite(df["accuracy"].iloc[-1])
+
+
+def _driver():
+    spec = importlib.util.spec_from_file_location("dd_driver", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _rows(tmp_path) -> str:
+    """Two CSVs as the committed results are (one per m) with final rows only: discrete cells
+    with and without the wrap_clients column (the later plan and the earlier one), and the
+    references."""
+    a = pd.DataFrame([
+        dict(mechanism="ddg", target="whole_run_4", clients_per_round=100, bits=16, seed=s,
+             accuracy=acc, final=1) for s, acc in ((0, 0.88), (1, 0.90))] + [
+        dict(mechanism=m, target=t, clients_per_round=100, bits=0, seed=0, accuracy=acc,
+             final=1) for m, t, acc in (("nonprivate", "none", 0.95),
+                                        ("continuous", "whole_run_4", 0.885),
+                                        ("central", "whole_run_4", 0.93))])
+    b = pd.DataFrame([
+        dict(mechanism="ddg", target="whole_run_4", clients_per_round=1000, bits=b, seed=0,
+             accuracy=acc, final=1, wrap_clients=1154) for b, acc in ((12, 0.90), (16, 0.95))] + [
+        dict(mechanism="nonprivate", target="none", clients_per_round=1000, bits=0, seed=0,
+             accuracy=0.951, final=1, wrap_clients=math.nan)])
+    pa, pb = tmp_path / "m100.csv", tmp_path / "m1000.csv"
+    a.to_csv(pa, index=False)
+    b.to_csv(pb, index=False)
+    return f"{pa},{pb}"
+
+
+def test_table_gives_gaps_in_points_and_marks_the_earlier_plan(tmp_path):
+    text = _driver().table(_rows(tmp_path))
+    lines = text.splitlines()
+    assert "points below non-private" in lines[0]
+    old = next(x for x in lines if x.startswith("| whole_run_4 | 100 | ddg"))
+    assert "ddg †" in old and "0.8900 ± 0.014 (2)" in old
+    # gaps: non-private 0.95 - 0.89 = +6.0, continuous -0.5, central +4.0
+    assert old.rstrip(" |").split(" | ")[-3:] == ["+6.0", "-0.5", "+4.0"]
+    new = next(x for x in lines if x.startswith("| whole_run_4 | 1,000 | ddg | 12"))
+    assert "†" not in new and "+5.1" in new
+    assert "† planned with the wrap bound counting m reports" in text
+
+
+def test_plot_draws_every_target_and_m(tmp_path):
+    png = tmp_path / "dd.png"
+    assert _driver().plot(_rows(tmp_path), str(png)) == 0
+    from matplotlib import image
+
+    img = image.imread(png)
+    assert img.shape[0] > 600 and img.shape[1] > 500
