@@ -102,6 +102,18 @@ def _crossover(paths, out):
     return module.plot(pd.read_csv(paths[0]), str(out))
 
 
+def _distributed_discrete(paths, out):
+    """Distributed discrete DP: accuracy against bits per m, drawn by the driver's ``plot``
+    (one CSV per m, read together)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("distributed_discrete_lenet5",
+                                                  HERE / "distributed_discrete_lenet5.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.plot(",".join(str(p) for p in paths), str(out))
+
+
 FIGURES = (
     Spec("seed000_converged_accuracy-vs-clients.png", (SEED000,), _seed000_accuracy,
          "seed 000 at convergence: final accuracy vs m per ε, both settings, 95 % t-intervals"),
@@ -119,6 +131,10 @@ FIGURES = (
          "FEMNIST by writer, LeNet-5: aggregated noise norm vs m, with σ√(d/m)"),
     Spec("crossover_lenet5.png", ("crossover_lenet5.csv",), _crossover,
          "trust-model crossover: accuracy vs m at equal central ε, four trust models"),
+    Spec("distributed_discrete_lenet5.png", ("distributed_discrete_lenet5_m*.csv",),
+         _distributed_discrete,
+         "distributed discrete DP over secure aggregation: accuracy vs bits per m, whole-run "
+         "and per-round ε, with the continuous, central and no-noise references"),
     Spec("mindspore_lenet5_quick_accuracy-vs-clients.png", ("mindspore_lenet5_quick*.csv",),
          _kind("accuracy-vs-clients"), "MindSpore quick grid (5 rounds)"),
     Spec("mindspore_lenet5_quick_accuracy-vs-epsilon.png", ("mindspore_lenet5_quick*.csv",),
