@@ -154,13 +154,21 @@ def solve(cell: dict, spec: dict) -> dict:
     accounted = A.discrete_epsilon(mech, delta, rounds, floor, sampling_rate=q)
     ref = A.gaussian_central_variance(eps, delta, rounds, cfg.clip, mech.neighbours, q)
     mse = mech.granularity ** 2 * m * (0.25 + mech.client_variance)
+    # the decoded sum's error variance per coordinate, γ²·m·(1/4 + σ̂²) (rounding at its worst
+    # case 1/4 per client, plus the noise), against the continuous Gaussian's at the same
+    # (ε, δ): mse_ratio. What makes it: the rounding's own variance (rounding_share of the
+    # error variance), the rounding's norm inflation (the noise covers the rounded vector's
+    # norm bound, not the clip: variance factor (norm_bound/scaled_clip)²), and the cohort floor
+    # (the noise counted from noise_survivors < m clients: factor m/noise_survivors)
     # the wrap bound of the cohort sizes the round can have (Poisson: up to wrap_n, plus the
     # probability of a larger cohort; planning.wrap_cohort)
     wrap_n, wrap_target = planning.wrap_cohort(cfg, pop)
     wrap = (planning.SECAGG_WRAP_TARGET - wrap_target) + A.wrap_probability(mech, wrap_n)
     return dict(feasible=1, granularity=mech.granularity, noise=mech.noise,
                 wrap_bound=wrap, wrap_clients=wrap_n, epsilon_accounted=accounted,
-                mse_ratio=mse / ref, delta=cfg.delta,
+                mse_ratio=mse / ref, rounding_share=0.25 / (0.25 + mech.client_variance),
+                norm_inflation=(mech.norm_bound / mech.scaled_clip) ** 2,
+                floor_factor=m / (m if floor is None else floor), delta=cfg.delta,
                 noise_survivors=m if floor is None else floor, infeasible="")
 
 
@@ -193,6 +201,31 @@ def engine_config(cell: dict, solved: dict | None, spec: dict):
                             bits=cell["bits"],
                             granularity=None if solved is None else solved["granularity"],
                             epsilon=epsilon, epsilon_scope="run" if whole_run else "round")
+
+
+def plan_table(spec: dict, only: str | None = None) -> str:
+    """The plan of every discrete cell (seed 0), host-side only, as Markdown: granularity, noise,
+    wrap bound and the cohort size it counts, and the decoded sum's error variance against the
+    continuous Gaussian's at the same (ε, δ) with what makes it: the rounding's norm inflation
+    (a variance factor), the rounding's own share of the variance and the cohort floor's
+    factor."""
+    lines = ["| target | m | bits | mechanism | γ | noise (integer units) | wrap bound (reports "
+             "counted) | error variance / continuous | rounding's norm inflation | rounding's "
+             "variance share | cohort floor factor |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for cell in cells(spec):
+        if cell["mechanism"] in REFERENCES or cell["seed"] != 0 or not selected(cell, only):
+            continue
+        r = solve(cell, spec)
+        head = (f"| {cell['target']} | {cell['clients_per_round']:,} | {cell['bits']} | "
+                f"{cell['mechanism']} | ")
+        if not r["feasible"]:
+            lines.append(head + "infeasible | | | | | | |")
+            continue
+        lines.append(head + f"{r['granularity']:.3g} | {r['noise']:.4g} | {r['wrap_bound']:.2g} "
+                     f"({r['wrap_clients']:,}) | {r['mse_ratio']:.3f} | {r['norm_inflation']:.3f} | "
+                     f"{r['rounding_share']:.3f} | {r['floor_factor']:.3f} |")
+    return "\n".join(lines)
 
 
 def key_of(row: dict) -> tuple:
@@ -249,6 +282,8 @@ def main(argv=None) -> int:
     p.add_argument("--only", default=None,
                    help="comma list of key=value (mechanism, target, m, b, seed)")
     p.add_argument("--plan", action="store_true", help="print the cells and their noise, run none")
+    p.add_argument("--plan-table", action="store_true",
+                   help="print every discrete cell's plan (seed 0) as a Markdown table, run none")
     p.add_argument("--out", default=None,
                    help="the CSV the cells append to (--table / --plot: one or a comma list)")
     p.add_argument("--plot", metavar="PNG", help="accuracy against bits per m from --out")
@@ -268,6 +303,9 @@ def main(argv=None) -> int:
         return plot(out, args.plot)
     if args.table:
         print(table(out))
+        return 0
+    if args.plan_table:
+        print(plan_table(spec, args.only))
         return 0
     todo = [c for c in cells(spec) if selected(c, args.only)]
     finished = done_cells(out)

@@ -122,3 +122,30 @@ def test_plot_draws_every_target_and_m(tmp_path):
 
     img = image.imread(png)
     assert img.shape[0] > 600 and img.shape[1] > 500
+
+
+def test_plan_table_decomposes_the_error_variance():
+    """--plan-table: every discrete cell's plan, host-side only. The decoded sum's error
+    variance against the continuous Gaussian's factors into the rounding's norm inflation
+    (the noise covers the rounded norm bound, not the clip), the cohort floor (noise counted
+    from fewer clients than m) and the rounding's own variance share (to within the τ term
+    and the table's exact variance, a few per cent)."""
+    driver = _driver()
+    spec = {"sweep": {"dim": 1000}, "grid": {"mechanism": ["ddg"], "target": ["whole_run_8",
+                                                                             "per_round_4"],
+                                             "seed": [0, 1], "cells": [[40, 12], [40, 16]]},
+            "run": dict(RUN, population=400, rounds=3)}
+    text = driver.plan_table(spec)
+    rows = [line.strip("| ").split(" | ") for line in text.splitlines()[2:]]
+    assert len(rows) == 4                                      # seed 0 only
+    for r in rows:
+        ratio, inflation, share, floor = (float(x) for x in r[7:11])
+        assert inflation >= 1 and floor >= 1 and 0 <= share < 1
+        assert ratio == pytest.approx(inflation * floor / (1 - share), rel=0.05)
+    by = {(r[0], r[2]): r for r in rows}
+    assert float(by[("per_round_4", "16")][10]) == 1.0          # fixed cohorts: no floor
+    assert float(by[("whole_run_8", "16")][10]) > 1.0
+    assert float(by[("whole_run_8", "12")][8]) > float(by[("whole_run_8", "16")][8])
+    n_high, _ = dacc.cohort_ceiling(400, 40, 1e-6 / 2)         # Poisson: the cohort's reach
+    assert by[("whole_run_8", "16")][6].endswith(f"({n_high})") and n_high > 40
+    assert by[("per_round_4", "16")][6].endswith("(40)")
