@@ -5,14 +5,15 @@ the mechanisms and their accounting).
 
 Each cell (mechanism, m, b, target, seed) is one 100-round run; the driver takes the cell's
 granularity and per-client noise from the engine's own plan (host side: the finest γ whose
-wrap bound fits b, the least noise meeting the target, with the Poisson amplification and the
-cohort floor for the whole-run targets), runs it, and appends its rows with ``final = 1`` on
+wrap bound fits b, counting the sizes a Poisson cohort reaches, the least noise meeting the
+target, with the Poisson amplification and the cohort floor for the whole-run targets), runs it, and appends its rows with ``final = 1`` on
 the last; a cell interrupted midway continues from its checkpoint (every 10 rounds), so the
 grid resumes where it stopped. ``--only`` restricts to some mechanisms / targets / m / b /
 seeds (pieces for 2 cores). Reference cells (``bits`` 0): the continuous distributed Gaussian,
 central DP and no noise at each m (the toml's ``[reference]``).
 
     python experiments/distributed_discrete_lenet5.py --plan          # cells and their noise
+    python experiments/distributed_discrete_lenet5.py --plan-table    # the plans, as a table
     python experiments/distributed_discrete_lenet5.py --only mechanism=ddg,m=1000 \
         --out experiments/results/distributed_discrete_lenet5_m1000.csv
     python experiments/distributed_discrete_lenet5.py --table --out A.csv,B.csv   # verdict table
