@@ -608,3 +608,16 @@ def test_cli_run_takes_the_epsilon_scope():
     assert config.epsilon_scope == "run" and config.sampling == "poisson"
     with pytest.raises(SystemExit):
         build_parser().parse_args(["run", "--epsilon-scope", "rounds"])
+
+
+def test_history_rows_carry_the_plans_wrap_bound():
+    """A discrete run's rows report the plan's wrap bound: with Poisson cohorts, the tail of
+    the cohort size beyond n_high plus the bound at n_high reports, at most 1e-6."""
+    from ldpsim._src.privacy.discrete import accounting as dacc
+
+    cfg, p, mech = _whole_mech(kind="ddg")
+    n_high, target = planning.wrap_cohort(cfg, 1000)
+    cols = p.row_columns({})
+    assert cols["wrap_bound"] == pytest.approx(
+        planning.SECAGG_WRAP_TARGET - target + dacc.wrap_probability(mech, n_high), rel=1e-12)
+    assert dacc.wrap_probability(mech) < cols["wrap_bound"] <= planning.SECAGG_WRAP_TARGET

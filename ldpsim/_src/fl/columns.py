@@ -66,6 +66,10 @@ COLUMNS: dict[str, tuple[str, str]] = {
                                         "round at the same sensitivity (the reference for "
                                         "noise_sum_std and effective_noise_std); NaN in the "
                                         "other modes"),
+    "wrap_bound": ("setting", "discrete mode: the plan's bound on the probability that a "
+                              "round's b-bit sum wraps (at most 1e-6; with Poisson cohorts it "
+                              "counts the cohort sizes a round reaches); NaN in the other "
+                              "modes"),
     "noise_survivors": ("setting", "discrete mode: the clients whose noise the accountant "
                                    "counts per round (clients_per_round; with Poisson cohorts "
                                    "and a whole-run epsilon the cohort size every round reaches "

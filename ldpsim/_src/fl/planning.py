@@ -540,7 +540,7 @@ def plan(config: SimulationConfig, population: int, *,
 
     def row_columns(row: dict) -> dict:   # the discrete mode's reference, NaN elsewhere
         return {"continuous_noise_std": math.nan, "noise_survivors": math.nan,
-                **mode_row_columns(row)}
+                "wrap_bound": math.nan, **mode_row_columns(row)}
 
     return base._replace(mechanism=modes.with_client_training(mech, training),
                          client_hyper=knobs, client_epsilon_of=client_epsilon_of,
@@ -750,6 +750,8 @@ def _plan_discrete(config: SimulationConfig, population: int, dim: int | None = 
                # the integer noise on the sum over C (rounding not included)
                "noise_multiplier": client_std * math.sqrt(m) / config.clip,
                "sampler_delta_floor": math.nan}
+    wrap_n, wrap_target = wrap_cohort(config, population)
+    wrap_bound = (SECAGG_WRAP_TARGET - wrap_target) + dacc.wrap_probability(mech, wrap_n)
     cache: dict = {}
     counted = m if floor is None else floor
     # a whole-run plan: the cohort-tail event costs (1 + e^eps)·eta of delta (cohort_guarantee)
@@ -777,7 +779,8 @@ def _plan_discrete(config: SimulationConfig, population: int, dim: int | None = 
 
     def row_columns(row: dict) -> dict:
         return {"clip_bound": config.clip, "continuous_noise_std": continuous,
-                "noise_survivors": counted if config.private else math.nan}
+                "noise_survivors": counted if config.private else math.nan,
+                "wrap_bound": wrap_bound}
 
     return PrivacyPlan(modes.discrete(mech, noise=config.private),
                        modes.DiscreteHyper(_f32(config.dropout_rate)), columns, row_columns,
