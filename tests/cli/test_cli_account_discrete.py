@@ -79,3 +79,24 @@ def test_help_lists_the_options():
     assert rc == 0
     for opt in ("--population", "--sampling-rate", "--bits", "--granularity", "--wrap-target"):
         assert opt in out
+
+
+def test_a_discrete_run_prints_the_planned_wrap_bound(tmp_path):
+    """`ldpsim run --privacy-mode discrete` names the bit-width and the plan's wrap bound (a
+    Poisson cohort: the sizes it reaches counted) beside the wrap measured in the last round;
+    other modes print no such line."""
+    import csv
+
+    out = tmp_path / "r.csv"
+    rc, text, err = _invoke(f"run --privacy-mode discrete --secagg-mechanism ddg --bits 16 "
+                            f"--rounds 1 --clients-per-round 40 --population 400 --epsilon 4 "
+                            f"--sampling poisson --no-progress --out {out}")
+    assert rc == 0, err
+    line = next(x for x in text.splitlines() if x.startswith("secure aggregation:"))
+    row = list(csv.DictReader(open(out)))[-1]
+    assert line.startswith("secure aggregation: 16-bit sum, wrap probability <= ")
+    assert f"{float(row['wrap_bound']):.3g}" in line and 0 < float(row["wrap_bound"]) <= 1e-6
+    rc, text, err = _invoke("run --rounds 1 --clients-per-round 20 --population 400 "
+                            "--epsilon 4 --no-progress")
+    assert rc == 0, err
+    assert "secure aggregation" not in text

@@ -342,6 +342,11 @@ def run(args: argparse.Namespace) -> int:
     print(f"privacy: {last['privacy_mode']} {last['mechanism']}, {budget}, sigma "
           f"{last['sigma']:.4g}, {last['neighbours']} neighbours, sensitivity "
           f"{last['sensitivity']:.4g}; epsilon_spent {last['epsilon_spent']:.4g} {at_delta}")
+    wrap = last.get("wrap_bound", math.nan)
+    if wrap is not None and not math.isnan(wrap):   # the integer sum of secure aggregation
+        print(f"secure aggregation: {config.bits}-bit sum, wrap probability <= "
+              f"{wrap:.3g} per round (planned); wrapped_fraction "
+              f"{last.get('wrapped_fraction', math.nan):.3g} in the last round")
     print(f"diagnostics (simulation only, not released): noise_norm {last['noise_norm']:.4g}, "
           f"snr {last['snr']:.4g}, clip_fraction {last['clip_fraction']:.3g}, "
           f"nonfinite_clients {last['nonfinite_clients']}")
