@@ -6,7 +6,7 @@ sweep must produce exactly the rows of an uninterrupted one.
 
 Run as a script, it runs a small sweep into ``OUT`` (used by the kill-and-resume test)::
 
-    python tests/sweep_fakes.py OUT.csv [--sleep SECONDS]
+    python tests/sweep_fakes.py OUT.csv [--sleep SECONDS] [--workers N]
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -22,6 +23,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from ldpsim._src._checks import LdpsimError  # noqa: E402
 from ldpsim._src.privacy.noise.calibration import analytic_gaussian_sigma  # noqa: E402
 from ldpsim.sweep import SweepConfig, run_sweep  # noqa: E402
 
@@ -38,13 +40,19 @@ def small_config(**grid) -> SweepConfig:
 class FakeRunner:
     """Deterministic rows from the cell parameters; optional sleep per round."""
 
-    def __init__(self, sleep: float = 0.0) -> None:
+    def __init__(self, sleep: float = 0.0, fail_on: str | None = None) -> None:
         self.sleep = sleep
+        self.fail_on = fail_on
         self.calls: list[list[str]] = []
 
     def __call__(self, cells, on_round):
         self.calls.append([c.key for c in cells])
+        pids = os.environ.get("SWEEP_FAKES_PIDS")   # a folder: record the process that runs
+        if pids:
+            Path(pids, str(os.getpid())).touch()
         for cell in cells:
+            if self.fail_on is not None and cell.key == self.fail_on:
+                raise LdpsimError(f"cell {cell.key} failed on purpose")
             p = cell.params
             eps, m, seed = p["epsilon"], p["clients_per_round"], p["seed"]
             sigma = 0.0 if math.isinf(eps) else analytic_gaussian_sigma(eps, p["delta"], 2 * p["clip"])
@@ -72,8 +80,10 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("out")
     parser.add_argument("--sleep", type=float, default=0.0)
+    parser.add_argument("--workers", type=int, default=1)
     args = parser.parse_args()
-    run_sweep(small_config(), args.out, runner=FakeRunner(args.sleep), progress=False)
+    run_sweep(small_config(), args.out, runner=FakeRunner(args.sleep), progress=False,
+              workers=args.workers)
     return 0
 
 

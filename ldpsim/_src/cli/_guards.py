@@ -144,6 +144,17 @@ def check_sweep_args(args: argparse.Namespace, config: Any, out: os.PathLike | s
                     for c in cells if table[k][0]({**defaults, **c.params, "mechanism": m})}
     runner = EngineRunner()
     skip = getattr(args, "no_memory_check", False)
+    workers = getattr(args, "workers", 1)
+    if workers != 1:
+        from ldpsim._src.sweep.parallel import cpu_shares
+
+        try:
+            cpu_shares(workers)
+        except LdpsimError as err:
+            raise LdpsimError(f"--workers {workers}: {err}") from None
+        if getattr(args, "vmap_epsilon", False):
+            raise LdpsimError("--vmap-epsilon runs a group of cells as one program in one process; "
+                              "use it without --workers")
     for cell in cells:
         params = {**defaults, **cell.params}
         check_data_dir(params.get("data_dir"), given.get("data_dir", "--data-dir"))
@@ -158,7 +169,7 @@ def check_sweep_args(args: argparse.Namespace, config: Any, out: os.PathLike | s
             raise LdpsimError(f"cell {cell.key}: {err}" if per_cell else str(err)) from None
         runner.check(cell)
         check_names(params)
-        check_run_memory(params, skip=skip, where=f"cell {cell.key}: ")
+        check_run_memory(params, skip=skip, where=f"cell {cell.key}: ", workers=workers)
     ResultsStore(out, fingerprint=config.fingerprint(), config=config.normalized(),
                  overwrite=getattr(args, "overwrite", False),
                  describe_difference=config.describe_difference).preflight()

@@ -103,11 +103,16 @@ def run_memory(p: Mapping[str, Any]) -> tuple[float, str]:
     return float(total), ", ".join(parts)
 
 
-def check_run_memory(p: Mapping[str, Any], *, skip: bool = False, where: str = "") -> None:
-    """Refuse a run whose :func:`run_memory` estimate exceeds the host's memory."""
+def check_run_memory(p: Mapping[str, Any], *, skip: bool = False, where: str = "",
+                     workers: int = 1) -> None:
+    """Refuse a run whose :func:`run_memory` estimate exceeds the host's memory (``workers``
+    such runs at once: ``ldpsim sweep --workers``)."""
     estimate, parts = run_memory(p)
-    check_memory(estimate, parts, "lower --population or --clients-per-round", skip=skip,
-                 subject=f"{where}this run")
+    fix = "lower --population or --clients-per-round"
+    if workers > 1:
+        estimate, parts, fix = (workers * estimate, f"{workers} workers x ({parts})",
+                                "lower --workers, --population or --clients-per-round")
+    check_memory(estimate, parts, fix, skip=skip, subject=f"{where}this run")
 
 
 

@@ -130,10 +130,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     out.add_argument("--vmap-epsilon", action="store_true",
                      help="run the finite epsilon values of a group as one vmapped program (same results; "
                           "measured slower than one by one on CPU, may pay off on a GPU)")
+    out.add_argument("--workers", type=_workers, default=1, metavar="N",
+                     help="run N cells at once, each in its own process on its own share of the "
+                          "CPU cores (CPU only; default 1): for hosts with more cores than one "
+                          "process keeps busy. Rows equal one process's up to float summation "
+                          "order, written as cells finish. On 2 cores it gained only 1.04x (one "
+                          "process already runs a device per core; benchmarks/README.md)")
     out.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     out.add_argument("--no-memory-check", action="store_true",
                      help="run even when a cell's memory estimate exceeds this host's memory")
     p.set_defaults(handler=run)
+
+
+def _workers(text: str) -> int:
+    """``--workers``: a positive integer (the core count is checked with the other settings)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
 
 
 @dataclasses.dataclass(frozen=True)
@@ -329,7 +346,7 @@ def run(args: argparse.Namespace) -> int:
     with manifest:  # SIGINT/SIGTERM: main prints the note above, exit 130/143
         summary = run_sweep(config, out, overwrite=args.overwrite, progress=not args.no_progress,
                             vmap_epsilon=args.vmap_epsilon, on_start=manifest.start,
-                            on_cell=manifest.cell)
+                            on_cell=manifest.cell, workers=args.workers)
     print(f"ran {summary.ran} cells ({summary.rows} rows), skipped {summary.skipped} finished, "
           f"in {summary.seconds:.1f} s -> {summary.path}"
           + (f" (dropped {summary.dropped_rows} rows of an interrupted cell)" if summary.dropped_rows else ""))

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Protocol
 
+from ldpsim._src._checks import LdpsimError
 from ldpsim._src.sweep.config import Cell, SweepConfig
 from ldpsim._src.sweep.store import CELL_COLUMN, ResultsStore
 
@@ -71,6 +72,7 @@ def run_sweep(
     vmap_epsilon: bool = False,
     on_start: Callable[[int, int], None] | None = None,
     on_cell: Callable[[Cell, list[dict]], None] | None = None,
+    workers: int = 1,
 ) -> SweepSummary:
     """Run every cell of ``config`` that ``out`` does not already hold, writing each as it finishes.
 
@@ -92,15 +94,27 @@ def run_sweep(
             open and locked, before any cell runs.
         on_cell: called with each cell and its rows once they are in ``out`` (the CLI
             updates the run manifest, ``ldpsim._src._manifest``, with it).
+        workers: run this many cells at once, each in its own process pinned to its own share
+            of the CPU cores (:mod:`ldpsim._src.sweep.parallel`; CPU backend only). The rows
+            equal a one-process run's up to float summation order (and the timing columns);
+            cells are written in the order they finish. ``runner`` must then be picklable, and ``vmap_epsilon`` off.
 
     Returns:
         A :class:`SweepSummary`.
 
     Raises:
-        LdpsimError: ``out`` belongs to a different sweep, or a cell's settings are invalid
-            (checked for every cell before anything runs).
+        LdpsimError: ``out`` belongs to a different sweep, a cell's settings are invalid
+            (checked for every cell before anything runs), or ``workers`` is not a positive
+            integer up to the number of cores, or is combined with ``vmap_epsilon``.
     """
     start = time.perf_counter()
+    if workers != 1:
+        from ldpsim._src.sweep.parallel import cpu_shares
+
+        cpu_shares(workers)   # a clear error before anything runs
+        if vmap_epsilon:
+            raise LdpsimError("vmap_epsilon runs a group of cells as one program in one process; "
+                              "use it with workers = 1")
     if runner is None:
         from ldpsim._src.sweep.engine import EngineRunner
 
@@ -123,17 +137,24 @@ def run_sweep(
             on_start(len(cells), skipped)
         written = ran = 0
         bars = _Bars(progress, total=len(cells), done=skipped, rounds=sum(_rounds(c) for c in todo))
+        if workers == 1:
+            finished = (pair for group in group_cells(todo) for pair in runner(group, bars.round))
+        else:
+            from ldpsim._src.sweep.parallel import run_cells_in_workers
+
+            ordered = [cell for group in group_cells(todo) for cell in group]
+            finished = run_cells_in_workers(ordered, workers, runner, on_round=bars.round)
         try:
-            for group in group_cells(todo):
-                for cell, rows in runner(group, bars.round):
-                    rows = [{**row, CELL_COLUMN: cell.key} for row in rows]
-                    store.write_cell(cell.key, rows)
-                    if on_cell is not None:
-                        on_cell(cell, rows)
-                    written += len(rows)
-                    ran += 1
-                    bars.cell(cell)
+            for cell, rows in finished:
+                rows = [{**row, CELL_COLUMN: cell.key} for row in rows]
+                store.write_cell(cell.key, rows)
+                if on_cell is not None:
+                    on_cell(cell, rows)
+                written += len(rows)
+                ran += 1
+                bars.cell(cell)
         finally:
+            finished.close()   # a generator: stops the workers at once on an error or an interrupt
             bars.close()
         return SweepSummary(
             path=Path(out), total=len(cells), skipped=skipped, ran=ran, rows=written,
