@@ -14,6 +14,15 @@ paired old/new ratios.
 
     LDPSIM_DATA_DIR=... python benchmarks/discrete_engine.py --ref e5597ed
     LDPSIM_DATA_DIR=... python benchmarks/discrete_engine.py --ref e5597ed --mechanism skellam
+
+``--layouts`` instead runs this tree's cell in the ways a grid can use the host's cores, each
+in fresh processes (a warm-up process first fills the compilation cache): one process on one
+host device (XLA's default, what a script gets unless it calls ``ldpsim.use_host_devices``),
+one process on one host device per core, and two concurrent processes, each on one device,
+unpinned or pinned to one core each (``taskset``). Rounds per second counts every process's
+rounds over the wall time (two processes: twice the rounds)::
+
+    LDPSIM_DATA_DIR=... python benchmarks/discrete_engine.py --layouts --rounds 5
 """
 
 from __future__ import annotations
@@ -51,18 +60,73 @@ print("RESULT " + json.dumps({"first": marks[0], "rounds": per, "wall": wall}), 
 """
 
 
+def _command(tree: str, args) -> list[str]:
+    return [sys.executable, "-c", WORKER, tree, args.mechanism, str(args.m), str(args.bits),
+            str(args.rounds)]
+
+
+def _result(stdout: str) -> dict:
+    line = [s for s in stdout.splitlines() if s.startswith("RESULT ")][-1]
+    return json.loads(line[len("RESULT "):])
+
+
 def _worker(tree: str, args) -> dict:
     env = dict(os.environ, PYTHONPATH=tree)
-    out = subprocess.run([sys.executable, "-c", WORKER, tree, args.mechanism, str(args.m),
-                          str(args.bits), str(args.rounds)],
-                         env=env, capture_output=True, text=True, check=True)
-    line = [s for s in out.stdout.splitlines() if s.startswith("RESULT ")][-1]
-    return json.loads(line[len("RESULT "):])
+    out = subprocess.run(_command(tree, args), env=env, capture_output=True, text=True,
+                         check=True)
+    return _result(out.stdout)
+
+
+def _layouts(args) -> int:
+    """This tree's cell in four process layouts (module docstring)."""
+    cores = sorted(os.sched_getaffinity(0))
+    flags = " ".join(f for f in os.environ.get("XLA_FLAGS", "").split()
+                     if not f.startswith("--xla_force_host_platform_device_count"))
+
+    def env(devices: int) -> dict:
+        extra = f" --xla_force_host_platform_device_count={devices}" if devices > 1 else ""
+        return dict(os.environ, PYTHONPATH=ROOT, XLA_FLAGS=(flags + extra).strip())
+
+    def run(procs: list[tuple[list[str], dict]]) -> list[dict]:
+        started = [subprocess.Popen(cmd, env=e, stdout=subprocess.PIPE, text=True)
+                   for cmd, e in procs]
+        outs = [p.communicate()[0] for p in started]
+        if any(p.returncode for p in started):
+            raise SystemExit("a worker failed")
+        return [_result(o) for o in outs]
+
+    cmd = _command(ROOT, args)
+    layouts = [
+        ("1 process, 1 host device (XLA's default)", [(cmd, env(1))]),
+        (f"1 process, {len(cores)} host devices (ldpsim.use_host_devices)",
+         [(cmd, env(len(cores)))]),
+        ("2 processes at once, 1 device each, unpinned", [(cmd, env(1)), (cmd, env(1))]),
+        ("2 processes at once, 1 device each, pinned to one core each",
+         [(["taskset", "-c", str(cores[0])] + cmd, env(1)),
+          (["taskset", "-c", str(cores[-1])] + cmd, env(1))]),
+    ]
+    print("warm-up (fills the compilation cache)", flush=True)
+    run([(cmd, env(1))])
+    print(f"\n{args.mechanism}, b = {args.bits}, m = {args.m}, whole-run eps 8, {args.rounds} "
+          f"timed rounds per process, {len(cores)} cores\n")
+    print("| layout | CPU-s per round (per process) | wall s per round (per process) "
+          "| rounds per second, all processes |")
+    print("|---|---|---|---:|")
+    for label, procs in layouts:
+        res = run(procs)
+        cpu = [statistics.median(r["rounds"]) for r in res]
+        wall = [statistics.median(r["wall"]) for r in res]
+        rate = sum(1 / w for w in wall)
+        print(f"| {label} | {', '.join(f'{c:.2f}' for c in cpu)} | "
+              f"{', '.join(f'{w:.2f}' for w in wall)} | {rate:.3f} |", flush=True)
+    return 0
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--ref", required=True, help="older commit to compare against")
+    p.add_argument("--ref", help="older commit to compare against")
+    p.add_argument("--layouts", action="store_true",
+                   help="this tree in four process layouts instead (module docstring)")
     p.add_argument("--mechanism", default="ddg", choices=("ddg", "skellam", "continuous"))
     p.add_argument("--m", type=int, default=1000, help="expected clients per round")
     p.add_argument("--bits", type=int, default=16)
@@ -73,6 +137,10 @@ def main(argv=None) -> int:
         args.bits = 0
     if not os.environ.get("LDPSIM_DATA_DIR"):
         p.error("set LDPSIM_DATA_DIR to the folder holding MNIST")
+    if args.layouts:
+        return _layouts(args)
+    if not args.ref:
+        p.error("--ref COMMIT (or --layouts) is required")
     with tempfile.TemporaryDirectory() as tmp:
         old_tree = os.path.join(tmp, "ref")
         subprocess.run(["git", "-C", ROOT, "worktree", "add", "--detach", "-q", old_tree,

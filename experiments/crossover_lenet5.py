@@ -35,9 +35,14 @@ import time
 import pandas as pd
 from matplotlib.figure import Figure
 
-from ldpsim import simulate
-from ldpsim.fl import SimulationConfig, build_data
-from ldpsim.privacy import trust_model_noise
+if __name__ == "__main__":   # one host device per core, before JAX starts (ldpsim's rule)
+    from ldpsim import use_host_devices
+
+    use_host_devices(quiet=True)
+
+from ldpsim import simulate  # noqa: E402
+from ldpsim.fl import SimulationConfig, build_data  # noqa: E402
+from ldpsim.privacy import trust_model_noise  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "results", "crossover_lenet5.csv")
