@@ -201,3 +201,27 @@ def test_a_worker_asks_for_one_host_device_per_core_of_its_share(monkeypatch):
     monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
     _host_devices(1)
     assert "XLA_FLAGS" not in os.environ
+
+
+@needs_two
+def test_fewer_cells_than_workers_start_one_worker_per_cell(tmp_path):
+    config = small_config(epsilon=[1], clients_per_round=[10], seed=[0])   # one cell
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    os.environ["SWEEP_FAKES_PIDS"] = str(pids)
+    try:
+        s = run_sweep(config, tmp_path / "out.csv", runner=FakeRunner(), progress=False, workers=2)
+    finally:
+        del os.environ["SWEEP_FAKES_PIDS"]
+    assert s.ran == 1 and len(list(pids.iterdir())) == 1
+
+
+@needs_two
+def test_cli_sweep_workers_refuse_more_devices_than_a_worker_has(tmp_path, capsys):
+    out = str(tmp_path / "x.csv")
+    per_worker = min(len(available_cpus()) // 2, 8)
+    asked = str(per_worker + 1)
+    assert main(["sweep", "--workers", "2", "--devices", asked, "--out", out]) == 2
+    assert (f"--devices {asked}: a worker of --workers 2 has {per_worker} host device"
+            in capsys.readouterr().err)
+    assert not Path(out).exists()

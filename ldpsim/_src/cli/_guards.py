@@ -155,6 +155,14 @@ def check_sweep_args(args: argparse.Namespace, config: Any, out: os.PathLike | s
         if getattr(args, "vmap_epsilon", False):
             raise LdpsimError("--vmap-epsilon runs a group of cells as one program in one process; "
                               "use it without --workers")
+        from ldpsim._src._devices import MAX_HOST_DEVICES
+
+        per_worker = min(min(map(len, cpu_shares(workers))), MAX_HOST_DEVICES)
+        asked = [int(c.params["devices"]) for c in cells if c.params.get("devices")]
+        if asked and max(asked) > per_worker:
+            raise LdpsimError(f"--devices {max(asked)}: a worker of --workers {workers} has "
+                              f"{per_worker} host device(s) (one per core of its share); lower "
+                              "--devices or --workers")
     for cell in cells:
         params = {**defaults, **cell.params}
         check_data_dir(params.get("data_dir"), given.get("data_dir", "--data-dir"))

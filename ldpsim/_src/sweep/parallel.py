@@ -169,11 +169,12 @@ def run_cells_in_workers(cells: Sequence[Cell], workers: int, runner: Any, *,
     shares = cpu_shares(workers, cpus)
     if not cells:
         return
+    shares = cpu_shares(min(workers, len(cells)), cpus)   # no idle worker: fewer cells than workers
     ctx = multiprocessing.get_context("spawn")
     share_queue, ticks = ctx.Queue(), ctx.Queue()
     for share in shares:
         share_queue.put(share)
-    pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker,
+    pool = cf.ProcessPoolExecutor(max_workers=len(shares), mp_context=ctx, initializer=_init_worker,
                                   initargs=(share_queue, ticks, runner))
     clean = False
     try:
