@@ -380,7 +380,10 @@ class _SweepManifest:
         self._recorder = None
         normalized = config.normalized()
         self._configuration = {"name": config.name, "fingerprint": config.fingerprint(),
-                               **normalized, "cells": [c.key for c in cells]}
+                               **normalized, "cells": [c.key for c in cells],
+                               # execution only (not in the fingerprint): cells run at once,
+                               # each worker on one host device per core of its share
+                               "workers": int(getattr(args, "workers", 1))}
         self._seeds = sorted({int(c.params.get("seed", 0)) for c in cells})
         self._data = sorted({(str(c.params.get("dataset", "synthetic")), c.params.get("data_dir"),
                               str(c.params.get("data_source", "auto"))) for c in cells},
