@@ -307,6 +307,8 @@ def main(argv=None) -> int:
         return plot(out, args.plot)
     if args.table:
         print(table(out))
+        print()
+        print(verdict(out))
         return 0
     if args.plan_table:
         print(plan_table(spec, args.only))
@@ -396,6 +398,73 @@ def table(path: str) -> str:
         lines.append("\n† planned with the wrap bound counting m reports, not the Poisson "
                      "cohort's size: a granularity 14-30 % finer than today's plan; at 16 bits the "
                      "decoded error variance of the two plans differs by < 1 %")
+    return "\n".join(lines)
+
+
+def verdict(path: str, tolerance: float = 1.0) -> str:
+    """The experiment's questions answered from the CSV(s), as Markdown bullets: per target,
+    the smallest m at which each mechanism comes within ``tolerance`` points of the non-private
+    run (16 bits for the discrete ones), and per (target, m) the fewest bits at which each
+    discrete mechanism comes within ``tolerance`` points of the continuous and of the central
+    runs, and stays there at every larger bit-width run. Means over the seeds run (counted):
+    with one or two seeds a gap is a point estimate, not a test."""
+    df = read(path)
+    fin = df[df["final"] == 1]
+    mean = fin.groupby(["target", "clients_per_round", "mechanism", "bits"])["accuracy"].agg(
+        ["mean", "count"])
+
+    def get(target, m, mech, bits=0):
+        try:
+            r = mean.loc[(target, m, mech, bits)]
+        except KeyError:
+            return None
+        return float(r["mean"]), int(r["count"])
+
+    ms = sorted(int(m) for m in fin["clients_per_round"].unique())
+    lines = [f"Within {tolerance:g} point(s), from the runs in the CSV (mean over seeds, seeds "
+             "counted):", ""]
+    for target in TARGETS:
+        parts = []
+        for mech, bits in (("central", 0), ("continuous", 0), ("ddg", 16), ("skellam", 16)):
+            hits, missed = [], []
+            for m in ms:
+                ref, got = get("none", m, "nonprivate"), get(target, m, mech, bits)
+                if ref is None or got is None:
+                    continue
+                gap = 100 * (ref[0] - got[0])
+                (hits if gap <= tolerance else missed).append(f"{m:,} ({gap:+.1f}, {got[1]} seed"
+                                                              f"{'s' if got[1] > 1 else ''})")
+            label = mech + (f" {bits} bits" if bits else "")
+            if hits or missed:
+                parts.append(f"{label}: within at m = {', '.join(hits) or 'none run'}"
+                             + (f"; not at {', '.join(missed)}" if missed else ""))
+        if parts:
+            lines.append(f"* **{target}**, against non-private: " + "; ".join(parts) + ".")
+    for target in TARGETS:
+        for m in ms:
+            for mech in ("ddg", "skellam"):
+                bits = sorted(int(b) for (t, mm, me, b) in mean.index
+                              if t == target and mm == m and me == mech)
+                if not bits:
+                    continue
+                found = []
+                for ref_mech in ("continuous", "central"):
+                    ref = get(target, m, ref_mech)
+                    if ref is None:
+                        continue
+                    gaps = {b: 100 * (ref[0] - get(target, m, mech, b)[0]) for b in bits}
+                    ok = [b for b in bits if all(gaps[c] <= tolerance for c in bits if c >= b)]
+                    worse = [f"{b}: {gaps[b]:+.1f}" for b in bits if gaps[b] > tolerance]
+                    found.append(f"of {ref_mech} from {ok[0]} bits" if ok else
+                                 f"of {ref_mech} at no bit-width run")
+                    if worse:
+                        found[-1] += f" (points below at {', '.join(worse)})"
+                runs = ", ".join(f"{b}" + (f"×{get(target, m, mech, b)[1]}"
+                                            if get(target, m, mech, b)[1] > 1 else "")
+                                 for b in bits)
+                if found:
+                    lines.append(f"* {target}, m = {m:,}, {mech} (bits run: {runs}; ×k: k seeds): "
+                                 f"within {tolerance:g} point {'; '.join(found)}.")
     return "\n".join(lines)
 
 

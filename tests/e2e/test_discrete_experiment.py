@@ -115,6 +115,22 @@ def test_table_gives_gaps_in_points_and_marks_the_earlier_plan(tmp_path):
     assert "† planned with the wrap bound counting m reports" in text
 
 
+def test_verdict_answers_the_smallest_m_and_the_fewest_bits(tmp_path):
+    text = _driver().verdict(_rows(tmp_path))
+    lines = text.splitlines()
+    run4 = next(x for x in lines if x.startswith("* **whole_run_4**"))
+    # non-private 0.95 / 0.951; ddg 16 bits 0.89 (2 seeds) at m = 100, 0.95 at m = 1,000
+    assert "ddg 16 bits: within at m = 1,000 (+0.1, 1 seed); not at 100 (+6.0, 2 seeds)" in run4
+    assert "central: within at m = none run; not at 100 (+2.0, 1 seed)" in run4
+    bits = next(x for x in lines if x.startswith("* whole_run_4, m = 100, ddg"))
+    assert "(bits run: 16×2;" in bits
+    assert "of continuous from 16 bits" in bits                                 # -0.5
+    assert "of central at no bit-width run (points below at 16: +4.0)" in bits
+    # no continuous or central run at m = 1,000: no bits line there
+    assert not any(x.startswith("* whole_run_4, m = 1,000") for x in lines)
+    assert _driver().verdict(_rows(tmp_path), tolerance=7).count("not at") == 0
+
+
 def test_plot_draws_every_target_and_m(tmp_path):
     png = tmp_path / "dd.png"
     assert _driver().plot(_rows(tmp_path), str(png)) == 0
