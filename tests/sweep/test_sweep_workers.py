@@ -225,3 +225,12 @@ def test_cli_sweep_workers_refuse_more_devices_than_a_worker_has(tmp_path, capsy
     assert (f"--devices {asked}: a worker of --workers 2 has {per_worker} host device"
             in capsys.readouterr().err)
     assert not Path(out).exists()
+
+
+@needs_two
+def test_an_unpicklable_runner_is_refused_before_any_worker_starts(tmp_path):
+    def runner(cells, on_round):   # a closure: cannot be pickled
+        yield from FakeRunner()(cells, on_round)
+
+    with pytest.raises(LdpsimError, match="cannot be pickled"):
+        run_sweep(small_config(), tmp_path / "out.csv", runner=runner, progress=False, workers=2)

@@ -36,6 +36,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import multiprocessing
 import os
+import pickle
 import queue
 import re
 import signal
@@ -170,6 +171,12 @@ def run_cells_in_workers(cells: Sequence[Cell], workers: int, runner: Any, *,
     if not cells:
         return
     shares = cpu_shares(min(workers, len(cells)), cpus)   # no idle worker: fewer cells than workers
+    try:
+        pickle.dumps(runner)
+    except Exception as err:   # noqa: BLE001  (any pickling failure)
+        raise LdpsimError(f"workers > 1 sends the runner to each worker process, but "
+                          f"{type(runner).__name__} cannot be pickled ({err}); define it at the "
+                          "top level of an importable module, or run with workers = 1") from None
     ctx = multiprocessing.get_context("spawn")
     share_queue, ticks = ctx.Queue(), ctx.Queue()
     for share in shares:

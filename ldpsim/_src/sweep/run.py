@@ -97,7 +97,10 @@ def run_sweep(
         workers: run this many cells at once, each in its own process pinned to its own share
             of the CPU cores (:mod:`ldpsim._src.sweep.parallel`; CPU backend only). The rows
             equal a one-process run's up to float summation order (and the timing columns);
-            cells are written in the order they finish. ``runner`` must then be picklable, and ``vmap_epsilon`` off.
+            cells are written in the order they finish. ``runner`` must then be picklable, and
+            ``vmap_epsilon`` off. The workers are started with ``spawn``: a script that calls
+            this must guard its entry point (``if __name__ == "__main__":``), as any
+            :mod:`multiprocessing` program.
 
     Returns:
         A :class:`SweepSummary`.
