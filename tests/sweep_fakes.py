@@ -76,6 +76,26 @@ class FakeRunner:
             yield cell, rows
 
 
+def wait_for_cells(out, count: int, *, ready=lambda: True, timeout: float = 120.0) -> bool:
+    """Poll a running sweep's sidecar until ``count`` cells are finished and ``ready()`` holds;
+    False after ``timeout`` seconds (for the tests that interrupt a sweep subprocess)."""
+    import json
+
+    from ldpsim.sweep import sidecar_path
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        meta = sidecar_path(out)
+        if meta.exists() and ready():
+            try:
+                if len(json.loads(meta.read_text())["done"]) >= count:
+                    return True
+            except ValueError:   # caught mid-write
+                pass
+        time.sleep(0.02)
+    return False
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("out")

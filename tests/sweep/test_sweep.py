@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -18,7 +17,7 @@ import pytest
 from ldpsim._src._checks import LdpsimError
 from ldpsim.cli import main
 from ldpsim.sweep import ResultsStore, SweepConfig, load_sweep_config, run_sweep, sidecar_path
-from sweep_fakes import FakeRunner, small_config
+from sweep_fakes import FakeRunner, small_config, wait_for_cells
 
 REPO = Path(__file__).resolve().parents[2]
 DESIGN_COLUMNS = ["dataset", "model", "mechanism", "epsilon", "delta", "clip", "clients_per_round", "population",
@@ -107,17 +106,7 @@ def test_resume_after_kill_equals_uninterrupted_run(tmp_path):
     proc = subprocess.Popen([sys.executable, str(REPO / "tests" / "sweep_fakes.py"), str(out), "--sleep", "0.05"],
                             env=env)
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:  # wait until a few cells are finished, then kill -9
-            meta = sidecar_path(out)
-            if meta.exists():
-                try:
-                    if len(json.loads(meta.read_text())["done"]) >= 4:
-                        break
-                except ValueError:
-                    pass
-            time.sleep(0.02)
-        else:
+        if not wait_for_cells(out, 4):   # a few cells finished, then kill -9
             pytest.fail("the sweep subprocess made no progress")
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)

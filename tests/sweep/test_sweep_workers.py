@@ -19,7 +19,7 @@ from ldpsim._src._checks import LdpsimError
 from ldpsim._src.sweep.parallel import available_cpus, cpu_shares
 from ldpsim.cli import main
 from ldpsim.sweep import run_sweep, sidecar_path
-from sweep_fakes import FakeRunner, small_config
+from sweep_fakes import FakeRunner, small_config, wait_for_cells
 
 REPO = Path(__file__).resolve().parents[2]
 TWO_CORES = len(available_cpus()) >= 2
@@ -126,18 +126,8 @@ def test_an_interrupted_parent_leaves_no_worker_and_resumes(tmp_path, how):
                              "--sleep", "0.05", "--workers", "2"], env=env,
                             stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:   # both workers busy and a few cells finished
-            meta = sidecar_path(out)
-            if meta.exists() and len(list(pids.iterdir())) == 2:
-                try:
-                    if len(json.loads(meta.read_text())["done"]) >= 4:
-                        break
-                except ValueError:
-                    pass
-            time.sleep(0.02)
-        else:
-            pytest.fail("the sweep subprocess made no progress")
+        if not wait_for_cells(out, 4, ready=lambda: len(list(pids.iterdir())) == 2):
+            pytest.fail("the sweep subprocess made no progress")   # both workers busy, 4 cells
         children = _children(proc.pid)   # the workers (and multiprocessing's helpers)
         proc.send_signal(how)
         proc.wait(timeout=30)
