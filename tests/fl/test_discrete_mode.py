@@ -621,3 +621,16 @@ def test_history_rows_carry_the_plans_wrap_bound():
     assert cols["wrap_bound"] == pytest.approx(
         planning.SECAGG_WRAP_TARGET - target + dacc.wrap_probability(mech, n_high), rel=1e-12)
     assert dacc.wrap_probability(mech) < cols["wrap_bound"] <= planning.SECAGG_WRAP_TARGET
+
+
+def test_a_vanishing_wrap_bound_is_reported_as_1e300_never_zero():
+    """At 31 bits the bound's exponent is far below exp's range: it is reported as 1e-300 (still
+    an upper bound), not 0, which would claim a sum of unbounded noise can never wrap."""
+    import dataclasses
+
+    from ldpsim._src.privacy.discrete import accounting as dacc
+
+    mech = planning.secagg_mechanism(_cfg(bits=16), D_TOY)
+    assert 0 < dacc.wrap_probability(mech) <= planning.SECAGG_WRAP_TARGET
+    wide = dataclasses.replace(mech, bits=31)
+    assert dacc.wrap_probability(wide) == 1e-300

@@ -386,12 +386,18 @@ def _finite(x: float) -> float:
     return x if x < 1e300 else 1e300
 
 
+#: The smallest wrap bound reported (and its log): smaller bounds are reported as this one.
+_FLOOR = 1e-300
+_LOG_FLOOR = math.log(_FLOOR)
+
+
 def wrap_probability(mech: DiscreteMechanism, clients: int | None = None) -> float:
     """Upper bound on P[some coordinate of the round's integer sum leaves ``[−2^(b−1), 2^(b−1))``]
     (module docstring): ``min(1, 2D·(1−β)^(−n)·min_λ exp(λ²v/2 + log MGF_noise(λ) − λM))``,
     ``v = (nc)²/D + n/4``, ``M = 2^(b−1)``, for a sum of ``n = clients`` reports (default
     ``mech.clients``; a Poisson cohort's size varies: :func:`cohort_ceiling`). The bound
-    increases with ``n``."""
+    increases with ``n``; bounds below 1e-300 are reported as 1e-300 (never 0: the noise is
+    unbounded, so a wrap is never impossible)."""
     if clients is not None:
         mech = dataclasses.replace(mech, clients=check_positive_int("clients", clients))
     n, dim = mech.clients, mech.padded_dim
@@ -409,7 +415,11 @@ def wrap_probability(mech: DiscreteMechanism, clients: int | None = None) -> flo
     best = min(log_tail(lam0), float(res.fun))
     cond = -n * math.log1p(-mech.beta)
     log_p = math.log(2 * dim) + cond + best
-    return 1.0 if log_p >= 0 else math.exp(log_p)
+    # below 1e-300 the bound is reported as 1e-300 (still an upper bound; exp would underflow
+    # to 0, which would read as "never wraps", and an unbounded noise can always wrap)
+    if log_p >= 0:
+        return 1.0
+    return math.exp(log_p) if log_p > _LOG_FLOOR else _FLOOR
 
 
 def wrap_mse_bound(mech: DiscreteMechanism) -> float:
