@@ -167,7 +167,7 @@ def run_cells_in_workers(cells: Sequence[Cell], workers: int, runner: Any, *,
         LdpsimError: a worker process died (its cell is named), or a worker's backend is
             not the CPU. An exception raised by the runner for a cell is re-raised here.
     """
-    shares = cpu_shares(workers, cpus)
+    cpu_shares(workers, cpus)   # refuse a bad count even when nothing is left to run
     if not cells:
         return
     shares = cpu_shares(min(workers, len(cells)), cpus)   # no idle worker: fewer cells than workers
