@@ -84,7 +84,10 @@ def test_suite_options_and_xla_defaults_give_the_same_history(name, both_histori
             # One round of float32 training from one start: rounding differences of a few
             # ulps per operation stay below 1e-3 relative (a noisy model's loss of ~10^4 is a
             # sum of large logits, the least stable figure); a wrong program does not.
-            # Accuracy counts argmaxes: a near-tie may flip on a last bit, so allow 20 of the
-            # 10,000 test images.
-            atol = 2e-3 if k == "accuracy" else 1e-6
+            # Accuracy counts argmaxes, and after one round from its initialisation the LeNet-5
+            # case is at ~65 % with many near-ties between its two largest logits: a last-bit
+            # difference flipped 29 of the 10,000 test images on one CI machine's CPU (its loss
+            # agreed to 1e-3). Allow 100 flips (1 %); a wrong program moves the accuracy by
+            # points and the loss far beyond 1e-3, which stays the sharp check.
+            atol = 1e-2 if k == "accuracy" else 1e-6
             np.testing.assert_allclose(a[k], b[k], rtol=1e-3, atol=atol, err_msg=k)
