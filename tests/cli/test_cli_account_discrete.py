@@ -100,3 +100,19 @@ def test_a_discrete_run_prints_the_planned_wrap_bound(tmp_path):
                             "--epsilon 4 --no-progress")
     assert rc == 0, err
     assert "secure aggregation" not in text
+
+
+def test_an_unreachable_mse_tolerance_names_the_least_ratio_reached():
+    """The decoded sum's error variance never falls to the continuous Gaussian's (the rounding
+    adds γ²/4 per coordinate and the discrete accounting is not tighter): a tolerance of 0 is
+    unreachable, and the error says what is reachable (the least ratio over the bit-widths
+    searched, recomputed here)."""
+    rc, out, err = _invoke(f"account ddg {BASE} --mse-tolerance 0")
+    assert rc not in (0, "raised") and "Traceback" not in err, err
+    report = A.bits_needed("ddg", epsilon=4, delta=1e-5, clients=100, dim=1000, clip=1.0,
+                           mse_tolerance=0.0)
+    assert report.bits is None
+    best = min(report.rows, key=lambda r: r.mse_ratio)
+    assert best.mse_ratio > 1
+    assert f"{best.mse_ratio:.4f} x the continuous Gaussian's, at {best.bits} bits" in err
+    assert "relax --mse-tolerance" in err

@@ -26,7 +26,7 @@ examples:
   ldpsim account shuffle --epsilon0 1 --clients 2000 --delta 1e-6 --rounds 50
   ldpsim account secagg --sigma 1 --clip 1 --clients 100 --delta 1e-5 --rounds 10 --dropout 0.1
   ldpsim account secagg --target-epsilon 2 --clients 100 --delta 1e-5 --rounds 100 --method analytic
-  ldpsim account ddg --epsilon 8 --delta 1e-5 --clients 1000 --dim 61706 --clip 1 \
+  ldpsim account ddg --epsilon 8 --delta 1e-5 --clients 1000 --dim 61706 --clip 1 \\
       --rounds 500 --population 100000 --bits 16          # whole run, amplified by sampling
   ldpsim account skellam --epsilon 4 --delta 1e-5 --clients 1000 --dim 61706 --clip 1
 
@@ -431,9 +431,13 @@ def _discrete(args) -> dict:
             row = report.rows[0]
         else:
             if report.bits is None:
+                best = min(report.rows, key=lambda r: r.mse_ratio, default=None)
+                reached = ("" if best is None else
+                           f" (the least error variance reached is {best.mse_ratio:.4f} x the "
+                           f"continuous Gaussian's, at {best.bits} bits)")
                 raise LdpsimError(
-                    "no bit-width up to 32 meets --wrap-target and --mse-tolerance; relax "
-                    "--mse-tolerance")
+                    "no bit-width up to 32 meets --wrap-target and --mse-tolerance "
+                    f"{args.mse_tolerance:g}{reached}; relax --mse-tolerance or give --bits")
             row = report.row(report.bits)
         mech = A.DiscreteMechanism(args.mechanism, args.clip, row.granularity, row.noise,
                                    args.clients, args.dim, row.bits, neighbours=args.neighbours)
