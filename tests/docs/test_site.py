@@ -96,3 +96,25 @@ def test_the_readme_links_resolve():
         for link in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", doc.read_text()):
             if not link.startswith(("http://", "https://")):
                 assert (doc.parent / link).exists(), f"{doc.name}: broken link {link}"
+
+
+def test_no_text_file_holds_a_control_character():
+    """A Python string with a TeX macro and no r-prefix turns "\\v", "\\b", "\\f" into control
+    characters ("\\varepsilon" became a vertical tab + "arepsilon" on one page): no Markdown,
+    Python or notebook source may hold one (tab, newline and carriage return aside). Lines are
+    split on "\\n" only: ``str.splitlines`` treats "\\v" and "\\f" as line breaks and would hide
+    them."""
+    import re
+
+    bad = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+    hits = []
+    for folder in ("docs", "ldpsim", "experiments", "benchmarks", "notebooks", "tests"):
+        for path in sorted((REPO / folder).rglob("*")):
+            if path.suffix in (".md", ".py", ".ipynb", ".toml") and path.is_file():
+                for n, line in enumerate(path.read_text(errors="replace").split("\n"), 1):
+                    if bad.search(line):
+                        hits.append(f"{path.relative_to(REPO)}:{n}")
+    for name in ("README.md", "mkdocs.yml", "pyproject.toml"):
+        if bad.search((REPO / name).read_text()):
+            hits.append(name)
+    assert not hits, f"control characters in {hits[:20]}"
