@@ -164,7 +164,9 @@ _OPTIONS = (
     ("--clipped-count-stddev", "clipped_count_stddev", float, None,
      "adaptive clipping count noise std (None: clients_per_round/20)"),
     ("--dropout-rate", "dropout_rate", float, None,
-     "distributed: probability a sampled client never reports"),
+     "distributed, discrete: probability a sampled client never reports (the noise is "
+     "planned for the cohort; discrete: epsilon_spent counts the survivors, so may exceed "
+     "--epsilon)"),
     ("--dp-eps", "dp_eps", float, None, "mindspore: per-round epsilon (> 0)"),
     ("--dp-delta", "dp_delta", float, None, "mindspore: delta in (0, 1)"),
     ("--dp-norm-clip", "dp_norm_clip", float, None,
