@@ -16,7 +16,8 @@ central DP and no noise at each m (the toml's ``[reference]``).
     python experiments/distributed_discrete_lenet5.py --plan-table    # the plans, as a table
     python experiments/distributed_discrete_lenet5.py --only mechanism=ddg,m=1000 \
         --out experiments/results/distributed_discrete_lenet5_m1000.csv
-    python experiments/distributed_discrete_lenet5.py --table --out A.csv,B.csv   # verdict table
+    python experiments/distributed_discrete_lenet5.py --table \
+        --out 'experiments/results/distributed_discrete_lenet5_m*.csv'     # verdict table
     python experiments/distributed_discrete_lenet5.py --plot acc_vs_bits.png --out A.csv,B.csv
 
 The committed results are one CSV per m (experiments/results/distributed_discrete_lenet5_m*.csv).
@@ -286,7 +287,8 @@ def main(argv=None) -> int:
     p.add_argument("--plan-table", action="store_true",
                    help="print every discrete cell's plan (seed 0) as a Markdown table, run none")
     p.add_argument("--out", default=None,
-                   help="the CSV the cells append to (--table / --plot: one or a comma list)")
+                   help="the CSV the cells append to (--table / --plot: one, a comma list, or glob "
+                        "patterns such as 'experiments/results/distributed_discrete_lenet5_m*.csv')")
     p.add_argument("--plot", metavar="PNG", help="accuracy against bits per m from --out")
     p.add_argument("--checkpoints", default=None,
                    help="folder of the running cell's checkpoints (default: .checkpoints next "
@@ -348,11 +350,20 @@ def main(argv=None) -> int:
 
 
 def read(path: str):
-    """The rows of one CSV, or of a comma-separated list of them (the committed results are
-    one file per m, to keep each small)."""
+    """The rows of one CSV, or of a comma-separated list of them, each possibly a glob pattern
+    (the committed results are several files, to keep each small:
+    ``experiments/results/distributed_discrete_lenet5_m*.csv``)."""
+    import glob
+
     import pandas as pd
 
-    return pd.concat([pd.read_csv(p) for p in path.split(",")], ignore_index=True, sort=False)
+    files = []
+    for part in path.split(","):
+        hits = sorted(glob.glob(part)) if glob.has_magic(part) else [part]
+        if not hits:
+            raise SystemExit(f"no CSV matches {part!r}")
+        files += hits
+    return pd.concat([pd.read_csv(p) for p in files], ignore_index=True, sort=False)
 
 
 def table(path: str) -> str:

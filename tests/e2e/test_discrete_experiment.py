@@ -115,6 +115,13 @@ def test_table_gives_gaps_in_points_and_marks_the_earlier_plan(tmp_path):
     assert "† planned with the wrap bound counting m reports" in text
 
 
+def test_table_reads_glob_patterns_and_names_one_that_matches_nothing(tmp_path):
+    paths = _rows(tmp_path)
+    assert _driver().table(str(tmp_path / "*.csv")) == _driver().table(paths)
+    with pytest.raises(SystemExit, match="no CSV matches"):
+        _driver().read(str(tmp_path / "nothing_*.csv"))
+
+
 def test_verdict_answers_the_smallest_m_and_the_fewest_bits(tmp_path):
     text = _driver().verdict(_rows(tmp_path))
     lines = text.splitlines()
