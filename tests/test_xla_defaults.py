@@ -84,10 +84,18 @@ def test_suite_options_and_xla_defaults_give_the_same_history(name, both_histori
             # One round of float32 training from one start: rounding differences of a few
             # ulps per operation stay below 1e-3 relative (a noisy model's loss of ~10^4 is a
             # sum of large logits, the least stable figure); a wrong program does not.
-            # Accuracy counts argmaxes, and after one round from its initialisation the LeNet-5
-            # case is at ~65 % with many near-ties between its two largest logits: a last-bit
-            # difference flipped 29 of the 10,000 test images on one CI machine's CPU (its loss
-            # agreed to 1e-3). Allow 100 flips (1 %); a wrong program moves the accuracy by
-            # points and the loss far beyond 1e-3, which stays the sharp check.
-            atol = 1e-2 if k == "accuracy" else 1e-6
-            np.testing.assert_allclose(a[k], b[k], rtol=1e-3, atol=atol, err_msg=k)
+            atol = 1e-6
+            rtol = 1e-3
+            if name == "lenet5":
+                # A last-bit difference can also change a discrete choice inside a gradient
+                # (e.g. which of two equal maxima of a pooling window takes it), and training
+                # carries that forward. Measured for this case (seed 3) on the development
+                # machine and on CI alike: the parameters after the round differ by up to
+                # 1.6e-3, the loss by 2.7e-3 relative (1.4633 against 1.4672) and the accuracy
+                # by 29 of 10,000 images, while seed 4, a client lr of 0.0505 and one local step
+                # give bit-identical histories under both option sets. Allow 1e-2 relative and
+                # 100 images: a 1 % change of the client lr moves this loss by 24 % (1.46 ->
+                # 1.11), so a different program still fails by a factor of more than 20.
+                rtol = 1e-2
+                atol = 1e-2 if k == "accuracy" else 1e-6
+            np.testing.assert_allclose(a[k], b[k], rtol=rtol, atol=atol, err_msg=k)
