@@ -438,7 +438,7 @@ def _load() -> float:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     p.add_argument("--ref", default=None, help="older commit to compare against")
     p.add_argument("--ms", type=int, nargs="+", default=[1000, 10_000])
     p.add_argument("--mechanisms", nargs="+", default=["gaussian", "privunitg"],

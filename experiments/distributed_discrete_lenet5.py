@@ -279,7 +279,7 @@ def selected(cell: dict, only: str | None) -> bool:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     p.add_argument("--spec", default=SPEC)
     p.add_argument("--only", default=None,
                    help="comma list of key=value (mechanism, target, m, b, seed)")

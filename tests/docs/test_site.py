@@ -118,3 +118,21 @@ def test_no_text_file_holds_a_control_character():
         if bad.search((REPO / name).read_text()):
             hits.append(name)
     assert not hits, f"control characters in {hits[:20]}"
+
+
+def test_script_help_descriptions_are_whole_sentences():
+    """The experiment and benchmark scripts take their ``--help`` description from their
+    docstring; where that is the first line only, the first line must be a whole sentence
+    (a summary that wraps onto a second line printed cut off mid-phrase)."""
+    import ast
+
+    cut = []
+    for folder in ("experiments", "benchmarks"):
+        for path in sorted((REPO / folder).glob("*.py")):
+            source = path.read_text()
+            if "__doc__.splitlines()[0]" not in source:
+                continue
+            first = ast.get_docstring(ast.parse(source), clean=False).splitlines()[0].rstrip()
+            if not first.endswith((".", ":", ")", "?")):
+                cut.append(f"{path.relative_to(REPO)}: {first[-50:]!r}")
+    assert not cut, f"--help descriptions cut mid-sentence: {cut}"
