@@ -21,7 +21,8 @@ import warnings
 
 from ldpsim._src._checks import LdpsimError
 
-__all__ = ["HOST_DEVICES_FLAG", "MAX_HOST_DEVICES", "host_devices_default", "use_host_devices"]
+__all__ = ["HOST_DEVICES_FLAG", "MAX_HOST_DEVICES", "host_devices_default", "usable_cores",
+           "use_host_devices"]
 
 HOST_DEVICES_FLAG = "--xla_force_host_platform_device_count"
 MAX_HOST_DEVICES = 8
@@ -38,11 +39,15 @@ def host_devices_default() -> int:
         if not value.isdigit() or int(value) < 1:
             raise LdpsimError(f"LDPSIM_HOST_DEVICES must be an integer >= 1, got {value!r}")
         return int(value)
+    return max(1, min(usable_cores(), MAX_HOST_DEVICES))
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity; ``os.cpu_count()`` elsewhere)."""
     try:
-        cores = len(os.sched_getaffinity(0))
+        return len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover (not Linux)
-        cores = os.cpu_count() or 1
-    return max(1, min(cores, MAX_HOST_DEVICES))
+        return os.cpu_count() or 1
 
 
 def use_host_devices(count: int | None = None, *, quiet: bool = False) -> int | None:

@@ -180,9 +180,13 @@ def test_config_rejects_bad_devices(bad):
         SimulationConfig(devices=bad)
 
 
-def test_chunks_in_flight_default_and_validation():
+def test_chunks_in_flight_default_and_validation(monkeypatch):
     big = _policy.CPU_CHUNKS_IN_FLIGHT_MIN_CHUNKS
     k = _policy.CPU_ONE_DEVICE_CHUNKS_IN_FLIGHT
+    monkeypatch.setattr(_policy, "usable_cores", lambda: 1)
+    assert _policy.resolve_chunks_in_flight(None, 1, big, "cpu") == 1   # one core: no overlap
+    assert _policy.resolve_chunks_in_flight(3, 1, big, "cpu") == 3      # unless asked
+    monkeypatch.setattr(_policy, "usable_cores", lambda: 2)
     assert _policy.resolve_chunks_in_flight(None, 1, big, "cpu") == k
     assert _policy.resolve_chunks_in_flight(None, 1, big - 1, "cpu") == 1  # small cohort
     assert _policy.resolve_chunks_in_flight(None, 2, big, "cpu") == 1   # one device per core
@@ -252,3 +256,13 @@ def test_poisson_capacity_with_the_default_chunk_size():
     assert cap >= stats.binom.ppf(1 - 1e-9, 1000, 0.1)
     chunk = _policy.resolve_chunk_size(None)
     assert cap <= chunk or cap % chunk == 0   # whole chunks when above one chunk
+
+
+def test_usable_cores_follows_the_affinity():
+    import os
+
+    from ldpsim._src._devices import usable_cores
+
+    if hasattr(os, "sched_getaffinity"):
+        assert usable_cores() == len(os.sched_getaffinity(0))
+    assert usable_cores() >= 1

@@ -12,6 +12,7 @@ from __future__ import annotations
 import jax
 
 from ldpsim._src._checks import check_positive_int
+from ldpsim._src._devices import usable_cores
 
 __all__ = ["AUTO_CHUNK", "AUTO_CHUNK_ACCELERATOR", "CPU_CHUNKS_IN_FLIGHT_MIN_CHUNKS",
            "CPU_MULTI_DEVICE_MAX_CLIENTS", "CPU_ONE_DEVICE_CHUNKS_IN_FLIGHT", "chunk_layout",
@@ -33,6 +34,12 @@ AUTO_CHUNK_ACCELERATOR = 1024
 #: core the cores are already busy: 2 devices ran 538/s with 1 and 474/s with 2.
 CPU_ONE_DEVICE_CHUNKS_IN_FLIGHT = 3
 
+#: ... and only when the process may run on more than one core (``os.sched_getaffinity``):
+#: on one core the chunks cannot overlap and the unrolled body costs time.  Measured with a
+#: one-core pinned process (``taskset -c 0``, LeNet-5, 3 examples in 3 steps of batch 3,
+#: m = 1,000, clipping only, idle 2-core Xeon): 1.29 CPU-ms per client update with 1 chunk in
+#: flight, 1.35 with 3 (benchmarks/README.md, "Small clients on one core").
+#:
 #: ... but only for cohorts of at least this many chunks per round: the unrolled body
 #: compiles k times (LeNet-5 4.4 s -> 8.9 s, an MLP 3.3 s -> 6.0 s), which a round of a few
 #: hundred LeNet-5 clients repays within a few rounds and a small cohort never does.
@@ -77,7 +84,7 @@ def resolve_chunks_in_flight(chunks_in_flight: int | None, devices: int, n_chunk
     else:
         backend = backend or jax.default_backend()
         k = (CPU_ONE_DEVICE_CHUNKS_IN_FLIGHT if backend == "cpu" and devices == 1
-             and n_chunks >= CPU_CHUNKS_IN_FLIGHT_MIN_CHUNKS else 1)
+             and n_chunks >= CPU_CHUNKS_IN_FLIGHT_MIN_CHUNKS and usable_cores() > 1 else 1)
     return max(1, min(k, n_chunks))
 
 
