@@ -297,3 +297,34 @@ def test_non_positive_clip_never_produces_nan(clip, ord):
     assert float(norm) == 0.0 and np.all(np.isfinite(np.asarray(zeros["a"])))
     out, _ = _clip_fn(ord)({"a": jnp.array([3.0, 4.0])}, clip)
     assert np.all(np.isfinite(np.asarray(out["a"])))
+
+
+@pytest.mark.parametrize("ord", [1, 2])
+def test_clip_checked_flags_finiteness_and_clips_as_the_clip_functions(ord):
+    # The flag comes off the clip's own max reduction; it must equal all(isfinite(u)) at the
+    # sizes where XLA's CPU max drops NaN (>= 4,096 entries), and the clip must be the
+    # public function's, bit for bit.
+    from ldpsim._src.privacy.randomizers.clipping import clip_checked
+
+    public = clipping.clip_by_global_norm if ord == 2 else clipping.clip_by_l1_norm
+    rng = np.random.default_rng(7)
+    base = {"a": rng.normal(size=(400, 120)).astype(np.float32),
+            "b": rng.normal(size=(10,)).astype(np.float32)}
+    cases = {"finite": base, "small": jax.tree_util.tree_map(lambda x: x * 1e-3, base)}
+    for name, value in (("nan", np.nan), ("inf", np.inf), ("-inf", -np.inf)):
+        for leaf in ("a", "b"):
+            t = {k: v.copy() for k, v in base.items()}
+            t[leaf].flat[3] = value
+            cases[f"{name}@{leaf}"] = t
+    cases["all-nan"] = jax.tree_util.tree_map(lambda x: np.full_like(x, np.nan), base)
+    f = jax.jit(lambda t: clip_checked(t, 1.5, ord))
+    for name, tree in cases.items():
+        clipped, norm, finite = f(tree)
+        want_finite = all(bool(np.isfinite(x).all()) for x in jax.tree_util.tree_leaves(tree))
+        assert bool(finite) == want_finite, name
+        ref_clipped, ref_norm = jax.jit(lambda t: public(t, 1.5))(tree)
+        np.testing.assert_array_equal(np.asarray(norm), np.asarray(ref_norm), err_msg=name)
+        for a, b in zip(jax.tree_util.tree_leaves(clipped), jax.tree_util.tree_leaves(ref_clipped)):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=name)
+    clipped, norm, finite = clip_checked({}, 1.0, ord)
+    assert clipped == {} and float(norm) == 0.0 and bool(finite)

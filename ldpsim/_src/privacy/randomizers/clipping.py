@@ -151,10 +151,26 @@ def _safe_norm(leaves: list[jax.Array], ord: int = 2) -> _Norm:
 
 
 def _clip(tree: PyTree, clip: jax.typing.ArrayLike, ord: int) -> tuple[PyTree, jax.Array]:
+    return clip_checked(tree, clip, ord)[:2]
+
+
+def clip_checked(tree: PyTree, clip: jax.typing.ArrayLike, ord: int = 2
+                 ) -> tuple[PyTree, jax.Array, jax.Array]:
+    """:func:`clip_by_global_norm` (``ord=2``) or :func:`clip_by_l1_norm` (``ord=1``), and
+    whether every entry of ``tree`` is finite.
+
+    The flag is read off the clip's own ``max|u|`` reduction (NaN counted as ``inf``, see
+    ``_safe_norm``), so it costs no extra pass over the update; it equals
+    ``all(isfinite(u))`` for every input.
+
+    Returns:
+        ``(clipped_tree, norm, finite)``: the first two exactly as the clip functions return
+        them, ``finite`` a bool scalar (True for an empty tree).
+    """
     leaves, treedef = jax.tree_util.tree_flatten(tree)
     leaves = [jnp.asarray(x) for x in leaves]
     if not leaves:
-        return tree, jnp.zeros((), jnp.float32)
+        return tree, jnp.zeros((), jnp.float32), jnp.bool_(True)
     n = _safe_norm(leaves, ord)
     clip = jnp.asarray(clip, dtype=n.norm.dtype)
     active = n.finite & (n.norm > clip)
@@ -168,7 +184,7 @@ def _clip(tree: PyTree, clip: jax.typing.ArrayLike, ord: int) -> tuple[PyTree, j
         y = jnp.where(active, y, x)  # inside the bound: x bit for bit (subnormals included)
         return jnp.where(n.finite, y, jnp.zeros_like(x))
 
-    return jax.tree_util.tree_unflatten(treedef, [one(x) for x in leaves]), n.norm
+    return jax.tree_util.tree_unflatten(treedef, [one(x) for x in leaves]), n.norm, n.finite
 
 
 def global_norm(tree: PyTree) -> jax.Array:

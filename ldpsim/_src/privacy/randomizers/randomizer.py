@@ -296,11 +296,6 @@ def subkey(key: jax.Array, tag: int) -> jax.Array:
 # -------------------------------------------------------------------------------- pieces
 
 
-def _finite(tree: PyTree) -> jax.Array:
-    leaves = jax.tree_util.tree_leaves(tree)
-    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves] or [jnp.bool_(True)]))
-
-
 def clip_flat(update: PyTree, clip: jax.typing.ArrayLike):
     """Clip ``update`` to L2 norm ``clip`` and flatten it (float32).
 
@@ -310,8 +305,7 @@ def clip_flat(update: PyTree, clip: jax.typing.ArrayLike):
         clipped (0 for the zero substitute of a non-finite update), whether the bound was
         active, whether every entry was finite, and the inverse of the flattening.
     """
-    clipped, norm = clipping.clip_by_global_norm(update, clip)
-    finite = _finite(update)
+    clipped, norm, finite = clipping.clip_checked(update, clip)
     release_norm = jnp.where(finite, norm, jnp.zeros_like(norm))
     flat, unravel = ravel_pytree(clipped)
     flat = flat.astype(jnp.float32)
