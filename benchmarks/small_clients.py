@@ -8,7 +8,9 @@ MNIST split of that experiment is); every sampled client runs **3 local SGD step
 batch 3** (lr 0.1) from the global model, clips its update to L2 norm C = 1 and
 privatizes it per client: ``gaussian`` (N(0, 0.25^2) on every coordinate) or
 ``privunitg`` (PrivUnitG, Asi, Feldman & Talwar 2022, calibrated to eps = 10 for
-d = 61,706, decoded by the server); FedAvg with server lr 2, m = 1,000 and 10,000 clients
+d = 61,706, decoded by the server), or only clips it: ``aggregate`` (the server draws the
+clients' Gaussian noise sum once, ``noise_mode = "aggregate"``, the converged grid's
+setting); FedAvg with server lr 2, m = 1,000 and 10,000 clients
 per round, one host device. ``--shape 32`` runs instead the workload of
 ``benchmarks/throughput.py`` (32 examples, 2 steps of batch 16, lr 0.05, server lr 1).
 
@@ -115,9 +117,12 @@ class _Ldpsim:
         if key in self.built:
             return self.built[key]
         s = self.shape
-        if mech == "gaussian":
+        mode = mech
+        if mech in ("gaussian", "aggregate"):
             hyper = RoundHyper.create(sigma=SIGMA, clip=CLIP, client_lr=s["lr"],
                                       server_lr=s["server_lr"])
+            if mech == "aggregate":   # the clients clip; the server draws the noise sum
+                mode = modes.aggregated(modes.local("gaussian"))
         else:
             from ldpsim._src.privacy.randomizers import mechanism as mechanism_lib
 
@@ -125,7 +130,7 @@ class _Ldpsim:
                                     clip=CLIP)
             hyper = RoundHyper.create(clip=CLIP, client_lr=s["lr"], server_lr=s["server_lr"],
                                       privacy=modes.ReportHyper(lm.params))
-        fn = _xla.jit(make_round_fn(apply_fn=self.model.apply, mechanism=mech,
+        fn = _xla.jit(make_round_fn(apply_fn=self.model.apply, mechanism=mode,
                                    local_steps=s["steps"], batch_size=s["batch"]))
         rng = np.random.default_rng(m)
         ids = jnp.asarray(np.sort(rng.choice(POPULATION, m, replace=False)), jnp.int32)
@@ -442,7 +447,7 @@ def main(argv=None) -> int:
     p.add_argument("--ref", default=None, help="older commit to compare against")
     p.add_argument("--ms", type=int, nargs="+", default=[1000, 10_000])
     p.add_argument("--mechanisms", nargs="+", default=["gaussian", "privunitg"],
-                   choices=["gaussian", "privunitg"])
+                   choices=["gaussian", "aggregate", "privunitg"])
     p.add_argument("--shape", default="small", choices=sorted(SHAPES))
     p.add_argument("--pairs", type=int, default=5, help="interleaved requests per config")
     p.add_argument("--rounds", type=int, default=3, help="timed rounds per request")
