@@ -6,8 +6,9 @@ A round (:func:`make_round_fn`)::
       -> ldpsim._src.fl.sharding.map_cohort: on each of D devices (D = 1: no sharding),
          lax.scan over chunks of that device's contiguous 1/D of the cohort:
            gather the chunk's data from the population
-           vmap over the chunk: local training + the client stage (clip, scale, release:
-             the randomizer, decoded, or an integer report)
+           vmap over the chunk (a chunk of one: a direct call): local training + the
+             client stage (clip, scale, release: the randomizer, decoded, or an integer
+             report)
            accumulate Σw·clipped, Σw², Σw²s², counts, and the aggregator's part: Σw·noise
              (float sum; noise = decoded − clipped) or Σ reports mod 2³² (integer sum)
              (memory O(chunk × model); s² the client's exact per-coordinate variance)
