@@ -174,28 +174,6 @@ def test_chunks_in_flight_change_results_only_by_rounding():
     assert float(runs[0][1].noise_norm) > 0
 
 
-def test_map_clients_of_one_client_equals_vmap():
-    # A chunk of one client skips vmap (no batch axis of size 1 inside the client's
-    # program); the values and shapes are vmap's, the key arrays included.
-    from ldpsim._src.fl.round import map_clients
-
-    def one(shared, x, key, scale):
-        noise = jax.random.normal(key, (3,))
-        return {"y": shared @ x + scale * noise, "n": jnp.sum(x)}, (x > 0).all()
-
-    shared = jnp.arange(12.0).reshape(3, 4) / 7
-    for k in (1, 3):
-        x = jnp.linspace(-1.0, 2.0, 4 * k).reshape(k, 4)
-        keys = jax.vmap(jax.random.key)(jnp.arange(k))
-        scale = jnp.linspace(0.5, 1.0, k)
-        got = map_clients(one, (None, 0, 0, 0), shared, x, keys, scale)
-        want = jax.vmap(one, in_axes=(None, 0, 0, 0))(shared, x, keys, scale)
-        assert jax.tree_util.tree_structure(got) == jax.tree_util.tree_structure(want)
-        for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
-            assert a.shape == b.shape and a.dtype == b.dtype
-            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
-
-
 def test_padding_and_order_change_nothing():
     pop = _population()
     ids, mask = sample_cohort(5, 2, pop.num_clients, 23)

@@ -37,8 +37,8 @@ CPU_ONE_DEVICE_CHUNKS_IN_FLIGHT = 3
 #: ... and only when the process may run on more than one core (``os.sched_getaffinity``):
 #: on one core the chunks cannot overlap and the unrolled body costs time.  Measured with a
 #: one-core pinned process (``taskset -c 0``, LeNet-5, 3 examples in 3 steps of batch 3,
-#: m = 1,000, clipping only, idle 2-core Xeon): 1.29 CPU-ms per client update with 1 chunk in
-#: flight, 1.35 with 3 (benchmarks/README.md, "Small clients on one core").
+#: m = 1,000, clipping only, idle 2-core Xeon): 1.50 CPU-ms per client update with 1 chunk in
+#: flight, 1.59 with 3 (benchmarks/README.md, "Small clients on one core").
 #:
 #: ... but only for cohorts of at least this many chunks per round: the unrolled body
 #: compiles k times (LeNet-5 4.4 s -> 8.9 s, an MLP 3.3 s -> 6.0 s), which a round of a few

@@ -6,9 +6,8 @@ A round (:func:`make_round_fn`)::
       -> ldpsim._src.fl.sharding.map_cohort: on each of D devices (D = 1: no sharding),
          lax.scan over chunks of that device's contiguous 1/D of the cohort:
            gather the chunk's data from the population
-           vmap over the chunk (a chunk of one: a direct call): local training + the
-             client stage (clip, scale, release: the randomizer, decoded, or an integer
-             report)
+           vmap over the chunk: local training + the client stage (clip, scale, release:
+             the randomizer, decoded, or an integer report)
            accumulate Σw·clipped, Σw², Σw²s², counts, and the aggregator's part: Σw·noise
              (float sum; noise = decoded − clipped) or Σ reports mod 2³² (integer sum)
              (memory O(chunk × model); s² the client's exact per-coordinate variance)
@@ -141,24 +140,6 @@ def chunk_sums(w: jax.Array, include: jax.Array, mask: jax.Array, priv: Any,
     )
 
 
-def map_clients(fn: Callable, in_axes: tuple, *args: Any) -> Any:
-    """``jax.vmap(fn, in_axes)(*args)`` over a chunk of clients (axis 0 of the mapped
-    arguments); a chunk of ONE client calls ``fn`` on it directly and adds the axis back.
-
-    The same values either way: ``vmap`` over one client keeps a batch axis of size 1 on
-    every per-client array, and XLA's CPU backend then runs the client's dots and weight
-    updates as batched operations, about 0.2 ms more per LeNet-5 client of 3 examples
-    (0.5x its training time; benchmarks/README.md).  A chunk of 1 is the CPU default.
-    """
-    sizes = {jnp.shape(leaf)[0] for arg, axis in zip(args, in_axes) if axis == 0
-             for leaf in jax.tree_util.tree_leaves(arg)}
-    if sizes != {1}:
-        return jax.vmap(fn, in_axes=in_axes)(*args)
-    one = [arg if axis is None else jax.tree_util.tree_map(lambda a: a[0], arg)
-           for arg, axis in zip(args, in_axes)]
-    return jax.tree_util.tree_map(lambda a: a[None], fn(*one))
-
-
 class _ModeSums(NamedTuple):
     """Per-chunk sums the mode needs beyond :class:`~ldpsim.fl.CohortSums`."""
 
@@ -264,8 +245,8 @@ def make_round_fn(*, apply_fn: Callable,
         x, y, counts = population.gather(c_ids)
         keys = jax.vmap(lambda c: client_key(key, round_idx, c))(c_ids)
         clip, scale = client_stage.client_scales(pstate, c_ids, round_clip, hyper.privacy)
-        priv, loss, var, bias = map_clients(
-            one_client, (None, 0, 0, 0, 0, 0, 0, None, None),
+        priv, loss, var, bias = jax.vmap(
+            one_client, in_axes=(None, 0, 0, 0, 0, 0, 0, None, None))(
             params, x, y, counts, keys, clip, scale, hyper, round_key)
         include = c_mask   # a non-finite update enters as its privatized zero substitute
         if client_stage.keep is not None:
