@@ -152,6 +152,30 @@ def test_total_epsilon_by_pld_is_dp_accountings():
     assert exact <= direct.epsilon <= exact * 1.01  # PLD is a (tight) upper bound
 
 
+def test_total_epsilon_composes_nearly_equal_sigmas_at_the_smallest():
+    # Two calibrations of one eps (1e-5 apart) compose at the smaller sigma (the weaker
+    # guarantee); sigmas further apart than SIGMA_RTOL are still an error.
+    from ldpsim._src.sweep.verdict import SIGMA_RTOL
+
+    finals = final_accuracy(_table())
+    rows = finals["setting"] == "replace"
+    one = finals[rows].copy()
+    base = total_epsilon(one, method="analytic")
+    near = one.copy()
+    near.loc[near.index[0], "sigma"] *= 1 + 1e-5
+    got = total_epsilon(near, method="analytic")
+    assert got["sigma"].iloc[0] == base["sigma"].iloc[0]
+    assert got["sigma_max"].iloc[0] == pytest.approx(base["sigma"].iloc[0] * (1 + 1e-5))
+    assert got["epsilon_total"].iloc[0] == base["epsilon_total"].iloc[0]
+    low = one.copy()
+    low.loc[low.index[0], "sigma"] *= 1 - 1e-5
+    assert total_epsilon(low, method="analytic")["epsilon_total"].iloc[0] > base["epsilon_total"].iloc[0]
+    far = one.copy()
+    far.loc[far.index[0], "sigma"] *= 1 + 2 * SIGMA_RTOL
+    with pytest.raises(LdpsimError, match="differ in sigma"):
+        total_epsilon(far, method="analytic")
+
+
 def test_non_private_runs_under_two_relations_count_once():
     df = _table()
     extra = df[(df["epsilon"] == INF)].assign(neighbours="replace")

@@ -287,6 +287,12 @@ def _thresholds(cells: pd.DataFrame, tolerance: float) -> pd.DataFrame:
                                        "m_by_ci", "holds_above_ci"])
 
 
+#: Relative difference of σ below which runs of one (setting, ε) count as one calibration
+#: (:func:`total_epsilon`): ldpsim's calibration of ε = 50 per round at δ = 5e-5 gave
+#: σ = 0.1446534 in November 2026 and 0.1446548 in December (1e-5 relative).
+SIGMA_RTOL = 1e-3
+
+
 def total_epsilon(finals: pd.DataFrame, *, method: str = "pld") -> pd.DataFrame:
     """Total ε over the rounds of each private (setting, ε), ideal Gaussian, beside the runs' own.
 
@@ -304,6 +310,13 @@ def total_epsilon(finals: pd.DataFrame, *, method: str = "pld") -> pd.DataFrame:
         ``epsilon_spent_min``/``_max`` (the runs' own, over m and seeds: the busiest
         client's participations with the sampler floor; may be ``inf``),
         ``max_participation_min``/``_max`` and ``sampler_delta_floor``.
+        Runs of one (setting, ε) whose σ differ by at most :data:`SIGMA_RTOL` relative
+        (the calibration of one ε by two versions of ldpsim) are composed at the smallest
+        σ, the weakest of their guarantees; ``sigma_max`` gives the largest.
+
+    Raises:
+        LdpsimError: the runs of one (setting, ε) differ in Δ, δ or the number of rounds,
+            or in σ by more than :data:`SIGMA_RTOL`.
     """
     rows = []
     private = finals[finals["setting"] != NON_PRIVATE]
@@ -314,6 +327,8 @@ def total_epsilon(finals: pd.DataFrame, *, method: str = "pld") -> pd.DataFrame:
         values = {}
         for column in ("sigma", "sensitivity", "delta", "round"):
             uniq = pd.unique(g[column].astype(float))
+            if column == "sigma" and len(uniq) > 1 and uniq.max() <= uniq.min() * (1 + SIGMA_RTOL):
+                uniq = np.array([uniq.min()])
             if len(uniq) != 1:
                 raise LdpsimError(f"setting={setting}, epsilon={eps:g}: the runs differ in {column} "
                                   f"({', '.join(f'{v:g}' for v in uniq)}); one total ε needs one value")
@@ -324,7 +339,9 @@ def total_epsilon(finals: pd.DataFrame, *, method: str = "pld") -> pd.DataFrame:
         spent = g["epsilon_spent"].astype(float) if "epsilon_spent" in g else pd.Series([math.nan])
         part = g["max_participation"].astype(float) if "max_participation" in g else pd.Series([math.nan])
         floor = g["sampler_delta_floor"].astype(float).max() if "sampler_delta_floor" in g else math.nan
-        rows.append(dict(setting=setting, epsilon=eps, sigma=values["sigma"], sensitivity=values["sensitivity"],
+        rows.append(dict(setting=setting, epsilon=eps, sigma=values["sigma"],
+                         sigma_max=float(g["sigma"].astype(float).max()),
+                         sensitivity=values["sensitivity"],
                          delta=values["delta"], rounds=rounds, epsilon_total=report.epsilon, method=report.method,
                          epsilon_spent_min=spent.min(), epsilon_spent_max=spent.max(),
                          max_participation_min=part.min(), max_participation_max=part.max(),
