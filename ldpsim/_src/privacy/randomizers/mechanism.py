@@ -88,14 +88,14 @@ def _additive(clip_fn: Callable, noise_fn: Callable | None) -> Callable:
     """``privatize`` of an additive-noise randomizer: clip, zero substitute, add noise."""
 
     # The library's clips also report finiteness off their own max reduction (no extra pass).
-    ord = {clipping.clip_by_global_norm: 2, clipping.clip_by_l1_norm: 1}.get(clip_fn)
+    norm_ord = {clipping.clip_by_global_norm: 2, clipping.clip_by_l1_norm: 1}.get(clip_fn)
 
     def privatize(key: jax.Array, update: PyTree, params: MechanismParams) -> Privatized:
-        if ord is None:
+        if norm_ord is None:
             clipped, norm = clip_fn(update, params.clip)
             finite = _finite(update)
         else:
-            clipped, norm, finite = clipping.clip_checked(update, params.clip, ord)
+            clipped, norm, finite = clipping.clip_checked(update, params.clip, norm_ord)
         release_norm = jnp.where(finite, norm, jnp.zeros_like(norm))
         if noise_fn is None:   # no noise is drawn at all (ε = inf); clipping still applies
             noise = jax.tree_util.tree_map(jnp.zeros_like, clipped)
