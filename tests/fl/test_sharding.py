@@ -258,11 +258,19 @@ def test_poisson_capacity_with_the_default_chunk_size():
     assert cap <= chunk or cap % chunk == 0   # whole chunks when above one chunk
 
 
-def test_usable_cores_follows_the_affinity():
+def test_chunks_in_flight_follow_the_process_affinity(monkeypatch):
+    # The real chain, os.sched_getaffinity -> usable_cores -> the policy: a process pinned to
+    # one core (taskset) keeps one chunk in flight; two usable cores get the default.
     import os
 
-    from ldpsim._src._devices import usable_cores
+    from ldpsim._src import _devices
 
-    if hasattr(os, "sched_getaffinity"):
-        assert usable_cores() == len(os.sched_getaffinity(0))
-    assert usable_cores() >= 1
+    if not hasattr(os, "sched_getaffinity"):
+        pytest.skip("no CPU affinity on this platform")
+    big = _policy.CPU_CHUNKS_IN_FLIGHT_MIN_CHUNKS
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3})
+    assert _devices.usable_cores() == 1
+    assert _policy.resolve_chunks_in_flight(None, 1, big, "cpu") == 1
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    assert _devices.usable_cores() == 2
+    assert _policy.resolve_chunks_in_flight(None, 1, big, "cpu") == _policy.CPU_ONE_DEVICE_CHUNKS_IN_FLIGHT
