@@ -23,12 +23,20 @@ Variants (``name:chunk``, e.g. ``base:1 ghost:1 ghost:16``):
   the input gradient ``g W_0^T - lr (g G^T) A`` (``W_0^T`` formed once per program) and
   the delta ``-lr A^T G`` once at the end.  The convolutions are chwn's, updated per
   step.  Exact in exact arithmetic (same delta to float rounding).
+* ``shared1``: the chunk's first local step batched over its clients, then the rest one
+  client at a time.  Every client starts from the same global weights, so step 1 is
+  ``vmap`` of the gradient with the weights unbatched (one forward product over chunk x
+  batch rows, per-client weight gradients only); the clients' remaining steps (their
+  weights now differ) run as a ``lax.scan`` over the chunk, one client per iteration.
+  ``shared1:1`` is ``base:1`` written by hand (plain SGD, no optimizer state).
 
 Measured 2026-11-28 (2-core AMD EPYC, load average 5-13 from other jobs): see
 ``benchmarks/README.md``, "Where a round's time goes, by layer".
 
 Run:  PYTHONPATH=. python benchmarks/small_client_variants.py --m 256 --repeats 7 \\
           base:1 ghost:1 ghost:16 col2im-pads:1 mixed:1
+      PYTHONPATH=. python benchmarks/small_client_variants.py --m 512 --repeats 5 \\
+          base:1 shared1:1 shared1:4 shared1:16 shared1:64
 """
 
 from __future__ import annotations
@@ -153,6 +161,8 @@ def ghost_update(params, wts, x, y, lr, steps):
 def build(name: str, chunk: int, m: int):
     """A jitted ``(params, X, Y) -> sum of deltas`` for variant ``name`` at ``chunk``."""
     opt = client_optimizer("sgd", LR)
+    if name == "shared1":
+        return _build_shared_first_step(chunk, m)
     if name == "ghost":
         def one(params, wts, x, y, k):
             return ghost_update(params, wts, x, y, LR, STEPS)
@@ -197,9 +207,40 @@ def build(name: str, chunk: int, m: int):
 _PADS = _conv_chwn_pads()
 
 
+def _build_shared_first_step(chunk: int, m: int):
+    apply = get_model("lenet5", input_shape=(28, 28, 1), num_classes=10).apply
+
+    def grad(p, x, y):
+        return jax.grad(lambda q: jnp.mean(
+            optax.losses.softmax_cross_entropy_with_integer_labels(apply(q, x), y)))(p)
+
+    sgd = lambda p, g: jax.tree_util.tree_map(lambda w, d: w - LR * d, p, g)
+
+    def f(params, X, Y):
+        def body(acc, inp):
+            x, y = inp
+            g1 = jax.vmap(grad, in_axes=(None, 0, 0))(params, x, y)   # shared weights
+
+            def rest(acc, a):
+                g1k, xk, yk = a
+                q = sgd(params, g1k)
+                for _ in range(STEPS - 1):
+                    q = sgd(q, grad(q, xk, yk))
+                return jax.tree_util.tree_map(lambda s, w, w0: s + (w - w0), acc, q, params), None
+
+            return lax.scan(rest, acc, (g1, x, y))[0], None
+
+        zero = jax.tree_util.tree_map(jnp.zeros_like, params)
+        n = m // chunk
+        return lax.scan(body, zero, (X.reshape(n, chunk, *X.shape[1:]),
+                                     Y.reshape(n, chunk, EXAMPLES)))[0]
+
+    return jax.jit(f, compiler_options=_xla.compiler_options())
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("variants", nargs="+", help="name:chunk (base, mixed, xla, col2im-pads, ghost)")
+    p.add_argument("variants", nargs="+", help="name:chunk (base, mixed, xla, col2im-pads, ghost, shared1)")
     p.add_argument("--m", type=int, default=256, help="clients (a multiple of every chunk)")
     p.add_argument("--repeats", type=int, default=7)
     args = p.parse_args(argv)
