@@ -12,7 +12,8 @@ server's estimate), the exact ``mean`` and per-coordinate ``variance`` of that e
 
 Factories: :func:`gaussian`, :func:`laplace`, :func:`clip_only` (the additive randomizers
 the engine's round runs), :func:`privunit2`, :func:`privunitg`, :func:`duchi`,
-:func:`signds`, :func:`randomized_response` (report randomizers), and :func:`make` by name
+:func:`signds`, :func:`randomized_response`, :func:`projunit`, :func:`fastprojunit` (report
+randomizers), and :func:`make` by name
 (:data:`REGISTRY`, one entry per randomizer: adding one is one module and one entry).
 """
 
@@ -33,6 +34,7 @@ from ldpsim._src.privacy.randomizers.mechanism import (
 )
 from ldpsim._src.privacy.randomizers.privunit2 import make as privunit2
 from ldpsim._src.privacy.randomizers.privunitg import make as privunitg
+from ldpsim._src.privacy.randomizers.projunit import fastprojunit, projunit
 from ldpsim._src.privacy.randomizers.rr import make as randomized_response
 from ldpsim._src.privacy.randomizers.signds import make as signds
 
@@ -46,11 +48,13 @@ __all__ = [
     "Report",
     "clip_only",
     "duchi",
+    "fastprojunit",
     "gaussian",
     "laplace",
     "make",
     "privunit2",
     "privunitg",
+    "projunit",
     "randomized_response",
     "signds",
     "total_variance",

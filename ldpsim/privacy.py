@@ -72,6 +72,7 @@ from ldpsim._src.privacy.randomizers.mechanism import (
 from ldpsim._src.privacy.randomizers.duchi import make as duchi
 from ldpsim._src.privacy.randomizers.privunit2 import make as privunit2
 from ldpsim._src.privacy.randomizers.privunitg import make as privunitg
+from ldpsim._src.privacy.randomizers.projunit import fastprojunit, projunit
 from ldpsim._src.privacy.randomizers.randomizer import Report, total_variance
 from ldpsim._src.privacy.randomizers.rr import k_randomized_response
 from ldpsim._src.privacy.randomizers.rr import make as randomized_response
@@ -162,6 +163,7 @@ __all__ = [
     "dpsgd_epsilon",
     "dpsgd_noise_multiplier",
     "duchi",
+    "fastprojunit",
     "effective_num_clients",
     "expected_noise_norm",
     "frontier",
@@ -187,6 +189,7 @@ __all__ = [
     "per_layer_bound",
     "privunit2",
     "privunitg",
+    "projunit",
     "quantile_clip",
     "randomized_response",
     "sampler_delta_floor",

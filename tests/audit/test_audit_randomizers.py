@@ -17,6 +17,8 @@ import math
 import jax
 import pytest
 
+import ldpsim.mechanism
+
 from ldpsim._src._checks import LdpsimError
 from ldpsim._src.audit import _audit, _mechanisms
 from ldpsim._src.privacy.randomizers import duchi, rr
@@ -35,6 +37,9 @@ def test_correct_report_randomizers_are_never_refuted(name):
     # SignDS's informative event, the reported index inside a top-k set, is rare at k = 2)
     assert report.result.epsilon_lb > (0.3 if name == "signds" else 0.5)
     assert report.path in ("full-mechanism", "sufficient-statistic")
+    if report.path == "full-mechanism":   # the code it names exists
+        assert report.sampler == f"ldpsim.mechanism.make({name!r}, ...).privatize"
+        assert name in ldpsim.mechanism.REGISTRY
 
 
 def test_a_planted_bug_is_caught():

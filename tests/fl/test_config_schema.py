@@ -107,6 +107,18 @@ def test_stop_at_epsilon_now_also_refused_where_typed_for_a_mode_without_it():
     assert "--privacy-mode ldp or --privacy-mode mindspore" in why({"privacy_mode": "central"})
 
 
+def test_a_randomizer_option_in_a_mode_without_randomizers_names_the_mode():
+    """Not "does not apply to --mechanism gaussian" (a flag nobody typed) in central mode."""
+    applies, why = _rules.rules()["projection_dim"]
+    p = {"privacy_mode": "central", "mechanism": "gaussian"}
+    assert not applies(p)
+    text = why(p)
+    assert text.startswith("--privacy-mode central (no local randomizer)")
+    assert "--mechanism projunit and --mechanism fastprojunit" in text
+    assert "--privacy-mode ldp" in text and "--mechanism gaussian" not in text
+    assert why({"privacy_mode": "ldp", "mechanism": "gaussian"}).startswith("--mechanism gaussian")
+
+
 def test_derived_config_rules_equal_the_hand_written_ones():
     """For every deciding shape and every governed option: set away from its default, the
     option is refused exactly where the old rule refused it."""

@@ -80,3 +80,11 @@ def test_run_trains_with_projunit_from_the_command_line(name, tmp_path):
     assert (df["epsilon_spent"] >= 4 * df["max_participation"]).all()
     assert (df["epsilon_spent"] < 4.01 * df["max_participation"]).all()
     assert (df["theory_noise_norm"] > 0).all() and (df["noise_norm"] > 0).all()
+
+
+def test_the_simulation_choices_are_the_modules():
+    from ldpsim._src.privacy import registry
+    from ldpsim._src.privacy.randomizers import projunit
+
+    users, spec = registry.option_help("projunit_simulation")
+    assert users == ("projunit",) and spec.choices == projunit.SIMULATIONS

@@ -418,3 +418,11 @@ def test_privunit_dimension_mismatch_and_huge_epsilon():
     assert mechanism.make("duchi", epsilon=100.0, dim=10).epsilon == 100.0
     with pytest.raises(LdpsimError, match="too thin for float32; use privunitg"):
         mechanism.make("privunit2", epsilon=60.0, dim=4)
+
+
+@pytest.mark.parametrize("name", ["projunit", "fastprojunit"])
+def test_projection_dimension_errors_name_k_not_dim(name):
+    with pytest.raises(LdpsimError, match=r"k \(projection_dim\) must be an integer >= 2 .*got 1"):
+        mechanism.make(name, epsilon=4.0, dim=100, projection_dim=1)
+    with pytest.raises(LdpsimError, match=r"^dim must be an integer >= 2 .*got 1"):
+        mechanism.make(name, epsilon=4.0, dim=1)

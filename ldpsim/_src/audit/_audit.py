@@ -424,5 +424,5 @@ def audit_report_randomizer(
     return AuditReport(
         name, local.epsilon, None, "replace",
         float(clip) if registry.randomizer(name).uses_clip else None, gap,
-        None, "full-mechanism", dim, f"ldpsim.privacy.{name}(...).privatize",
+        None, "full-mechanism", dim, f"ldpsim.mechanism.make({name!r}, ...).privatize",
         name, _describe(what, None, result), time.perf_counter() - start, result)

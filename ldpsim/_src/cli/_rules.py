@@ -61,6 +61,11 @@ def _schema_rule(field: str):
     def why(p):
         mode = registry.mode(_mode(p))
         if kind == "randomizer":
+            if not mode.randomizers:   # the mode has no local randomizer to set it on
+                local = [m.name for m in registry.MODES if m.randomizers]
+                return (f"--privacy-mode {_mode(p)} (no local randomizer): it is a setting of "
+                        + flags(names, "--mechanism", " and ") + ", with "
+                        + flags(local, "--privacy-mode", " or "))
             return (f"--mechanism {_mechanism(p)}: it is a setting of "
                     + flags(names, "--mechanism", " and "))
         if kind == "switch":

@@ -73,7 +73,8 @@ def _randomizer_options() -> tuple:
                 f"{s.name} ({s.help})" for s in registry.RANDOMIZERS if s.engine))]
     for field in registry.own_option_fields():
         users, spec = registry.option_help(field)
-        out.append((spec.flag, field, spec.type, None, f"{'/'.join(users)}: {spec.help}"))
+        out.append((spec.flag, field, spec.type, spec.choices,
+                    f"{'/'.join(users)}: {spec.help}"))
     return tuple(out)
 
 
@@ -203,7 +204,7 @@ def _mode_own_options(listed: set[str]) -> tuple:
             if o.field not in listed:
                 users = [n.name for n in registry.MODES if any(x.field == o.field
                                                                for x in n.options)]
-                out.setdefault(o.field, (o.flag, o.field, o.type, None,
+                out.setdefault(o.field, (o.flag, o.field, o.type, o.choices,
                                          f"{'/'.join(users)}: {o.help}"))
     return tuple(out.values())
 

@@ -68,12 +68,15 @@ class OptionSpec:
         help: one line for ``--help`` (the randomizers that use it are prefixed).
         default: its value when not given (an option not yet a declared
             :class:`~ldpsim.fl.SimulationConfig` field becomes one with this default).
+        choices: the values it may take, when they are a closed list (the command line
+            offers them; the randomizer's ``make`` checks them).
     """
 
     field: str
     type: type
     help: str
     default: Any = None
+    choices: tuple[str, ...] | None = None
 
     @property
     def flag(self) -> str:
@@ -244,7 +247,8 @@ RANDOMIZERS: tuple[RandomizerSpec, ...] = (
                             "'report' (the deployed client and server: two k x d Gaussian "
                             "matrices per client) or 'law' (each client's decoded value drawn "
                             "from its exact law in O(k + d), for training at scale; the "
-                            "message itself is not materialised)", default="report")),
+                            "message itself is not materialised)", default="report",
+                            choices=("report", "law"))),
         audit_dim=64),
     RandomizerSpec(
         name="fastprojunit", implementation=_P + "projunit:FASTPROJUNIT", family="report",

@@ -202,7 +202,7 @@ def constants(*, epsilon: float, dim: int, k: int | None = None, clip: float = 1
     d = rz.check_dim(dim, MIN_K, name)
     if k is None:       # the paper's k = 1,000, or the whole (padded) dimension below it
         k = min(DEFAULT_K, _pow2(d) if fast else d)
-    k = rz.check_dim(k, MIN_K, name)
+    k = rz.check_dim(k, MIN_K, name, name="k (projection_dim)")
     c = rz.check_clip(clip)
     if k > (_pow2(d) if fast else d):
         raise rz.LdpsimError(f"k must be <= {'the padded dimension ' if fast else 'dim '}"
@@ -540,14 +540,36 @@ def make(*, epsilon: float, dim: int, k: int | None = None, clip: float = 1.0,
 
 
 def projunit(*, epsilon: float, dim: int, k: int | None = None, clip: float = 1.0,
-             norm_epsilon=None) -> LocalMechanism:
-    """ProjUnit (Gaussian projection): :func:`make` with ``fast=False``."""
-    return make(epsilon=epsilon, dim=dim, k=k, clip=clip, norm_epsilon=norm_epsilon, fast=False)
+             norm_epsilon=None, simulation: str = "report") -> LocalMechanism:
+    """ProjUnit (Asi, Feldman, Nelson, Nguyen & Talwar 2023): a public Gaussian projection
+    of the clipped update to ``k`` dimensions (default ``min(1000, dim)``), keyed by a seed
+    the client sends, then PrivUnitG with a private norm there; the server back-projects.
+    Calibrated to pure ε-LDP ideally; the guarantee its float32 realisation delivers is
+    printed. A client sends ``k + 1`` floats and a seed instead of ``dim`` floats.
+
+    Args:
+      epsilon: the ε of one release (> 0).
+      dim: the update's dimension d (≥ 2).
+      k: the projection dimension (2 ≤ k ≤ d).
+      clip: the L2 bound C the update is clipped to.
+      norm_epsilon: the part of ε spent on the norm (default: the split minimising the
+        decoded variance at ‖x‖ = C).
+      simulation: ``"report"`` (the deployed client and server) or ``"law"`` (each
+        client's decoded value drawn from its exact law in O(k + d), for training at scale).
+    """
+    return make(epsilon=epsilon, dim=dim, k=k, clip=clip, norm_epsilon=norm_epsilon,
+                fast=False, simulation=simulation)
 
 
 def fastprojunit(*, epsilon: float, dim: int, k: int | None = None, clip: float = 1.0,
                  norm_epsilon=None) -> LocalMechanism:
-    """FastProjUnit (randomized Hadamard projection): :func:`make` with ``fast=True``."""
+    """FastProjUnit (Asi et al. 2023): ProjUnit with a randomized Hadamard projection
+    (random signs, a fast Walsh–Hadamard transform on d padded to a power of two, ``k``
+    rows without replacement), O(d log d) per client instead of O(k d). Arguments as
+    :func:`projunit` (``k`` ≤ the padded dimension); pure ε-LDP ideally, the float32
+    guarantee printed. Not exactly unbiased: the relative bias of the decoded mean along
+    the input is within about 1/(4k) (proven), the component orthogonal to it measured
+    (docs/algorithms.md)."""
     return make(epsilon=epsilon, dim=dim, k=k, clip=clip, norm_epsilon=norm_epsilon, fast=True)
 
 

@@ -259,14 +259,15 @@ def check_epsilon(epsilon: Any, name: str = "epsilon") -> float:
     return eps
 
 
-def check_dim(dim: Any, minimum: int, mechanism: str) -> int:
-    """The dimension as an int if it is at least ``minimum`` for ``mechanism``."""
+def check_dim(dim: Any, minimum: int, mechanism: str, *, name: str = "dim") -> int:
+    """The dimension as an int if it is at least ``minimum`` for ``mechanism`` (``name``:
+    what the error calls it, e.g. ``"k"`` for a projection dimension)."""
     try:
         d = int(dim)
     except (TypeError, ValueError):
-        raise LdpsimError(f"dim must be an integer, got {dim!r}") from None
+        raise LdpsimError(f"{name} must be an integer, got {dim!r}") from None
     if d != dim or d < minimum:
-        raise LdpsimError(f"dim must be an integer >= {minimum} for {mechanism}; got {dim!r}")
+        raise LdpsimError(f"{name} must be an integer >= {minimum} for {mechanism}; got {dim!r}")
     return d
 
 
