@@ -139,3 +139,21 @@ def test_interrupted_sweep_cell_continues_from_its_checkpoint(tmp_path):
     timing = [c for c in pd.read_csv(out).columns if "time" in c]
     pd.testing.assert_frame_equal(pd.read_csv(whole).drop(columns=timing),
                                   pd.read_csv(out).drop(columns=timing))
+
+
+def test_a_field_added_later_keeps_older_checkpoints_resumable():
+    """A configuration field added after runs were checkpointed (client_dp_delta) is left out
+    of the hash at its default: the hash is the one the run had before the field existed."""
+    import dataclasses
+    import hashlib
+    import json
+
+    from ldpsim._src.fl import checkpoint
+    from ldpsim._src.fl.config import SimulationConfig
+
+    cfg = SimulationConfig(dataset="synthetic", client_dp=True, client_dp_noise_multiplier=1.0)
+    before = json.loads(json.dumps(dataclasses.asdict(cfg), default=repr))
+    del before["client_dp_delta"]
+    old = hashlib.sha256(json.dumps([before], sort_keys=True).encode()).hexdigest()
+    assert checkpoint.config_hash([cfg]) == old
+    assert checkpoint.config_hash([dataclasses.replace(cfg, client_dp_delta=1e-7)]) != old

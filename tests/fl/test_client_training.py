@@ -17,6 +17,7 @@ from ldpsim import LdpsimError
 from ldpsim.data import PaddedPopulation
 from ldpsim._src.fl import dp_client, modes, planning
 from ldpsim._src.fl.config import SimulationConfig
+from ldpsim._src.fl.experiment import Experiment
 from ldpsim._src.fl.round import RoundHyper, init_state, make_round_fn
 from ldpsim._src.privacy.noise import calibration
 from ldpsim.models import get_model
@@ -127,6 +128,34 @@ def test_client_dp_plan_composes_with_every_mode():
         assert plan.client_epsilon_of(4) == pytest.approx(dp_client.dp_client_epsilon(
             noise_multiplier=0.9, batch_size=4, num_examples=5, local_steps=3, rounds=4,
             delta=cfg.delta, method="shuffle").epsilon, rel=1e-12)
+
+
+@pytest.mark.filterwarnings("ignore::ldpsim._src.privacy.noise.calibration.SamplerTailWarning")
+@pytest.mark.parametrize("mode,extra", [("ldp", dict(mechanism="privunit2", epsilon=4.0)),
+                                        ("mindspore", {}), ("ldp", dict(epsilon=4.0))])
+def test_client_dp_delta_is_the_clients_accountants_delta_in_every_mode(mode, extra):
+    """client_dp_delta sets the DP-SGD clients' δ (also where the mode has no δ of its
+    own: a pure randomizer, MindSpore's dp_delta); unset, the run's delta."""
+    cfg = SimulationConfig(dataset="synthetic", population=N, clients_per_round=4,
+                           privacy_mode=mode, client_dp=True, client_dp_noise_multiplier=0.9,
+                           batch_size=4, local_steps=3, **extra)
+    def eps(c):
+        return planning.plan(c, N, dim=1000, smallest_client=5).client_epsilon_of(4)
+    def ideal(delta):
+        return dp_client.dp_client_epsilon(
+            noise_multiplier=0.9, batch_size=4, num_examples=5, local_steps=3, rounds=4,
+            delta=delta, method="shuffle").epsilon
+    # (the float32 sampler's reach, bound (1), moves δ by a negligible amount: 1e-9 relative)
+    assert eps(cfg) == pytest.approx(ideal(cfg.delta), rel=1e-9)
+    own = dataclasses.replace(cfg, client_dp_delta=1e-9)
+    assert eps(own) == pytest.approx(ideal(1e-9), rel=1e-9) and eps(own) > eps(cfg)
+    # the nested schema holds it, losslessly
+    assert Experiment.from_flat(own).flat() == own
+    assert Experiment.from_flat(own).client_dp.delta == 1e-9
+    with pytest.raises(LdpsimError, match="client_dp_delta"):
+        SimulationConfig(privacy_mode=mode, client_dp=True, client_dp_delta=1.5, **extra)
+    with pytest.raises(LdpsimError, match="client_dp_delta"):   # no DP-SGD clients: no place
+        SimulationConfig(privacy_mode=mode, client_dp_delta=1e-9, **extra)
 
 
 @pytest.mark.slow   # 5-17 CPU s of compilation; the fast tier covers its code elsewhere

@@ -30,7 +30,8 @@ from ldpsim._src.privacy import registry
 REPO = Path(__file__).resolve().parents[2]
 DEFAULTS = {f.name: f.default for f in dataclasses.fields(SimulationConfig)}
 _ADAPTIVE = ("target_quantile", "clip_learning_rate", "clipped_count_stddev")
-_CLIENT_DP = ("client_dp_micro_batches", "client_dp_clip", "client_dp_noise_multiplier")
+_CLIENT_DP = ("client_dp_micro_batches", "client_dp_clip", "client_dp_noise_multiplier",
+              "client_dp_delta")
 
 
 def _shapes():
@@ -258,3 +259,14 @@ def test_an_option_at_its_default_never_counts_as_set():
     c = SimulationConfig(privacy_mode="central", dp_eps=DEFAULTS["dp_eps"],
                          sign_k=DEFAULTS["sign_k"], target_quantile=DEFAULTS["target_quantile"])
     assert c.privacy_mode == "central"
+
+
+def test_delta_refused_where_typed_points_dp_sgd_clients_to_their_own_delta():
+    p = {"privacy_mode": "mindspore", "client_dp": True}
+    with pytest.raises(LdpsimError, match=r"--delta does not apply .*\(the DP-SGD clients' "
+                                          r"delta is --client-dp-delta\)"):
+        _rules.not_applicable(p, {"delta"})
+    _rules.not_applicable(p, {"client_dp_delta"})   # accepted
+    with pytest.raises(LdpsimError, match="--client-dp-delta does not apply"):
+        _rules.not_applicable({"privacy_mode": "mindspore", "client_dp": False},
+                              {"client_dp_delta"})

@@ -43,7 +43,8 @@ VALUES = {
     "mindspore_clip_rule": ["running-min", "overwrite"],
     "mindspore_neighbours": ["add-remove", "replace"], "client_dp": [False, True],
     "client_dp_micro_batches": [1, 2], "client_dp_clip": [1.0, 0.5],
-    "client_dp_noise_multiplier": [0.0, 1.0], "stop_at_epsilon": [None, 1000.0],
+    "client_dp_noise_multiplier": [0.0, 1.0], "client_dp_delta": [None, 1e-7],
+    "stop_at_epsilon": [None, 1000.0],
     "stop_policy": ["client", "run"],
 }
 FIELDS = [f.name for f in dataclasses.fields(SimulationConfig)]

@@ -124,7 +124,11 @@ def not_applicable(params: Mapping[str, Any], given: Iterable[str],
     given = set(given)
     for field, (applies, why) in rules().items():
         if field in given and not applies(params):
-            raise LdpsimError(f"{name_of(field)} does not apply to {why(params)}; remove it")
+            hint = ""
+            if field == "delta" and params.get("client_dp"):
+                hint = (f" (the DP-SGD clients' delta is {name_of('client_dp_delta')})")
+            raise LdpsimError(f"{name_of(field)} does not apply to {why(params)}; remove it"
+                              + hint)
     if {"local_steps", "local_epochs"} <= given:
         raise LdpsimError(f"{name_of('local_steps')} and {name_of('local_epochs')} both given; "
                           "give one (epochs override steps)")

@@ -183,6 +183,9 @@ _OPTIONS = (
     ("--client-dp-clip", "client_dp_clip", float, None, "DP-SGD micro-batch clip bound"),
     ("--client-dp-noise-multiplier", "client_dp_noise_multiplier", float, None,
      "DP-SGD noise multiplier (std z*C on the clipped sum)"),
+    ("--client-dp-delta", "client_dp_delta", float, None,
+     "delta of the DP-SGD clients' sample-level accountant (column client_dp_epsilon; "
+     "default: --delta)"),
     # Per-client budget (ldpsim._src.privacy.accountants.ledger through the driver).
     ("--stop-at-epsilon", "stop_at_epsilon", float, None,
      "per-client budget E (ldp, mindspore): a ledger keeps each client's spent epsilon "

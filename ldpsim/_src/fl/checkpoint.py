@@ -41,13 +41,24 @@ __all__ = ["RunCheckpoint", "config_hash", "saved_round"]
 _FORMAT = 1
 
 
+#: Configuration fields added after runs were first checkpointed, with their defaults: at
+#: the default they are left out of :func:`config_hash`, so a run checkpointed before the
+#: field existed still resumes (its settings meant the same thing).
+_ADDED_FIELDS = {"client_dp_delta": None}
+
+
 def _config_dicts(configs: Sequence[Any]) -> list[dict]:
     return [json.loads(json.dumps(dataclasses.asdict(c), default=repr)) for c in configs]
 
 
+def _hashed(config: dict) -> dict:
+    return {k: v for k, v in config.items()
+            if not (k in _ADDED_FIELDS and v == _ADDED_FIELDS[k])}
+
+
 def config_hash(configs: Sequence[Any]) -> str:
     """SHA-256 of the resolved configurations (every field, in order)."""
-    text = json.dumps(_config_dicts(configs), sort_keys=True)
+    text = json.dumps([_hashed(c) for c in _config_dicts(configs)], sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()
 
 

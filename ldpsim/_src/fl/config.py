@@ -52,9 +52,10 @@ STOP_POLICIES = ("client", "run")
 
 
 #: Flat options several modes read with their defaults, so a configuration keeps them
-#: whatever its mode (``delta`` is also the δ of the DP-SGD clients' accountant in every
-#: mode; ``clip`` the bound of several): the nesting governs the others. The command line
-#: still refuses them where typed for a mode that does not use them.
+#: whatever its mode (one sweep file may hold several modes and randomizers; ``delta`` is
+#: also the default δ of the DP-SGD clients' accountant, ``client_dp_delta`` its own place;
+#: ``clip`` the bound of several): the nesting governs the others. The command line still
+#: refuses them where typed for a mode that does not use them.
 _READ_WITH_DEFAULTS = ("delta", "clip")
 
 
@@ -202,6 +203,8 @@ class SimulationConfig(FlatFields):
         client_dp_clip: DP-SGD clip bound of each micro-batch gradient (> 0).
         client_dp_noise_multiplier: DP-SGD noise multiplier z ≥ 0 (noise std z·C on the
             sum of clipped micro-batch gradients).
+        client_dp_delta: the δ in (0, 1) of the DP-SGD clients' sample-level accountant
+            (column ``client_dp_epsilon``); ``None`` (default): the run's ``delta``.
         stop_at_epsilon: a per-client budget E > 0 (``None``: none). A per-client ledger
             (:class:`ldpsim.privacy.PrivacyLedger`) keeps each client's spent
             ε from its own participations, by the accountant of ``epsilon_spent``; no
@@ -286,6 +289,9 @@ class SimulationConfig(FlatFields):
         for name in ("dp_eps", "dp_norm_clip", "client_dp_clip"):
             object.__setattr__(self, name, check_positive(name, getattr(self, name)))
         object.__setattr__(self, "dp_delta", check_open_unit("dp_delta", self.dp_delta))
+        if self.client_dp_delta is not None:
+            object.__setattr__(self, "client_dp_delta",
+                               check_open_unit("client_dp_delta", self.client_dp_delta))
         object.__setattr__(self, "target_quantile",
                            check_unit_interval("target_quantile", self.target_quantile))
         if self.clipped_count_stddev is not None:

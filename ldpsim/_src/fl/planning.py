@@ -529,12 +529,14 @@ def plan(config: SimulationConfig, population: int, *,
         # one d-coordinate noise draw per local step; replace-one example: shift 2/z
         shift = 2.0 / config.client_dp_noise_multiplier if config.client_dp_noise_multiplier \
             else math.inf
+        cd_delta = (config.delta if config.client_dp_delta is None
+                    else config.client_dp_delta)
 
         @functools.lru_cache(maxsize=256)
         def client_epsilon_of(k: int) -> float:
             if k == 0 or math.isinf(shift):
-                return dp_client.event_epsilon(event, k, config.delta)
-            budget = _bounded_gaussian_budget(config.delta, shift, dim, k * steps)
+                return dp_client.event_epsilon(event, k, cd_delta)
+            budget = _bounded_gaussian_budget(cd_delta, shift, dim, k * steps)
             return dp_client.event_epsilon(event, k, budget) if budget > 0 else math.inf
     mode_row_columns = base.row_columns
 

@@ -125,6 +125,7 @@ class FlatFields:
     client_dp_micro_batches: int = 1
     client_dp_clip: float = 1.0
     client_dp_noise_multiplier: float = 0.0
+    client_dp_delta: float | None = None
     stop_at_epsilon: float | None = None
     stop_policy: str = "client"
 
@@ -378,6 +379,7 @@ class DpSgdClients:
     micro_batches: int = _opt("client_dp_micro_batches")
     clip: float = _opt("client_dp_clip")
     noise_multiplier: float = _opt("client_dp_noise_multiplier")
+    delta: float | None = _opt("client_dp_delta")
 
 
 @_frozen

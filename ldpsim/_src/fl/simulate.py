@@ -66,7 +66,7 @@ _lane_change_norm = jax.jit(jax.vmap(global_change_norm))
 _TRACED_FIELDS = frozenset({
     "epsilon", "delta", "clip", "client_lr", "server_lr", "noise_multiplier", "dp_eps",
     "dp_delta", "dp_norm_clip", "dropout_rate", "target_quantile", "clip_learning_rate",
-    "clipped_count_stddev", "client_dp_clip", "client_dp_noise_multiplier"})
+    "clipped_count_stddev", "client_dp_clip", "client_dp_noise_multiplier", "client_dp_delta"})
 
 
 def _static_key(config: SimulationConfig) -> tuple:
