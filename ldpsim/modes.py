@@ -13,9 +13,17 @@ distributed discrete Gaussian or Skellam mechanism over secure aggregation's sum
 modulo 2^b), :func:`aggregated` (the exact
 aggregate-noise shortcut of a Gaussian mode) and :func:`with_client_training` (DP-SGD inside
 the clients, composed with any mode). :func:`chain` composes a mode of your own from the
-round's stages (a client stage, an aggregator, a clip policy, server noise), like
-``optax.chain``. :func:`plan` turns a configuration into its mode,
-traced knobs, results columns and accountant (:class:`PrivacyPlan`).
+round's stages, like ``optax.chain``: a :class:`ClientStage` (clip, scale, release), an
+:class:`Aggregator` (:func:`float_sum`, or :func:`modular_sum`: integers summed modulo
+2^b and decoded once), a :class:`ClipPolicy` (:func:`fixed_clip` or an adaptive rule) and
+:class:`ServerNoise`; a registered mode's stages are its fields (``mode.privatizer``,
+``mode.aggregator``, ``mode.clip_policy``, ``mode.noise``), so a variant replaces one::
+
+    mode = ldpsim.modes.local("gaussian")
+    one_vote = ldpsim.modes.chain(mode.privatizer, ldpsim.modes.float_sum(weighted=False))
+
+:func:`plan` turns a configuration into its mode, traced knobs, results columns and
+accountant (:class:`PrivacyPlan`).
 """
 
 from ldpsim._src.fl.modes import (
@@ -31,18 +39,36 @@ from ldpsim._src.fl.modes import (
     with_client_training,
 )
 from ldpsim._src.fl.planning import PrivacyPlan, plan
+from ldpsim._src.fl.stages import (
+    Aggregator,
+    AggregatorDiagnostics,
+    ClientStage,
+    ClipPolicy,
+    ServerNoise,
+    fixed_clip,
+    float_sum,
+    modular_sum,
+)
 
 __all__ = [
+    "Aggregator",
+    "AggregatorDiagnostics",
+    "ClientStage",
+    "ClipPolicy",
     "PRIVACY_MODES",
     "PrivacyPlan",
     "RoundMechanism",
+    "ServerNoise",
     "aggregated",
     "central",
     "chain",
     "discrete",
     "distributed",
+    "fixed_clip",
+    "float_sum",
     "local",
     "mindspore",
+    "modular_sum",
     "plan",
     "with_client_training",
 ]

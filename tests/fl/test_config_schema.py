@@ -270,3 +270,13 @@ def test_delta_refused_where_typed_points_dp_sgd_clients_to_their_own_delta():
     with pytest.raises(LdpsimError, match="--client-dp-delta does not apply"):
         _rules.not_applicable({"privacy_mode": "mindspore", "client_dp": False},
                               {"client_dp_delta"})
+
+
+def test_the_light_copies_of_name_lists_agree_with_their_sources():
+    """config keeps the secure-aggregation mechanisms without importing their accountant
+    (dp_accounting, scipy: the command line's --help stays light); the two must agree."""
+    from ldpsim._src.fl import config, privatize
+    from ldpsim._src.privacy.discrete import accounting
+
+    assert config.SECAGG_MECHANISMS == tuple(accounting.MECHANISMS)
+    assert privatize.MECHANISMS == tuple(s.name for s in registry.RANDOMIZERS if s.additive)

@@ -368,3 +368,19 @@ def test_a_new_mode_is_one_object_the_kernel_runs_unchanged(setup):
                          RoundHyper.create(sigma=0.5, clip=0.25, client_lr=0.3, server_lr=1.0))
     np.testing.assert_allclose(_flat(new.params), _flat(ref.params), rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(rm.noise_sum_std, 0.5 * math.sqrt(10), rtol=1e-6)
+
+
+def test_the_round_stages_are_public_in_ldpsim_modes():
+    """A user composes a mode from ldpsim.modes alone (no private import): the stages of a
+    registered mode are its fields, and the public constructors are the kernel's."""
+    import ldpsim.modes as public
+
+    base = public.local("gaussian")
+    assert isinstance(base.privatizer, public.ClientStage)
+    assert isinstance(base.aggregator, public.Aggregator)
+    assert isinstance(base.clip_policy, public.ClipPolicy)
+    mine = public.chain(base.privatizer, public.float_sum(weighted=False), public.fixed_clip(),
+                        name="one-vote")
+    assert mine == modes.chain(base.privatizer, stages.float_sum(weighted=False),
+                               stages.fixed_clip(), name="one-vote")
+    assert public.modular_sum is stages.modular_sum and public.ServerNoise is stages.ServerNoise

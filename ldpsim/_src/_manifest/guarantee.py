@@ -22,15 +22,16 @@ def guarantee(row: Mapping[str, Any]) -> dict[str, Any]:
     """The privacy record of a results row (its last round): the columns of
     :data:`PRIVACY_COLUMNS` present in it and a one-sentence ``statement``."""
     rec = {k: _plain(row[k]) for k in PRIVACY_COLUMNS if k in row}
-    mode = rec.get("privacy_mode", "ldp")
+    mode = rec.get("privacy_mode") or registry.MODES[0].name
+    spec = registry.mode(mode)
     eps, delta = rec.get("epsilon_spent"), rec.get("delta")
     rounds = rec.get("round")
-    if rec.get("mechanism") in (None, "none") or (mode in ("ldp", None)
+    if rec.get("mechanism") in (None, "none") or (spec.randomizers
                                                   and _isinf(rec.get("epsilon"))):
         statement = "no privacy: no noise was added (epsilon = inf)"
-    elif mode in [m.name for m in registry.MODES if m.user_level]:
+    elif spec.user_level:
         statement = (f"user-level ({_fmt(eps)}, {_fmt(delta)})-DP after {rounds} rounds "
-                     f"({mode} DP-FedAvg, noise multiplier {_fmt(rec.get('noise_multiplier'))}, "
+                     f"({spec.label}, noise multiplier {_fmt(rec.get('noise_multiplier'))}, "
                      f"{rec.get('neighbours')} neighbours, sensitivity {_fmt(rec.get('sensitivity'))})")
     elif isinstance(delta, float) and math.isnan(delta):   # pure ideal epsilon-LDP
         spent = rec.get("delta_spent", 0.0)

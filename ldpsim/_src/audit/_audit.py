@@ -27,7 +27,7 @@ PILOT_TRIALS = 2**20
 #: Thresholds of the grid the selection counts when it streams (beyond :data:`PILOT_TRIALS`).
 SELECTION_GRID = 2**14
 
-MECHANISMS = ("gaussian", "laplace", "rr", *_mechanisms.REPORT_RANDOMIZERS)
+MECHANISMS = registry.audit_randomizers()
 
 
 def _check_delta(delta: Any) -> float:

@@ -112,6 +112,7 @@ from ldpsim._src.fl.experiment import Experiment
 from ldpsim._src.fl.round import ClientDpHyper, RoundHyper, client_key, make_round_fn
 from ldpsim._src.fl.simulate import build_data, initial_state, model_name_for, sample_cohort
 from ldpsim._src.models import get_model
+from ldpsim._src.privacy import registry
 from ldpsim._src.privacy.noise import calibration
 from ldpsim._src.privacy.randomizers import mechanism as mechanism_lib
 
@@ -333,8 +334,9 @@ def _check_config(config: Any, observe: str) -> SimulationConfig:
     if not isinstance(config, SimulationConfig):
         raise LdpsimError(f"config must be a SimulationConfig or an Experiment, got "
                           f"{type(config).__name__}")
-    if config.privacy_mode != "ldp":
-        raise LdpsimError(f"the pipeline audit covers privacy_mode='ldp' (local DP), got "
+    if not registry.mode(config.privacy_mode).randomizers:
+        local = registry.MODES[0].name
+        raise LdpsimError(f"the pipeline audit covers privacy_mode={local!r} (local DP), got "
                           f"{config.privacy_mode!r}")
     if not config.private:
         raise LdpsimError("the pipeline audit needs a private run (finite epsilon)")

@@ -90,7 +90,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--epsilon", type=float, required=True, help="the claimed epsilon > 0")
     p.add_argument("--delta", type=float, default=None,
                    help="the claimed delta (gaussian only; default 1e-5)")
-    p.add_argument("--clip", type=float, default=1.0, help="clip bound C (gaussian, laplace; default 1)")
+    p.add_argument("--clip", type=float, default=1.0,
+                   help="clip bound C of the randomizers that clip: "
+                        + ", ".join(s.name for s in registry.RANDOMIZERS
+                                    if (s.audit_dim is not None or s.frontier or s.additive)
+                                    and s.input == "vector" and s.uses_clip and s.name != "none")
+                        + " (default 1)")
     p.add_argument("--neighbours", choices=("replace", "add-remove"), default="replace",
                    help="neighbouring relation (default: replace, inputs 2C apart)")
     p.add_argument("--method", choices=("analytic", "classic", "mindspore"), default=None,

@@ -307,7 +307,7 @@ def resolve(args: argparse.Namespace) -> Resolved:
                 if field not in typed and run.get(field) == preset_run.get(field):
                     run.pop(field, None)
     if (args.config is None and args.grid_epsilon is None
-            and run.get("privacy_mode", "ldp") != "ldp"):
+            and not registry.mode(run.get("privacy_mode", registry.MODES[0].name)).randomizers):
         # epsilon is the local-DP budget; the other modes have their own (noise_multiplier,
         # dp_eps), so the default epsilon axis is the single "not used" value.
         grid["epsilon"] = [float("inf")]

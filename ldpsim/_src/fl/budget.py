@@ -11,7 +11,7 @@ from typing import Sequence
 import numpy as np
 
 from ldpsim._src._checks import LdpsimError
-from ldpsim._src.fl import planning
+from ldpsim._src.fl import planning, schema
 from ldpsim._src.fl.config import SimulationConfig
 from ldpsim._src.privacy.accountants.ledger import PrivacyLedger
 
@@ -28,7 +28,10 @@ def budget_ledger(configs: Sequence[SimulationConfig], plan: planning.PrivacyPla
     if len(configs) > 1:
         raise LdpsimError("stop_at_epsilon needs one run per program (each lane would "
                           "exclude other clients); run the configurations one by one")
-    delta = c0.dp_delta if c0.privacy_mode == "mindspore" else c0.delta
+    # the mode's own delta (MindSpore's dp_delta, local DP's delta): its place in the schema
+    paths = schema.flat_paths({k: getattr(c0, k) for k in schema._DECIDING})
+    delta = next((getattr(c0, f) for f, path in paths.items() if path == "privacy.delta"),
+                 c0.delta)
     ledger = PrivacyLedger(len(participation), accountant=lambda k: plan.epsilon_of(k, k, 1.0),
                            delta=delta, target_epsilon=c0.stop_at_epsilon,
                            counts=participation)

@@ -8,7 +8,7 @@ calibration, results columns and accountant, is host-side work and lives in
 :mod:`ldpsim._src.fl.planning`.
 
 A :class:`RoundMechanism` is the composition of the round's stages
-(:mod:`ldpsim._src.fl.stages`: a client stage, an aggregator, a clip policy and the
+(:func:`ldpsim.modes.chain`'s stages: a client stage, an aggregator, a clip policy and the
 server's noise; :func:`chain` composes them like ``optax.chain``) and tells the round
 kernel (:func:`ldpsim.fl.make_round_fn`) everything that differs between the privacy
 modes, so the kernel never branches on a mode's name: which local randomizer each client
@@ -40,7 +40,7 @@ accounting):
     The distributed discrete Gaussian (Kairouz, Liu & Steinke, ICML 2021) or Skellam
     mechanism (Agarwal, Kairouz & Liu, NeurIPS 2021) over secure aggregation: clients clip,
     rotate, scale, round and add integer noise; the server sums the integer reports modulo
-    2^b and decodes once (:func:`ldpsim._src.fl.stages.modular_sum`).
+    2^b and decodes once (:func:`ldpsim.modes.modular_sum`).
 :func:`distributed` (``"distributed"``)
     Distributed DP (Kairouz, Liu & Steinke, ICML 2021): each client adds ``N(0, (zC)²/m)``; clients drop
     out independently with probability ``dropout_rate`` and the realised noise shortfall
@@ -148,7 +148,7 @@ def _additive_params(clip: jax.Array, scale: jax.Array, phyper: PyTree,
 
 
 class RoundMechanism(NamedTuple):
-    """A privacy mode: the composition of the round's stages (:mod:`ldpsim._src.fl.stages`).
+    """A privacy mode: the composition of the round's stages (:func:`chain`).
 
     Build one with a factory (:func:`local`, :func:`mindspore`, :func:`central`,
     :func:`distributed`, :func:`aggregated`, :func:`discrete`) or compose your own with
@@ -160,13 +160,13 @@ class RoundMechanism(NamedTuple):
         name: the privacy mode (``"ldp"``, ``"mindspore"``, ``"central"``,
             ``"distributed"``, ``"ddg"``, ``"skellam"``), with ``"+aggregate"`` for the
             shortcut.
-        privatizer: the :class:`~ldpsim._src.fl.stages.ClientStage` (clip and scale per
+        privatizer: the :class:`~ldpsim.modes.ClientStage` (clip and scale per
             client, release, exact variance and mean of the decoded release, dropout).
-        aggregator: the :class:`~ldpsim._src.fl.stages.Aggregator` (float weighted sum, or
+        aggregator: the :class:`~ldpsim.modes.Aggregator` (float weighted sum, or
             an integer sum modulo ``2^b`` decoded at the server).
-        clip_policy: the :class:`~ldpsim._src.fl.stages.ClipPolicy` (fixed, MindSpore's
+        clip_policy: the :class:`~ldpsim.modes.ClipPolicy` (fixed, MindSpore's
             per-client bounds, quantile-adaptive).
-        noise: the :class:`~ldpsim._src.fl.stages.ServerNoise`, or None (the clients' noise
+        noise: the :class:`~ldpsim.modes.ServerNoise`, or None (the clients' noise
             is the noise).
         client: the clients' local training before the randomizer, a
             :class:`~ldpsim._src.fl.dp_client.ClientTraining` (ordinary training unless
@@ -314,10 +314,10 @@ RoundMechanism._replace = _replace
 def chain(*parts: Any, name: str = "custom",
           client: dp_client.ClientTraining = dp_client.PLAIN) -> RoundMechanism:
     """A :class:`RoundMechanism` composed of ``parts``, like ``optax.chain``: one
-    :class:`~ldpsim._src.fl.stages.ClientStage` (required), and at most one
-    :class:`~ldpsim._src.fl.stages.Aggregator` (default: the FedAvg-weighted float sum),
-    :class:`~ldpsim._src.fl.stages.ClipPolicy` (default: fixed) and
-    :class:`~ldpsim._src.fl.stages.ServerNoise` (default: none), in any order.
+    :class:`~ldpsim.modes.ClientStage` (required), and at most one
+    :class:`~ldpsim.modes.Aggregator` (default: the FedAvg-weighted float sum),
+    :class:`~ldpsim.modes.ClipPolicy` (default: fixed) and
+    :class:`~ldpsim.modes.ServerNoise` (default: none), in any order.
 
     Raises:
         TypeError: a part is not a stage, a stage kind is given twice, or no client stage.
@@ -616,7 +616,7 @@ def discrete(mech: Any, noise: bool = True) -> RoundMechanism:
     integer noise (keyed by its id), the wrap to b bits. Clients drop out with
     ``DiscreteHyper.dropout_rate`` (the survivors' noise is what protects, as in
     :func:`distributed`). The server sums the survivors' reports modulo 2^b
-    (:func:`ldpsim._src.fl.stages.modular_sum`) and decodes once (unwrap, unscale,
+    (:func:`ldpsim.modes.modular_sum`) and decodes once (unwrap, unscale,
     unrotate); the mean divides by the fixed m. ``noise=False``: no integer noise (the
     exact tests of the arithmetic; not private).
     """

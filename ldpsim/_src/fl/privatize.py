@@ -32,13 +32,15 @@ from typing import Any
 
 import jax
 
+from ldpsim._src.privacy import registry
 from ldpsim._src.privacy.randomizers import mechanism as mechanism_lib
 
 PyTree = Any
 
 __all__ = ["MECHANISMS", "Privatized", "privatize"]
 
-MECHANISMS = ("gaussian", "laplace", "none")
+#: The additive randomizers (the registry's ``additive`` entries: Gaussian, Laplace, clip only).
+MECHANISMS = tuple(s.name for s in registry.RANDOMIZERS if s.additive)
 
 
 #: One client's privatized update and what the metrics need (see

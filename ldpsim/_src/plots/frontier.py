@@ -14,6 +14,8 @@ __all__ = ["COLORS", "VECTOR_MECHANISMS", "plot_frontier"]
 
 #: One colour per mechanism (fixed, so every figure reads the same; the registry's, at import).
 COLORS = {s.name: s.colour for s in registry.RANDOMIZERS if s.colour is not None}
+#: The legend's name of each mechanism (the registry's label).
+LABELS = {s.name: s.label for s in registry.RANDOMIZERS}
 #: The mechanisms drawn, in this order (the frontier's: :data:`ldpsim.privacy.frontier`'s rows).
 VECTOR_MECHANISMS = registry.randomizer_names(frontier=True)
 
@@ -44,7 +46,8 @@ def plot_frontier(table, out=None):
             se = s["mse_se"].fillna(0.0).to_numpy()
             lo = s["mse"].to_numpy() - 2 * se
             yerr = [s["mse"].to_numpy() - lo.clip(min=s["mse"].to_numpy() * 1e-3), 2 * se]
-            ax.errorbar(s["epsilon"], s["mse"], yerr=yerr, fmt="o", ms=4, color=c, label=m)
+            ax.errorbar(s["epsilon"], s["mse"], yerr=yerr, fmt="o", ms=4, color=c,
+                        label=LABELS.get(m, m))
             ax.plot(s["epsilon"], s["mse_theory"], "--", color=c, lw=1)
         lb = g.drop_duplicates("epsilon").sort_values("epsilon")
         ax.plot(lb["epsilon"], lb["lower_bound"], ":", color="black", lw=1.5,
