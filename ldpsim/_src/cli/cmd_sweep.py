@@ -276,8 +276,6 @@ def resolve(args: argparse.Namespace) -> Resolved:
             # The file's options for the mechanisms the command line left out go with them
             # (as in the full sweep, they apply to no cell of this one); an option no
             # mechanism of the file uses stays, and is refused by name.
-            from ldpsim._src.privacy import registry
-
             specs = {s.name: s for s in registry.RANDOMIZERS}
 
             def users(names):
