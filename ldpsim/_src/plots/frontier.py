@@ -20,6 +20,24 @@ LABELS = {s.name: s.label for s in registry.RANDOMIZERS}
 VECTOR_MECHANISMS = registry.randomizer_names(frontier=True)
 
 
+def _thinned_labels(eps: list) -> list[str]:
+    """Tick labels of the ε values on a log axis: the first and the last, and between them
+    each value at least 1/12 of the axis' decades from the previous label (blank otherwise,
+    so labels never overlap)."""
+    import math
+
+    span = math.log10(max(eps) / min(eps)) if len(eps) > 1 else 1.0
+    gap, kept = span / 12, [0]
+    for i in range(1, len(eps)):
+        if math.log10(eps[i] / eps[kept[-1]]) >= gap:
+            kept.append(i)
+    if kept[-1] != len(eps) - 1:   # the last value always: it replaces a label too close
+        if math.log10(eps[-1] / eps[kept[-1]]) < gap and len(kept) > 1:
+            kept.pop()
+        kept.append(len(eps) - 1)
+    return [f"{e:g}" if i in kept else "" for i, e in enumerate(eps)]
+
+
 def plot_frontier(table, out=None):
     """MSE of the decoded mean against ε (log-log), one panel per (d, n): measured (markers,
     ±2 standard errors), exact theory (dashed), and the order d/(n·min(ε, ε²)) of the minimax
@@ -58,7 +76,7 @@ def plot_frontier(table, out=None):
         ax.set_yscale("log")
         eps = sorted(set(g["epsilon"]))
         ax.set_xticks(eps)
-        ax.set_xticklabels([f"{e:g}" for e in eps])
+        ax.set_xticklabels(_thinned_labels(eps))
         ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_title(f"d = {d:,}, n = {n:,}")
         ax.set_xlabel("local ε")
