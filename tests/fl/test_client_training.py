@@ -180,3 +180,15 @@ def test_round_runs_dpsgd_clients_from_the_mechanism(setup):
         client=dp_client.dpsgd(4).knobs(0.2, 0.5)))[0]
     assert not np.allclose(_flat(other.params), _flat(ours.params))
     assert fn._cache_size() == 1
+
+
+def test_a_report_randomizers_epsilon_column_is_the_setting_and_spent_is_realised():
+    """PrivUnit2's float32 parameters at ε = 16 deliver 16.0000009: the column keeps the
+    setting (runs group by it), epsilon_spent composes what the floats deliver."""
+    cfg = SimulationConfig(dataset="synthetic", population=N, clients_per_round=4,
+                           mechanism="privunit2", epsilon=16.0)
+    plan = planning.plan(cfg, N, dim=61_706)
+    realised = planning.local_randomizer(cfg, 61_706).epsilon
+    assert realised > 16.0 and realised == pytest.approx(16.0, rel=1e-6)
+    assert plan.columns["epsilon"] == 16.0
+    assert plan.epsilon_of(1, 1, 1.0) == pytest.approx(realised, rel=1e-9)

@@ -305,7 +305,10 @@ def _plan_report(config: SimulationConfig, dim: int | None) -> PrivacyPlan:
     pair) composed at δ = 0."""
     lm = local_randomizer(config, dim)
     acc = _accountant(lm.dp_event(lm.params), 0.0)
-    columns = {"mechanism": lm.name, "neighbours": lm.neighbours, "epsilon": lm.epsilon,
+    # The column is the setting (the ε the randomizer is calibrated for, so that runs group
+    # by it); what the float32 parameters deliver (lm.epsilon, e.g. 16.0000009 for
+    # PrivUnit2 at 16) is what epsilon_spent composes, from lm.dp_event.
+    columns = {"mechanism": lm.name, "neighbours": lm.neighbours, "epsilon": config.epsilon,
                "delta": math.nan, "clip": config.clip, "sensitivity": math.nan,
                # root mean per-coordinate variance of one decoded report at ‖x‖ = C
                "sigma": float(lm.noise_std(lm.params)),
