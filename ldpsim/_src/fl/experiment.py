@@ -104,6 +104,13 @@ class Experiment:
         """The nested form of a flat :class:`SimulationConfig` (the options its shape uses):
         ``Experiment.from_flat(c).flat() == c``.
 
+        Every flat option is checked by :class:`SimulationConfig` against its mode except
+        ``delta`` and ``clip``, which a flat configuration keeps in every mode (so that one
+        sweep file may share them across modes and randomizers): set away from their
+        defaults in a mode that does not read them, they have no nested place, and the
+        conversion refuses them rather than drop them (the DP-SGD clients' δ has its own
+        place, ``client_dp_delta``).
+
         Raises:
             LdpsimError: ``config`` sets an option its nested form has no place for (e.g.
                 ``delta`` with ``privacy_mode="mindspore"``, whose δ is ``dp_delta``): it
