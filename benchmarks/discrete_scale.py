@@ -53,7 +53,7 @@ from jax import lax
 
 from ldpsim._src.privacy.discrete import accounting as dacc
 from ldpsim._src.privacy.discrete import modular, pipeline
-from ldpsim._src.privacy.discrete.hadamard import rotate
+from ldpsim._src.privacy.hadamard import rotate
 from ldpsim._src.privacy.discrete.rounding import conditional_round
 from ldpsim._src.privacy.discrete.samplers import discrete_gaussian, skellam, table_sample
 from ldpsim._src.privacy.discrete.table import noise_table

@@ -17,7 +17,7 @@ from ldpsim._src._checks import LdpsimError
 from ldpsim._src.privacy.analysis import discrete_frontier as dfr
 from ldpsim._src.privacy.discrete import accounting as dacc
 from ldpsim._src.privacy.discrete import modular, pipeline
-from ldpsim._src.privacy.discrete.hadamard import random_signs
+from ldpsim._src.privacy.hadamard import random_signs
 
 # Statistical checks: |measured - exact| <= Z standard deviations of the measured mean, the
 # standard deviation an upper bound (dfr.mse_sd_bound, or the same bound computed here). The

@@ -1,4 +1,4 @@
-"""Fast Walsh–Hadamard transform and the randomized rotation (ldpsim._src.privacy.discrete.hadamard)."""
+"""Fast Walsh–Hadamard transform and the randomized rotation (ldpsim._src.privacy.hadamard)."""
 
 import jax
 import jax.numpy as jnp
@@ -7,7 +7,7 @@ import pytest
 import scipy.linalg
 
 from ldpsim._src._checks import LdpsimError
-from ldpsim._src.privacy.discrete import hadamard as H
+from ldpsim._src.privacy import hadamard as H
 
 
 @pytest.mark.parametrize("dim", [1, 2, 4, 8, 64, 1024])

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from ldpsim._src._checks import LdpsimError
-from ldpsim._src.privacy.discrete import hadamard as H
+from ldpsim._src.privacy import hadamard as H
 from ldpsim._src.privacy.discrete import modular as M
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from ldpsim._src.privacy.discrete import accounting as A
-from ldpsim._src.privacy.discrete import hadamard as H
+from ldpsim._src.privacy import hadamard as H
 from ldpsim._src.privacy.discrete import modular as M
 from ldpsim._src.privacy.discrete import pipeline as P
 

@@ -196,7 +196,7 @@ class SimulationConfig(FlatFields):
             iteration 1, then running minimum) or ``"overwrite"`` (older lite client).
         mindspore_neighbours: ``"add-remove"`` (sensitivity C_t, MindSpore's convention)
             or ``"replace"`` (2C_t, replace-one LDP).
-        client_dp: train every client with DP-SGD (:func:`ldpsim._src.fl.dp_client.dp_local_update`,
+        client_dp: train every client with DP-SGD (:func:`ldpsim._src.fl.dpsgd.client.dp_local_update`,
             sample-level DP inside the client), combinable with every ``privacy_mode``.
         client_dp_micro_batches: DP-SGD micro-batches M per local batch (must divide
             ``batch_size``; M = batch_size is per-example clipping).

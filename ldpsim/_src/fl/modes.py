@@ -46,9 +46,9 @@ accounting):
     out independently with probability ``dropout_rate`` and the realised noise shortfall
     is reported.
 :func:`with_client_training` (``client_dp=True``)
-    Any mode with DP-SGD clients (:func:`ldpsim._src.fl.dp_client.dpsgd`): the clients'
+    Any mode with DP-SGD clients (:func:`ldpsim._src.fl.dpsgd.client.dpsgd`): the clients'
     local trainer, its traced knobs and its sample-level accounting event come from a
-    :class:`~ldpsim._src.fl.dp_client.ClientTraining` object; the mode is unchanged.
+    :class:`~ldpsim._src.fl.dpsgd.client.ClientTraining` object; the mode is unchanged.
 :func:`aggregated` (``noise_mode="aggregate"``)
     A simulation shortcut for any mode whose clients add Gaussian noise: the clients only
     clip and the server draws the round's noise once,
@@ -70,7 +70,8 @@ import jax
 import jax.numpy as jnp
 
 from ldpsim._src._checks import LdpsimError
-from ldpsim._src.fl import dp_client, stages
+from ldpsim._src.fl import stages
+from ldpsim._src.fl.dpsgd import client as dp_client
 from ldpsim._src.privacy.server import adaptive, server_dp
 from ldpsim._src.privacy import registry
 from ldpsim._src.privacy.randomizers import mechanism as mechanism_lib
@@ -169,7 +170,7 @@ class RoundMechanism(NamedTuple):
         noise: the :class:`~ldpsim.modes.ServerNoise`, or None (the clients' noise
             is the noise).
         client: the clients' local training before the randomizer, a
-            :class:`~ldpsim._src.fl.dp_client.ClientTraining` (ordinary training unless
+            :class:`~ldpsim._src.fl.dpsgd.client.ClientTraining` (ordinary training unless
             composed with DP-SGD clients by :func:`with_client_training`); its traced knobs
             are ``RoundHyper.client``.
 
@@ -548,7 +549,7 @@ def aggregated(mech: RoundMechanism) -> RoundMechanism:
 def with_client_training(mech: RoundMechanism,
                          training: dp_client.ClientTraining) -> RoundMechanism:
     """``mech`` whose clients train with ``training`` (e.g. DP-SGD clients,
-    :func:`ldpsim._src.fl.dp_client.dpsgd`) before the mode's randomizer. The two
+    :func:`ldpsim._src.fl.dpsgd.client.dpsgd`) before the mode's randomizer. The two
     guarantees hold side by side, each for its own relation: the mode's for the client's
     update (or user), the trainer's for one example of a client's data."""
     return mech if mech.client is training else mech._replace(client=training)
@@ -622,7 +623,8 @@ def discrete(mech: Any, noise: bool = True) -> RoundMechanism:
     """
     from jax.flatten_util import ravel_pytree
 
-    from ldpsim._src.privacy.discrete import hadamard, modular, pipeline
+    from ldpsim._src.privacy import hadamard
+    from ldpsim._src.privacy.discrete import modular, pipeline
     from ldpsim._src.privacy.discrete.accounting import DiscreteMechanism
 
     if not isinstance(mech, DiscreteMechanism):

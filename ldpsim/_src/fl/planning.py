@@ -31,7 +31,8 @@ import jax
 import jax.numpy as jnp
 
 from ldpsim._src._checks import LdpsimError, check_open_unit, check_positive
-from ldpsim._src.fl import dp_client, modes
+from ldpsim._src.fl import modes
+from ldpsim._src.fl.dpsgd import client as dp_client
 from ldpsim._src.fl.config import SimulationConfig
 from ldpsim._src.privacy import registry
 from ldpsim._src.privacy.accountants import accounting
@@ -241,7 +242,7 @@ def _gaussian_draw_tail(dim: int | None) -> float:
 
 def _accountant(event: Any, delta: float) -> Callable[[int], float]:
     """``k -> ε`` at ``delta`` of ``k`` releases of ``event``
-    (:func:`ldpsim._src.fl.dp_client.event_epsilon`: exact for Gaussian and Laplace),
+    (:func:`ldpsim._src.fl.dpsgd.client.event_epsilon`: exact for Gaussian and Laplace),
     cached by ``k``."""
     return functools.lru_cache(maxsize=256)(
         lambda k: dp_client.event_epsilon(event, k, delta))

@@ -43,7 +43,7 @@ from ldpsim._src.fl import metrics as metrics_lib
 from ldpsim._src.fl import modes as modes_lib
 from ldpsim._src.fl import server as server_lib
 from ldpsim._src.fl import sharding
-from ldpsim._src.fl.dp_client import ClientDpHyper
+from ldpsim._src.fl.dpsgd.client import ClientDpHyper
 from ldpsim._src.privacy.server import adaptive
 
 PyTree = Any
@@ -63,7 +63,7 @@ class RoundHyper(NamedTuple):
         privacy: the mode's knobs (:class:`ldpsim._src.fl.modes.LocalHyper` for local DP: the
             noise scale σ or b; see :mod:`ldpsim._src.fl.modes` for the others).
         client: the clients' trainer's knobs (``mechanism.client.knobs``:
-            :class:`~ldpsim._src.fl.dp_client.ClientDpHyper` of DP-SGD clients, ``()`` for
+            :class:`~ldpsim._src.fl.dpsgd.client.ClientDpHyper` of DP-SGD clients, ``()`` for
             ordinary training).
     """
 
@@ -187,7 +187,7 @@ def make_round_fn(*, apply_fn: Callable,
             None picks the backend's default (:mod:`ldpsim._src.fl._policy`).
         client_update: a one-client trainer with the signature of
             :func:`ldpsim.fl.local_update` to use instead of the mechanism's
-            (``mechanism.client``, a :class:`~ldpsim._src.fl.dp_client.ClientTraining`:
+            (``mechanism.client``, a :class:`~ldpsim._src.fl.dpsgd.client.ClientTraining`:
             ordinary training, or DP-SGD clients with their knobs in ``hyper.client``);
             research code may substitute its own.
         devices: split the cohort over this many devices (None: all JAX sees), see

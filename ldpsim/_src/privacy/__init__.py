@@ -3,6 +3,8 @@
 One subpackage per concern, each importing only those listed before it:
 
 * :mod:`.registry` -- the one list of local randomizers and privacy modes (JAX-free specs).
+* :mod:`.hadamard` -- the fast Walsh–Hadamard transform and the randomized rotation built on
+  it (FastProjUnit's projection, the discrete mode's rotation).
 * :mod:`.noise` -- the additive noise: its samplers, draws on pytrees, scale calibration, the
   exact Gaussian δ(ε), and the law the float32 samplers realise.
 * :mod:`.randomizers` -- the local randomizers (the :class:`LocalMechanism` interface, the

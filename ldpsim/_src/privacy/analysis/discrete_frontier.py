@@ -140,7 +140,7 @@ def _rotation_key(seed: int) -> jax.Array:
 
 @functools.lru_cache(maxsize=32)
 def _rounding_parts(padded_dim: int, dim: int) -> Callable:
-    from ldpsim._src.privacy.discrete.hadamard import rotate, unrotate
+    from ldpsim._src.privacy.hadamard import rotate, unrotate
 
     def parts(rkey, x, inv_gamma):
         y = rotate(rkey, jnp.pad(x, (0, padded_dim - dim))) * inv_gamma   # as encode computes

@@ -1,7 +1,7 @@
 """Exact accounting of the distributed discrete Gaussian and Skellam mechanisms (no JAX).
 
 What is accounted: each round every one of ``n`` clients clips its update to L2 norm ``C``,
-rotates it (:mod:`.hadamard`, dimension padded to ``D``), scales it by ``1/γ`` (``γ`` the
+rotates it (:mod:`ldpsim._src.privacy.hadamard`, dimension padded to ``D``), scales it by ``1/γ`` (``γ`` the
 granularity), rounds it conditionally to an integer vector of norm ``≤ Δ₂``
 (:mod:`.rounding`), adds integer noise and wraps modulo ``2^b``; the server learns only the sum
 modulo ``2^b``, a post-processing of the integer sum. For one client the round is therefore the

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from ldpsim._src._checks import LdpsimError
-from ldpsim._src.privacy.discrete.hadamard import unrotate
+from ldpsim._src.privacy.hadamard import unrotate
 
 __all__ = ["wrap", "modular_sum", "decode", "wrapped_fraction"]
 

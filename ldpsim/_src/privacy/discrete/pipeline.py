@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from ldpsim._src.privacy.discrete.accounting import DiscreteMechanism
-from ldpsim._src.privacy.discrete.hadamard import rotate
+from ldpsim._src.privacy.hadamard import rotate
 from ldpsim._src.privacy.discrete.modular import decode as _decode
 from ldpsim._src.privacy.discrete.modular import wrap
 from ldpsim._src.privacy.discrete.rounding import conditional_round

@@ -104,7 +104,7 @@ import numpy as np
 from ldpsim._src.privacy.randomizers import privunit2 as p2
 from ldpsim._src.privacy.randomizers import privunitg as pg
 from ldpsim._src.privacy.randomizers import randomizer as rz
-from ldpsim._src.privacy.discrete.hadamard import fwht_unnormalised
+from ldpsim._src.privacy.hadamard import fwht_unnormalised
 from ldpsim._src.privacy.noise import sampling
 from ldpsim._src.privacy.randomizers.privunit2 import _direction, best_split, split_epsilon
 from ldpsim._src.privacy.randomizers.randomizer import LocalMechanism, Report
@@ -281,7 +281,7 @@ def gaussian_backproject(seed: jax.Array, v: jax.Array, dim: int) -> jax.Array:
 def fwht(x: jax.Array) -> jax.Array:
     """Unnormalised fast Walsh–Hadamard transform of a vector of length 2^a (Sylvester
     order: ``H_{2n} = [[H_n, H_n], [H_n, −H_n]]``); the shared implementation is
-    :func:`ldpsim._src.privacy.discrete.hadamard.fwht_unnormalised`."""
+    :func:`ldpsim._src.privacy.hadamard.fwht_unnormalised`."""
     return fwht_unnormalised(x)
 
 
