@@ -15,7 +15,7 @@ __all__ = ["PRIVACY_COLUMNS", "guarantee"]
 #: Results columns copied into the privacy record.
 PRIVACY_COLUMNS = ("privacy_mode", "mechanism", "neighbours", "epsilon", "delta", "epsilon_spent",
                    "delta_spent", "sensitivity", "sigma", "clip", "noise_mode", "noise_multiplier",
-                   "sampler_delta_floor", "client_dp_epsilon", "round")
+                   "sampler_delta_floor", "client_dp_epsilon", "client_dp_delta", "round")
 
 
 def guarantee(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -47,6 +47,11 @@ def guarantee(row: Mapping[str, Any]) -> dict[str, Any]:
                      f"{rec.get('neighbours')} neighbours (sensitivity "
                      f"{_fmt(rec.get('sensitivity'))}); epsilon_spent {_fmt(eps)} at delta "
                      f"{_fmt(delta)} for the most-sampled client after {rounds} rounds ({mode})")
+    client_eps = rec.get("client_dp_epsilon")
+    if isinstance(client_eps, (int, float)) and not math.isnan(client_eps):
+        statement += (f"; and DP-SGD clients: sample-level ({_fmt(client_eps)}, "
+                      f"{_fmt(rec.get('client_dp_delta'))})-DP for the most-sampled client's "
+                      f"examples")
     rec["statement"] = statement
     return rec
 

@@ -184,8 +184,9 @@ _OPTIONS = (
     ("--client-dp-noise-multiplier", "client_dp_noise_multiplier", float, None,
      "DP-SGD noise multiplier (std z*C on the clipped sum)"),
     ("--client-dp-delta", "client_dp_delta", float, None,
-     "delta of the DP-SGD clients' sample-level accountant (column client_dp_epsilon; "
-     "default: --delta)"),
+     "delta of the DP-SGD clients' sample-level accountant (columns client_dp_epsilon, "
+     "client_dp_delta); default: the run's delta setting (--delta's value, 1e-5 unless set; "
+     "in modes without --delta, 1e-5)"),
     # Per-client budget (ldpsim._src.privacy.accountants.ledger through the driver).
     ("--stop-at-epsilon", "stop_at_epsilon", float, None,
      "per-client budget E (ldp, mindspore): a ledger keeps each client's spent epsilon "

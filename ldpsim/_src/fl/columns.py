@@ -101,6 +101,7 @@ COLUMNS: dict[str, tuple[str, str]] = {
                                "for a pure-epsilon randomizer the delta its float32 "
                                "realisation adds (0 only when proven pure)"),
     "client_dp_epsilon": ("release", "DP-SGD clients: sample-level epsilon of the worst client"),
+    "client_dp_delta": ("setting", "DP-SGD clients: the delta of client_dp_epsilon"),
     "ledger_epsilon_max": ("release", "stop_at_epsilon: the per-client ledger's largest spent "
                                       "epsilon (NaN without a budget)"),
     "ledger_epsilon_mean": ("release", "stop_at_epsilon: the population-mean spent epsilon of "

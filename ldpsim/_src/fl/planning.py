@@ -524,6 +524,7 @@ def plan(config: SimulationConfig, population: int, *,
     training = _client_training(config)
     knobs = training.knobs(config.client_dp_clip, config.client_dp_noise_multiplier)
     client_epsilon_of: Callable[[int], float] = lambda k: math.nan  # noqa: E731
+    cd_delta = math.nan   # the δ of client_dp_epsilon (none without DP-SGD clients)
     if training.dp_event is not None:  # noqa: SIM102
         steps = (config.local_epochs * -(-smallest_client // config.batch_size)
                  if config.local_epochs else config.local_steps)
@@ -549,6 +550,7 @@ def plan(config: SimulationConfig, population: int, *,
                 "wrap_bound": math.nan, **mode_row_columns(row)}
 
     return base._replace(mechanism=modes.with_client_training(mech, training),
+                         columns=dict(base.columns, client_dp_delta=cd_delta),
                          client_hyper=knobs, client_epsilon_of=client_epsilon_of,
                          row_columns=row_columns)
 

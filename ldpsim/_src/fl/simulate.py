@@ -23,6 +23,7 @@ This module is the driver loop and the lanes' check; what it assembles lives bes
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from typing import Any, Callable, Sequence
 
@@ -309,6 +310,7 @@ def simulate_lanes(configs: Sequence[SimulationConfig | Experiment], *, progress
             row["epsilon_spent"] = p.epsilon_of(k_max, t + 1, float(lane(min_fraction)))
             row["delta_spent"] = p.delta_of(k_max, t + 1, float(lane(min_fraction)))
             row["client_dp_epsilon"] = p.client_epsilon_of(k_max)
+            row["client_dp_delta"] = p.columns.get("client_dp_delta", math.nan)
             row.update(budget)
             row["wall_time"] = elapsed
             rows.append(row)

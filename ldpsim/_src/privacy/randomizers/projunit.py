@@ -550,7 +550,8 @@ def projunit(*, epsilon: float, dim: int, k: int | None = None, clip: float = 1.
     Args:
       epsilon: the ε of one release (> 0).
       dim: the update's dimension d (≥ 2).
-      k: the projection dimension (2 ≤ k ≤ d).
+      k: the projection dimension (2 ≤ k ≤ d; ``projection_dim`` in
+        ``ldpsim.mechanism.make`` and ``--projection-dim`` on the command line).
       clip: the L2 bound C the update is clipped to.
       norm_epsilon: the part of ε spent on the norm (default: the split minimising the
         decoded variance at ‖x‖ = C).
@@ -566,7 +567,8 @@ def fastprojunit(*, epsilon: float, dim: int, k: int | None = None, clip: float 
     """FastProjUnit (Asi et al. 2023): ProjUnit with a randomized Hadamard projection
     (random signs, a fast Walsh–Hadamard transform on d padded to a power of two, ``k``
     rows without replacement), O(d log d) per client instead of O(k d). Arguments as
-    :func:`projunit` (``k`` ≤ the padded dimension); pure ε-LDP ideally, the float32
+    :func:`projunit` (``k`` ≤ the padded dimension) but no ``simulation``: the deployed
+    client is already cheap, and has no exact-law shortcut; pure ε-LDP ideally, the float32
     guarantee printed. Not exactly unbiased: the relative bias of the decoded mean along
     the input is within about 1/(4k) (proven), the component orthogonal to it measured
     (docs/algorithms.md)."""
