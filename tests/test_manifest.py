@@ -171,3 +171,17 @@ def test_software_records_the_commit_of_the_checkout_ldpsim_is_imported_from():
                           text=True, check=True).stdout.strip()
     software = _manifest.collect("run", SimulationConfig())["software"]
     assert software["git_commit"] == head and isinstance(software["git_dirty"], bool)
+
+
+def test_the_statement_names_the_dp_sgd_clients_guarantee():
+    from ldpsim._src._manifest.guarantee import guarantee
+
+    row = {"privacy_mode": "mindspore", "mechanism": "gaussian", "neighbours": "add-remove",
+           "epsilon": 50.0, "delta": 0.01, "epsilon_spent": 50.0, "sensitivity": 0.05,
+           "round": 1, "client_dp_epsilon": 9.5, "client_dp_delta": 1e-6}
+    rec = guarantee(row)
+    assert rec["client_dp_delta"] == 1e-6
+    assert rec["statement"].endswith("DP-SGD clients: sample-level (9.5, 1e-06)-DP for the "
+                                     "most-sampled client's examples")
+    row.update(client_dp_epsilon=float("nan"), client_dp_delta=float("nan"))
+    assert "DP-SGD" not in guarantee(row)["statement"]

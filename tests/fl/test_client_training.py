@@ -149,6 +149,11 @@ def test_client_dp_delta_is_the_clients_accountants_delta_in_every_mode(mode, ex
     assert eps(cfg) == pytest.approx(ideal(cfg.delta), rel=1e-9)
     own = dataclasses.replace(cfg, client_dp_delta=1e-9)
     assert eps(own) == pytest.approx(ideal(1e-9), rel=1e-9) and eps(own) > eps(cfg)
+    # the δ is a results column beside client_dp_epsilon (NaN without DP-SGD clients)
+    cols = lambda c: planning.plan(c, N, dim=1000, smallest_client=5).columns  # noqa: E731
+    assert cols(own)["client_dp_delta"] == 1e-9 and cols(cfg)["client_dp_delta"] == cfg.delta
+    assert math.isnan(cols(dataclasses.replace(cfg, client_dp=False,
+                                               client_dp_noise_multiplier=0.0))["client_dp_delta"])
     # the nested schema holds it, losslessly
     assert Experiment.from_flat(own).flat() == own
     assert Experiment.from_flat(own).client_dp.delta == 1e-9
