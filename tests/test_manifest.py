@@ -185,3 +185,11 @@ def test_the_statement_names_the_dp_sgd_clients_guarantee():
                                      "most-sampled client's examples")
     row.update(client_dp_epsilon=float("nan"), client_dp_delta=float("nan"))
     assert "DP-SGD" not in guarantee(row)["statement"]
+
+
+def test_the_statement_of_a_mode_this_version_does_not_register_still_reads():
+    from ldpsim._src._manifest.guarantee import guarantee
+
+    rec = guarantee({"privacy_mode": "a-mode-from-elsewhere", "mechanism": "gaussian",
+                     "epsilon": 1.0, "delta": 1e-5, "epsilon_spent": 2.0, "round": 3})
+    assert rec["statement"].endswith("after 3 rounds (a-mode-from-elsewhere)")

@@ -23,7 +23,10 @@ def guarantee(row: Mapping[str, Any]) -> dict[str, Any]:
     :data:`PRIVACY_COLUMNS` present in it and a one-sentence ``statement``."""
     rec = {k: _plain(row[k]) for k in PRIVACY_COLUMNS if k in row}
     mode = rec.get("privacy_mode") or registry.MODES[0].name
-    spec = registry.mode(mode)
+    spec = next((m for m in registry.MODES if m.name == mode), None)
+    if spec is None:   # a mode not registered here (a record from another version)
+        spec = registry.ModeSpec(name=str(mode), help="", settings=(), plan="",
+                                 label=f"{mode} mode")
     eps, delta = rec.get("epsilon_spent"), rec.get("delta")
     rounds = rec.get("round")
     if rec.get("mechanism") in (None, "none") or (spec.randomizers
