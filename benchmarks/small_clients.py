@@ -124,7 +124,7 @@ class _Ldpsim:
             if mech == "aggregate":   # the clients clip; the server draws the noise sum
                 mode = modes.aggregated(modes.local("gaussian"))
         else:
-            from ldpsim._src.privacy.randomizers import mechanism as mechanism_lib
+            import ldpsim.mechanism as mechanism_lib   # public: the same in older trees
 
             lm = mechanism_lib.make(mech, epsilon=PRIVUNIT_EPS, dim=num_params(self.params),
                                     clip=CLIP)
