@@ -92,9 +92,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="the claimed delta (gaussian only; default 1e-5)")
     p.add_argument("--clip", type=float, default=1.0,
                    help="clip bound C of the randomizers that clip: "
-                        + ", ".join(s.name for s in registry.RANDOMIZERS
-                                    if (s.audit_dim is not None or s.frontier or s.additive)
-                                    and s.input == "vector" and s.uses_clip and s.name != "none")
+                        + ", ".join(n for n in registry.audit_randomizers()
+                                    if registry.randomizer(n).input == "vector"
+                                    and registry.randomizer(n).uses_clip)
                         + " (default 1)")
     p.add_argument("--neighbours", choices=("replace", "add-remove"), default="replace",
                    help="neighbouring relation (default: replace, inputs 2C apart)")
