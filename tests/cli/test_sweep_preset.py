@@ -121,3 +121,16 @@ def test_another_dataset_drops_the_presets_synthetic_training_settings():
     typed = _resolve("--dataset mnist --local-steps 10")
     assert typed.config.base["local_steps"] == 10 and typed.config.base["model"] == "auto"
     assert _resolve("--rounds 3").config.base["local_steps"] == 10   # synthetic: kept
+
+
+@pytest.mark.parametrize("mode", ["ldp", "mindspore", "central", "distributed", "discrete"])
+def test_the_default_epsilon_axis_follows_whether_the_mode_reads_epsilon(mode):
+    """A mode that reads epsilon (local DP, the discrete modes) keeps the preset's axis, so
+    ``--privacy-mode discrete`` alone is not a sweep of non-private runs; the others have a
+    budget of their own and get the single "not used" value."""
+    from ldpsim._src.privacy import registry
+
+    r = _resolve(f"--privacy-mode {mode}")
+    reads = "epsilon" in registry.mode(mode).settings
+    assert reads == (mode in ("ldp", "discrete"))
+    assert r.config.grid["epsilon"] == ((1, 10, 100, math.inf) if reads else (math.inf,))

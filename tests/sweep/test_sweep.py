@@ -259,3 +259,43 @@ def test_cli_sweep_rejects_bad_settings_before_running(tmp_path, capsys):
     assert not (tmp_path / "r.csv").exists()
     rc = main(["sweep", "--set", "nonsense=1", "--out", str(tmp_path / "r.csv"), "--no-progress"])
     assert rc == 2 and "unknown run setting" in capsys.readouterr().err
+
+
+def test_a_sweep_that_finished_no_cell_does_not_block_the_next(tmp_path):
+    """A sweep that stopped before its first cell's rows (a bad setting found only once the
+    data are loaded, or an interrupt) leaves a record but no results: a different sweep into
+    the same file runs, and replaces that record. Finished cells are still never mixed."""
+
+    class Failing(FakeRunner):
+        def __call__(self, cells, on_round):
+            raise LdpsimError("bits = 4 too small")
+            yield  # pragma: no cover
+
+    out = tmp_path / "r.csv"
+    with pytest.raises(LdpsimError, match="too small"):
+        run_sweep(small_config(), out, runner=Failing(), progress=False)
+    assert sidecar_path(out).exists() and json.loads(sidecar_path(out).read_text())["done"] == []
+    other = small_config(seed=[0])
+    s = run_sweep(other, out, runner=FakeRunner(), progress=False)
+    assert s.ran == 9 and len(pd.read_csv(out)) == 9 * 4
+    assert json.loads(sidecar_path(out).read_text())["fingerprint"] == other.fingerprint()
+    # Now it holds finished cells: the first sweep is refused.
+    with pytest.raises(LdpsimError, match="different sweep"):
+        run_sweep(small_config(), out, runner=FakeRunner(), progress=False)
+
+
+def test_cli_a_corrected_sweep_reruns_into_the_file_of_one_that_failed(tmp_path, capsys):
+    """``ldpsim sweep`` whose first cell fails once its data are loaded (bits too small for
+    the cohort: found by the engine's plan) leaves a record of no finished cell; the corrected
+    command into the same --out runs, and its manifest does not carry the failed sweep's
+    session over as its own."""
+    out = tmp_path / "r.csv"
+    common = ["sweep", "--preset", "none", "--dataset", "synthetic", "--model", "logreg",
+              "--population", "12", "--clients", "4", "--seeds", "0", "--epsilon", "4",
+              "--rounds", "1", "--privacy-mode", "discrete", "--out", str(out), "--no-progress"]
+    assert main([*common, "--bits", "4"]) == 2
+    assert "too small" in capsys.readouterr().err and not out.exists()
+    assert main(common) == 0
+    assert len(pd.read_csv(out)) == 1
+    manifest = json.loads(out.with_suffix(".manifest.json").read_text())
+    assert manifest["status"] == "finished" and manifest["earlier_sessions"] == []

@@ -305,9 +305,10 @@ def resolve(args: argparse.Namespace) -> Resolved:
                 if field not in typed and run.get(field) == preset_run.get(field):
                     run.pop(field, None)
     if (args.config is None and args.grid_epsilon is None
-            and not registry.mode(run.get("privacy_mode", registry.MODES[0].name)).randomizers):
-        # epsilon is the local-DP budget; the other modes have their own (noise_multiplier,
-        # dp_eps), so the default epsilon axis is the single "not used" value.
+            and "epsilon" not in registry.mode(run.get("privacy_mode", registry.MODES[0].name)).settings):
+        # A mode that does not read epsilon has a budget of its own (noise_multiplier,
+        # dp_eps), so the default epsilon axis is the single "not used" value; the modes
+        # that read it (local DP, the discrete modes) keep the preset's epsilon axis.
         grid["epsilon"] = [float("inf")]
     # Record every setting (SimulationConfig defaults included) so that the fingerprint
     # pins the whole run, not only what was typed.
@@ -393,11 +394,23 @@ class _SweepManifest:
         data = [m.dataset_record(*d) for d in self._data]
         manifest = m.collect("sweep", self._configuration, out=self._out, seeds=self._seeds,
                              data=data)
-        self._recorder = m.Recorder(self.path, manifest, resume=self._resume)
+        # Carry the earlier sessions over only from this sweep: the results file may have
+        # held the record of a different sweep that finished no cell (it was replaced).
+        self._recorder = m.Recorder(self.path, manifest,
+                                    resume=self._resume and (skipped > 0 or self._same_sweep()))
         if not isinstance(manifest.get("privacy"), dict):
             manifest["privacy"] = {"cells": {}}
         manifest["results"]["cells_finished_before"] = skipped
         self._recorder.__enter__()
+
+    def _same_sweep(self) -> bool:
+        try:
+            old = self._m.load(self.path)
+        except (OSError, ValueError):
+            return False
+        configuration = old.get("configuration") if isinstance(old, dict) else None
+        return (isinstance(configuration, dict)
+                and configuration.get("fingerprint") == self._configuration["fingerprint"])
 
     def cell(self, cell, rows: list[dict]) -> None:
         if self._recorder is None:

@@ -113,8 +113,10 @@ class ResultsStore:
         describe_difference: optional ``f(other_normalised_config) -> str`` for the refusal message.
 
     Raises:
-        LdpsimError: the file belongs to a different sweep (or to none), or another sweep
-            holds its lock.
+        LdpsimError: the file holds finished cells of a different sweep (or was not written
+            by a sweep), or another sweep holds its lock. The record of a different sweep
+            that finished no cell (it failed or was stopped before its first cell's rows)
+            is replaced: there is nothing to mix.
     """
 
     def __init__(
@@ -206,7 +208,8 @@ class ResultsStore:
             raise self._no_record()
         if has_meta:
             meta = self._read_meta()
-            if meta["fingerprint"] != self.fingerprint and not _same_results(meta, self.fingerprint):
+            if (meta["fingerprint"] != self.fingerprint and not _same_results(meta, self.fingerprint)
+                    and meta.get("done")):
                 raise self._foreign(meta, meta["fingerprint"])
 
     def _no_record(self) -> LdpsimError:
@@ -252,7 +255,14 @@ class ResultsStore:
             self._meta = meta
             self._write_meta()
         if fingerprint != self.fingerprint:
-            raise self._foreign(meta, fingerprint)
+            if meta.get("done"):
+                raise self._foreign(meta, fingerprint)
+            # The other sweep finished no cell (it failed or was stopped before its first
+            # cell's rows were written), so there is nothing to mix: start this one afresh.
+            for p in (self.path, self.sidecar):
+                p.unlink(missing_ok=True)
+            self._load_or_create()
+            return
         self._meta = meta
         self.done = list(meta.get("done", []))
         self.columns = list(meta.get("columns", []))
