@@ -89,3 +89,12 @@ def test_a_command_writes_plain_progress_to_a_redirected_stderr(capsys):
     err = capsys.readouterr().err
     assert "\r" not in err and "\x1b" not in err
     assert re.search(r"^trials: 4/4 trial \(100%\)", err, re.M), err
+
+
+def test_run_help_names_every_mode_that_reads_epsilon():
+    from ldpsim._src.privacy import registry
+
+    text = " ".join(build_parser()._subparsers._group_actions[0].choices["run"].format_help().split())
+    readers = [m.name for m in registry.MODES if "epsilon" in m.settings]
+    assert readers == ["ldp", "discrete"]
+    assert "--epsilon is used by ldp and discrete only" in text

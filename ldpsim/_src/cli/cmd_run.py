@@ -82,7 +82,7 @@ def _mode_option() -> tuple:
     return ("--privacy-mode", "privacy_mode", str, registry.mode_names(),
             "where the noise goes: " + "; ".join(f"{m.name} ({m.help})" for m in registry.MODES)
             + "; --epsilon is used by " + " and ".join(m.name for m in registry.MODES
-                                                       if m.randomizers) + " only")
+                                                       if "epsilon" in m.settings) + " only")
 
 
 # (flag, config field, type, choices, help); defaults come from SimulationConfig. The
@@ -104,7 +104,8 @@ _OPTIONS = (
     ("--examples-per-client", "examples_per_client", int, None, "examples per client (sampled partition)"),
     ("--clients-per-round", "clients_per_round", int, None, "cohort size m per round"),
     ("--rounds", "rounds", int, None, "federated rounds"),
-    ("--epsilon", "epsilon", float, None, "per-round local epsilon; inf = no privacy"),
+    ("--epsilon", "epsilon", float, None, "per-round local epsilon (the discrete modes: of the "
+     "sum, per round or per run by --epsilon-scope); inf = no privacy"),
     ("--delta", "delta", float, None, "delta of the Gaussian mechanism (the pure epsilon-LDP "
      "mechanisms " + ", ".join(s.name for s in registry.RANDOMIZERS
                                if s.engine and not s.uses("delta")) + " do not use it)"),
