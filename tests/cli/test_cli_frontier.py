@@ -64,6 +64,10 @@ def test_other_csv_is_refused(tmp_path, capsys):
     (["--dims", "10.5"], "not a whole number"),
     (["--delta", "1.5"], "--delta"),
     (["--plot", "x.txt"], "--plot must end in"),
+    (["--projection-dim", "4"], "--projection-dim is the k of projunit and fastprojunit"),
+    (["--mechanisms", "projunit", "--projection-dim", "9"], "projunit at epsilon 1, dim 8, k 9"),
+    (["--mechanisms", "projunit", "--projection-dim", "1"], "k (projection_dim)"),
+    (["--mechanisms", "projunit", "--projection-dim", "2,x"], "not a whole number"),
 ])
 def test_bad_input_is_one_line(extra, problem, tmp_path, capsys):
     argv = TINY[:]
@@ -82,3 +86,45 @@ def test_bad_input_is_one_line(extra, problem, tmp_path, capsys):
 def test_output_folder_is_refused_before_work(tmp_path, capsys):
     assert main(TINY + ["--out", str(tmp_path)]) == 2
     assert "is a folder" in capsys.readouterr().err
+
+
+def test_projection_dims_are_cells_and_resume_skips_pure_randomizers(tmp_path, capsys):
+    """--projection-dim K[,K...] runs one ProjUnit cell per k (the projection_dim column,
+    empty for the other randomizers; floats_sent k + 3); a rerun skips finished cells, also
+    those of pure randomizers whose delta column is the float sampler's realised delta."""
+    out = tmp_path / "f.csv"
+    argv = ["frontier", "--mechanisms", "privunitg,projunit", "--epsilon", "2", "--dims", "8",
+            "--clients", "2", "--trials", "2", "--no-progress", "--out", str(out)]
+    assert main(argv + ["--projection-dim", "2,4"]) == 0
+    rows = _rows(out)
+    assert [(r["mechanism"], r["projection_dim"], r["floats_sent"]) for r in rows] == [
+        ("privunitg", "", "9"), ("projunit", "2", "5"), ("projunit", "4", "7")]
+    assert float(rows[0]["delta"]) > 0   # PrivUnitG's realised delta (float32 sampler)
+    capsys.readouterr()
+    # k = 8 = d is the default at this d: the same cell as no --projection-dim
+    assert main(argv + ["--projection-dim", "4,8"]) == 0
+    assert "2 of 3 cells already" in capsys.readouterr().err
+    assert main(argv) == 0
+    assert "2 of 2 cells already" in capsys.readouterr().err
+    assert len(_rows(out)) == 4
+
+
+@pytest.mark.parametrize("missing", [("projection_dim",), ("floats_sent", "projection_dim")])
+def test_a_table_from_before_the_projection_dim_column_gains_it(missing, tmp_path, capsys):
+    """A frontier CSV of an earlier version's columns (before projection_dim, or before
+    floats_sent too) resumes: the columns are added, each row's from the mechanism it ran
+    (ProjUnit at its default k), and the finished cells are skipped."""
+    out = tmp_path / "f.csv"
+    argv = ["frontier", "--mechanisms", "gaussian,projunit", "--epsilon", "2", "--dims", "8",
+            "--clients", "2", "--trials", "2", "--no-progress", "--out", str(out)]
+    assert main(argv) == 0
+    rows = _rows(out)
+    with open(out, "w", newline="") as f:   # the old layout: no projection_dim column
+        w = csv.DictWriter(f, fieldnames=[c for c in rows[0] if c not in missing],
+                           extrasaction="ignore", lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+    capsys.readouterr()
+    assert main(argv) == 0
+    assert "2 of 2 cells already" in capsys.readouterr().err
+    assert _rows(out) == rows

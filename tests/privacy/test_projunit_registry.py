@@ -67,6 +67,24 @@ def test_frontier_cell_at_the_papers_shape_reports_its_cost():
     assert math.isfinite(row.mse) and row.mse > 0
 
 
+def test_the_frontier_runs_one_cell_per_k_and_plots_a_series_per_k(tmp_path):
+    """``frontier(projection_dims=...)``: a ProjUnit cell per k, the others once; each row's
+    projection_dim is the k it ran; the figure draws one labelled series per k."""
+    from ldpsim.plots import plot_frontier
+
+    rows = fr.frontier(["gaussian", "fastprojunit"], [4.0], [64], [2], trials=2,
+                       projection_dims=[4, 16])
+    assert [(r.mechanism, r.projection_dim, r.floats_sent) for r in rows] == [
+        ("gaussian", None, 64), ("fastprojunit", 4, 7), ("fastprojunit", 16, 19)]
+    with pytest.raises(Exception, match="projection_dim applies to projunit, fastprojunit only"):
+        fr.frontier(["gaussian"], [4.0], [64], [2], trials=2, projection_dims=[4])
+    with pytest.raises(Exception, match="projection_dim applies to"):
+        fr.build_mechanism("privunitg", epsilon=4.0, dim=64, projection_dim=4)
+    fig = plot_frontier(pd.DataFrame([r.as_dict() for r in rows]), tmp_path / "f.png")
+    labels = fig.axes[0].get_legend_handles_labels()[1]
+    assert "FastProjUnit (k = 4)" in labels and "FastProjUnit (k = 16)" in labels
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 def test_run_trains_with_projunit_from_the_command_line(name, tmp_path):

@@ -16,9 +16,14 @@ ORDER = 45
 #: The CSV columns, in order.
 COLUMNS = ("mechanism", "epsilon", "delta", "dim", "clients", "mse", "mse_se", "mse_theory",
            "lower_bound", "trials", "mse_theory_bias2", "ratio_to_bound", "inputs", "seed",
-           "chunk", "seconds", "floats_sent")
+           "chunk", "seconds", "floats_sent", "projection_dim")
+#: The columns of tables written by earlier versions: before ``floats_sent``, and before
+#: ``projection_dim`` (ProjUnit's k). Such a file gains the missing columns (each row's from
+#: the mechanism it ran: every earlier row ran the default k) when a run resumes it.
+_EARLIER_COLUMNS = (COLUMNS[:-2], COLUMNS[:-1])
 #: The columns that identify a cell (a finished cell with the same values is skipped).
-KEY = ("mechanism", "epsilon", "delta", "dim", "clients", "trials", "inputs", "seed")
+KEY = ("mechanism", "epsilon", "delta", "dim", "clients", "trials", "inputs", "seed",
+       "projection_dim")
 
 _EPILOG = """\
 examples:
@@ -33,7 +38,7 @@ defaults with sign_eps = epsilon, biased), the server averages the decoded repor
 mse = ||decoded mean - true mean||^2 averaged over --trials (mse_se its standard error);
 mse_theory from the mechanism's exact variance (+ squared bias); floats_sent the scalars in
 one client's message (the communication cost: d for additive noise, k + 1 and a seed for
-ProjUnit); lower_bound = d/(n
+ProjUnit, k = --projection-dim, one cell per value, default min(1000, d)); lower_bound = d/(n
 min(eps, eps^2)), the ORDER of the minimax bound of Duchi, Jordan & Wainwright (2013/2018) with
 constant 1 (the papers give no constant). Rerunning with the same --out skips finished cells.
 
@@ -85,6 +90,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="CSV file, written row by row; finished cells are skipped on rerun "
                         "(default: print the table)")
     p.add_argument("--plot", type=Path, default=None, help="figure: MSE vs epsilon, one panel per (d, n)")
+    p.add_argument("--projection-dim", default=None, metavar="K[,K...]",
+                   help="comma-separated projection dimensions k of projunit and fastprojunit "
+                        "(2 <= k <= d; one cell per k; default: each one's, min(1000, d))")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     g = p.add_argument_group("secure aggregation (--secagg)")
     g.add_argument("--secagg", action="store_true",
@@ -126,22 +134,62 @@ def _int(text: str) -> int:
 
 
 def _cell_key(row) -> tuple:
-    return (str(row["mechanism"]), float(row["epsilon"]), float(row["delta"]), int(row["dim"]),
-            int(row["clients"]), int(row["trials"]), str(row["inputs"]), int(row["seed"]))
+    """A row's cell. Its δ is the configured one for the randomizers that read ``--delta`` and
+    0 for the pure ones, whose ``delta`` column is the float sampler's realised δ instead."""
+    k, name = row.get("projection_dim"), str(row["mechanism"])
+    reads_delta = name in registry.randomizer_names() and registry.randomizer(name).uses("delta")
+    return (name, float(row["epsilon"]), float(row["delta"]) if reads_delta else 0.0, int(row["dim"]),
+            int(row["clients"]), int(row["trials"]), str(row["inputs"]), int(row["seed"]),
+            None if k in (None, "") else int(float(k)))
 
 
 def _finished(path: Path) -> set:
-    """The cell keys already in ``path`` (empty if it is missing or empty)."""
+    """The cell keys already in ``path`` (empty if it is missing or empty). A table of an
+    earlier version's columns is rewritten with the missing ones first (:func:`_add_columns`)."""
     from ldpsim._src._checks import LdpsimError
 
     if not path.exists() or path.stat().st_size == 0:
         return set()
     with open(path, newline="") as f:
         reader = csv.DictReader(f)
-        if reader.fieldnames is None or list(reader.fieldnames) != list(COLUMNS):
-            raise LdpsimError(f"--out {str(path)!r} exists with other columns than a frontier "
-                              "table; give a new file")
-        return {_cell_key(r) for r in reader if r.get("mse") not in (None, "")}
+        fields = list(reader.fieldnames or [])
+        rows = list(reader)
+    if fields in [list(c) for c in _EARLIER_COLUMNS]:
+        rows = _add_columns(path, rows)
+    elif fields != list(COLUMNS):
+        raise LdpsimError(f"--out {str(path)!r} exists with other columns than a frontier "
+                          "table; give a new file")
+    return {_cell_key(r) for r in rows if r.get("mse") not in (None, "")}
+
+
+def _add_columns(path: Path, rows: list[dict]) -> list[dict]:
+    """Rewrite a frontier table of an earlier version's columns with the missing ones:
+    ``floats_sent`` and ``projection_dim`` from the mechanism each row ran (rebuilt from its
+    name, ε, d and, for the randomizers that read it, δ; ProjUnit at its default k), so that
+    appended rows line up. The file is replaced atomically."""
+    import os
+
+    from ldpsim._src.privacy.analysis import frontier as fr
+
+    for r in rows:
+        m = r["mechanism"]
+        if "floats_sent" in r and "projection_dim" not in r and m not in fr.projection_dim_users():
+            r["projection_dim"] = ""
+            continue
+        kw = {"delta": float(r["delta"])} if registry.randomizer(m).uses("delta") else {}
+        mech = fr.build_mechanism(m, epsilon=float(r["epsilon"]), dim=int(r["dim"]), **kw)
+        r.setdefault("floats_sent", fr.message_size(mech, int(r["dim"])))
+        k = fr.projection_dim_of(mech, m)
+        r["projection_dim"] = "" if k is None else k
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return rows
 
 
 _LDP_DEFAULTS = dict(epsilon="0.25,0.5,1,2,4,8,16", dims="100,1000", clients="1,100", trials=5)
@@ -155,10 +203,13 @@ def run(args: argparse.Namespace) -> int:
     for k, v in defaults.items():
         if getattr(args, k) is None:
             setattr(args, k, v)
-    if args.secagg:
-        return _run_secagg(args)
     from ldpsim._src._checks import LdpsimError
 
+    if args.secagg:
+        if args.projection_dim is not None:
+            raise LdpsimError("--projection-dim is ProjUnit's k, a local randomizer's setting; "
+                              "--secagg compares ddg and skellam")
+        return _run_secagg(args)
     for flag, value in (("--bits", args.bits), ("--clip", args.clip)):
         if value is not None:
             raise LdpsimError(f"{flag} applies to --secagg only (the local randomizers' "
@@ -192,26 +243,38 @@ def _run_ldp(args: argparse.Namespace) -> int:
     check_seed(args.seed)
     if args.plot is not None and args.plot.suffix.lower() not in FORMATS:
         raise LdpsimError(f"--plot must end in {', '.join(FORMATS)}; got {str(args.plot)!r}")
-    done = _finished(args.out) if args.out is not None else set()
+    users = fr.projection_dim_users()
+    ks = None
+    if args.projection_dim is not None:
+        ks = [check_positive_int("--projection-dim", k)
+              for k in _parse(args.projection_dim, "projection-dim", _int, "whole number")]
+        if not set(mechanisms) & set(users):
+            raise LdpsimError(f"--projection-dim is the k of {' and '.join(users)}; "
+                              f"--mechanisms {','.join(mechanisms)} has neither")
 
-    # Calibrate every (mechanism, epsilon, d) first: a value out of a mechanism's range or a
-    # dimension too small for it fails here, in one line, before any work.
+    # Calibrate every (mechanism, k, epsilon, d) first: a value out of a mechanism's range or
+    # a dimension too small for it fails here, in one line, before any work.
+    cells = []
     for d in dims:
         for m in mechanisms:
-            for e in epsilons:
-                try:
-                    fr.build_mechanism(m, epsilon=e, dim=d, delta=delta)
-                except LdpsimError as err:
-                    raise LdpsimError(f"{m} at epsilon {e:g}, dim {d}: {err}") from None
+            for k in (ks if ks is not None and m in users else [None]):
+                for e in epsilons:
+                    try:
+                        mech = fr.build_mechanism(m, epsilon=e, dim=d, delta=delta, projection_dim=k)
+                    except LdpsimError as err:
+                        at = f", k {k}" if k is not None else ""
+                        raise LdpsimError(f"{m} at epsilon {e:g}, dim {d}{at}: {err}") from None
+                    cells += [dict(mechanism=m, epsilon=e, dim=d, clients=n,
+                                   projection_dim=fr.projection_dim_of(mech, m)) for n in clients]
+    done = _finished(args.out) if args.out is not None else set()
 
     def key_of(cell) -> tuple:
         dl = delta if registry.randomizer(cell["mechanism"]).uses("delta") else 0.0
         return (cell["mechanism"], float(cell["epsilon"]), float(dl), int(cell["dim"]),
-                int(cell["clients"]), trials, args.inputs, args.seed)
+                int(cell["clients"]), trials, args.inputs, args.seed, cell["projection_dim"])
 
-    total = len(dims) * len(clients) * len(mechanisms) * len(epsilons)
-    todo = total - sum(1 for d in dims for n in clients for m in mechanisms for e in epsilons
-                       if key_of(dict(mechanism=m, epsilon=e, dim=d, clients=n)) in done)
+    total = len(cells)
+    todo = total - sum(1 for c in cells if key_of(c) in done)
     if done:
         print(f"ldpsim frontier: {total - todo} of {total} cells already in {args.out}; "
               f"running {todo}", file=sys.stderr)
@@ -236,13 +299,14 @@ def _run_ldp(args: argparse.Namespace) -> int:
             writer.writerow(row.as_dict())
             out_file.flush()
         if bar is not None:
-            bar.set_postfix_str(f"{row.mechanism} eps={row.epsilon:g} d={row.dim} n={row.clients}")
+            k = "" if row.projection_dim is None else f" k={row.projection_dim}"
+            bar.set_postfix_str(f"{row.mechanism}{k} eps={row.epsilon:g} d={row.dim} n={row.clients}")
             bar.update()
 
     try:
         fr.frontier(mechanisms, epsilons, dims, clients, trials=trials, delta=delta,
                     seed=args.seed, inputs=args.inputs, chunk=args.chunk_size,
-                    skip=lambda cell: key_of(cell) in done, on_row=on_row)
+                    skip=lambda cell: key_of(cell) in done, on_row=on_row, projection_dims=ks)
     finally:
         if bar is not None:
             bar.close()
@@ -258,8 +322,10 @@ def _run_ldp(args: argparse.Namespace) -> int:
         from ldpsim._src.plots.frontier import plot_frontier
 
         table = pd.read_csv(args.out) if args.out is not None else pd.DataFrame(rows)
+        ran_k = {c["projection_dim"] for c in cells if c["projection_dim"] is not None}
         keep = table["mechanism"].isin(mechanisms) & table["dim"].isin(dims) \
-            & table["clients"].isin(clients)
+            & table["clients"].isin(clients) \
+            & (table["projection_dim"].isna() | table["projection_dim"].isin(ran_k))
         plot_frontier(table[keep], args.plot)
         print(f"wrote {args.plot}")
     return 0
@@ -267,6 +333,8 @@ def _run_ldp(args: argparse.Namespace) -> int:
 
 def _print_table(rows) -> None:
     cols = ("mechanism", "epsilon", "dim", "clients", "mse", "mse_se", "mse_theory", "lower_bound")
+    if any(r.get("projection_dim") is not None for r in rows):
+        cols = cols[:1] + ("projection_dim",) + cols[1:]
     print("  ".join(f"{c:>12}" for c in cols))
     for r in rows:
         print("  ".join(f"{r[c]:>12.4g}" if isinstance(r[c], float) else f"{r[c]!s:>12}"

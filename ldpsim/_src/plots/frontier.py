@@ -20,6 +20,10 @@ LABELS = {s.name: s.label for s in registry.RANDOMIZERS}
 VECTOR_MECHANISMS = registry.randomizer_names(frontier=True)
 
 
+#: Markers of a mechanism's series at several k (the first is every mechanism's own).
+_MARKERS = ("o", "s", "^", "v", "D", "P", "X")
+
+
 def _thinned_labels(eps: list) -> list[str]:
     """Tick labels of the ε values on a log axis: the first and the last, and between them
     each value at least 1/12 of the axis' decades from the previous label (blank otherwise,
@@ -59,14 +63,21 @@ def plot_frontier(table, out=None):
     for ax, (d, n) in zip(axes.flat, panels):
         g = df[(df["dim"] == d) & (df["clients"] == n)]
         for m in [m for m in VECTOR_MECHANISMS if m in set(g["mechanism"])]:
-            s = g[g["mechanism"] == m].sort_values("epsilon")
-            c = COLORS.get(m)
-            se = s["mse_se"].fillna(0.0).to_numpy()
-            lo = s["mse"].to_numpy() - 2 * se
-            yerr = [s["mse"].to_numpy() - lo.clip(min=s["mse"].to_numpy() * 1e-3), 2 * se]
-            ax.errorbar(s["epsilon"], s["mse"], yerr=yerr, fmt="o", ms=4, color=c,
-                        label=LABELS.get(m, m))
-            ax.plot(s["epsilon"], s["mse_theory"], "--", color=c, lw=1)
+            rows_m = g[g["mechanism"] == m]
+            # ProjUnit at several k (the projection_dim column): one series per k, marked
+            ks = sorted(rows_m["projection_dim"].dropna().unique()) if "projection_dim" in g else []
+            series = [(None, rows_m)] if len(ks) < 2 else \
+                [(int(k), rows_m[rows_m["projection_dim"] == k]) for k in ks]
+            for i, (k, s) in enumerate(series):
+                s = s.sort_values("epsilon")
+                c = COLORS.get(m)
+                se = s["mse_se"].fillna(0.0).to_numpy()
+                lo = s["mse"].to_numpy() - 2 * se
+                yerr = [s["mse"].to_numpy() - lo.clip(min=s["mse"].to_numpy() * 1e-3), 2 * se]
+                label = LABELS.get(m, m) + ("" if k is None else f" (k = {k:,})")
+                ax.errorbar(s["epsilon"], s["mse"], yerr=yerr, fmt=_MARKERS[i % len(_MARKERS)],
+                            ms=4, color=c, label=label)
+                ax.plot(s["epsilon"], s["mse_theory"], "--" if i == 0 else "-.", color=c, lw=1)
         lb = g.drop_duplicates("epsilon").sort_values("epsilon")
         ax.plot(lb["epsilon"], lb["lower_bound"], ":", color="black", lw=1.5,
                 label="d/(n·min(ε,ε²)), const. 1")

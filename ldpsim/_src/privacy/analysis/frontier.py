@@ -72,7 +72,7 @@ from ldpsim._src.privacy.randomizers.randomizer import check_epsilon
 
 __all__ = ["DEFAULT_DELTA", "INPUTS", "VECTOR_MECHANISMS", "FrontierRow", "build_mechanism",
            "common_input", "decoded_error_sum", "default_chunk", "frontier", "frontier_cell",
-           "lower_bound", "theory_mse", "winners"]
+           "lower_bound", "projection_dim_of", "projection_dim_users", "theory_mse", "winners"]
 
 #: The vector randomizers the frontier compares (the registry's frontier randomizers: every
 #: registered one but clip-only and those of categories; the list at import).
@@ -115,13 +115,16 @@ def lower_bound(*, epsilon: float, dim: int, clients: int, radius: float = 1.0) 
 
 
 def build_mechanism(name: str, *, epsilon: float, dim: int, delta: float = DEFAULT_DELTA,
-                    clip: float = 1.0) -> _mech.LocalMechanism:
+                    clip: float = 1.0, projection_dim: int | None = None) -> _mech.LocalMechanism:
     """The registered randomizer ``name`` calibrated for unit-ball inputs of dimension ``dim``
     at ε (module docstring: Laplace's L1 clip is ``clip·√d``, SignDS's ``sign_eps`` is ε).
+    ``projection_dim``: ProjUnit's k (None: its default, min(1000, d)); only for the
+    randomizers that read it.
 
     Raises:
         LdpsimError: unknown or non-vector mechanism, ε ≤ 0, a dimension too small for the
-            mechanism, or a value outside the mechanism's range (its own message).
+            mechanism, a ``projection_dim`` for a randomizer without one, or a value outside
+            the mechanism's range (its own message).
     """
     names = registry.randomizer_names(frontier=True)
     if name not in names:
@@ -136,7 +139,25 @@ def build_mechanism(name: str, *, epsilon: float, dim: int, delta: float = DEFAU
         kwargs["delta"] = delta
     if not spec.additive:   # calibrated for the dimension
         kwargs["dim"] = d
+    if projection_dim is not None:
+        if not spec.uses("projection_dim"):
+            raise LdpsimError(f"projection_dim applies to {', '.join(projection_dim_users())} "
+                              f"only; {name} has none")
+        kwargs["projection_dim"] = check_positive_int("projection_dim", projection_dim)
     return _mech.make(name, **kwargs)
+
+
+def projection_dim_users() -> list[str]:
+    """The frontier's randomizers that read ``projection_dim`` (ProjUnit's k)."""
+    return [n for n in registry.randomizer_names(frontier=True)
+            if registry.randomizer(n).uses("projection_dim")]
+
+
+def projection_dim_of(mech: _mech.LocalMechanism, name: str) -> int | None:
+    """The k a randomizer that reads ``projection_dim`` was built with (None for the others)."""
+    if not registry.randomizer(name).uses("projection_dim"):
+        return None
+    return int(mech.params.k)
 
 
 def default_chunk(dim: int, clients: int) -> int:
@@ -259,6 +280,8 @@ class FrontierRow:
     chunk: int
     seconds: float
     floats_sent: int
+    #: ProjUnit's k (the randomizers that read ``projection_dim``; None for the others).
+    projection_dim: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -266,9 +289,10 @@ class FrontierRow:
 
 def frontier_cell(name: str, *, epsilon: float, dim: int, clients: int, trials: int,
                   delta: float = DEFAULT_DELTA, seed: int = 0, chunk: int | None = None,
-                  inputs: str = "common", mech: _mech.LocalMechanism | None = None
-                  ) -> FrontierRow:
-    """Measure one (mechanism, ε, d, n) cell over ``trials`` trials (module docstring).
+                  inputs: str = "common", mech: _mech.LocalMechanism | None = None,
+                  projection_dim: int | None = None) -> FrontierRow:
+    """Measure one (mechanism, ε, d, n) cell over ``trials`` trials (module docstring);
+    ``projection_dim`` as in :func:`build_mechanism` (ignored when ``mech`` is given).
 
     Raises:
         LdpsimError: bad arguments (see :func:`build_mechanism`), trials < 1.
@@ -276,7 +300,8 @@ def frontier_cell(name: str, *, epsilon: float, dim: int, clients: int, trials: 
     trials = check_positive_int("trials", trials)
     clients = check_positive_int("clients", clients)
     check_choice("inputs", inputs, INPUTS)
-    mech = mech or build_mechanism(name, epsilon=epsilon, dim=dim, delta=delta)
+    mech = mech or build_mechanism(name, epsilon=epsilon, dim=dim, delta=delta,
+                                   projection_dim=projection_dim)
     chunk = min(default_chunk(dim, clients) if chunk is None
                 else check_positive_int("chunk", chunk), clients)
     t0 = time.perf_counter()
@@ -302,34 +327,50 @@ def frontier_cell(name: str, *, epsilon: float, dim: int, clients: int, trials: 
                        mse_se=se, mse_theory=v + b2, lower_bound=lb, trials=trials,
                        mse_theory_bias2=b2, ratio_to_bound=mse / lb, inputs=inputs, seed=seed,
                        chunk=chunk, seconds=time.perf_counter() - t0,
-                       floats_sent=message_size(mech, dim))
+                       floats_sent=message_size(mech, dim),
+                       projection_dim=projection_dim_of(mech, name))
 
 
 def frontier(mechanisms: Iterable[str], epsilons: Iterable[float], dims: Iterable[int],
              clients: Iterable[int], *, trials: int, delta: float = DEFAULT_DELTA,
              seed: int = 0, inputs: str = "common", chunk: int | None = None,
              skip: Callable[[dict], bool] | None = None,
-             on_row: Callable[[FrontierRow], None] | None = None) -> list[FrontierRow]:
-    """Every cell of the grid, d then n then mechanism then ε (every mechanism is built
-    first, so a bad value fails before any work). ``skip(cell)`` leaves a cell out (resume);
-    ``on_row`` is called with each finished row (an incremental writer)."""
+             on_row: Callable[[FrontierRow], None] | None = None,
+             projection_dims: Iterable[int] | None = None) -> list[FrontierRow]:
+    """Every cell of the grid, d then n then mechanism (then k) then ε (every mechanism is
+    built first, so a bad value fails before any work). ``projection_dims``: the k values of
+    the randomizers that read ``projection_dim`` (ProjUnit; None: each one's default), one
+    cell each. ``skip(cell)`` leaves a cell out (resume; the cell's ``projection_dim`` is the
+    k it would run, None for the other randomizers); ``on_row`` is called with each finished
+    row (an incremental writer)."""
     mechanisms, epsilons = list(mechanisms), [check_epsilon(e) for e in epsilons]
     dims, clients = [check_positive_int("dim", d) for d in dims], \
         [check_positive_int("clients", n) for n in clients]
     check_positive_int("trials", trials)
-    built = {(m, e, d): build_mechanism(m, epsilon=e, dim=d, delta=delta)
-             for d in dims for m in mechanisms for e in epsilons}
+    ks = [None] if projection_dims is None else \
+        [check_positive_int("projection_dim", k) for k in projection_dims]
+    if projection_dims is not None and not set(mechanisms) & set(projection_dim_users()):
+        raise LdpsimError(f"projection_dim applies to {', '.join(projection_dim_users())} only; "
+                          f"none of {', '.join(mechanisms)} reads it")
+
+    def ks_of(m):
+        return ks if registry.randomizer(m).uses("projection_dim") else [None]
+
+    built = {(m, e, d, k): build_mechanism(m, epsilon=e, dim=d, delta=delta, projection_dim=k)
+             for d in dims for m in mechanisms for k in ks_of(m) for e in epsilons}
     rows = []
     for d in dims:
         for n in clients:
             for m in mechanisms:
-                for e in epsilons:
-                    cell = dict(mechanism=m, epsilon=e, dim=d, clients=n)
+                for k, e in ((k, e) for k in ks_of(m) for e in epsilons):
+                    mech = built[(m, e, d, k)]
+                    cell = dict(mechanism=m, epsilon=e, dim=d, clients=n,
+                                projection_dim=projection_dim_of(mech, m))
                     if skip is not None and skip(cell):
                         continue
                     row = frontier_cell(m, epsilon=e, dim=d, clients=n, trials=trials,
                                         delta=delta, seed=seed, chunk=chunk, inputs=inputs,
-                                        mech=built[(m, e, d)])
+                                        mech=mech)
                     rows.append(row)
                     if on_row is not None:
                         on_row(row)
