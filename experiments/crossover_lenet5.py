@@ -105,7 +105,9 @@ def done_cells(path: str) -> set:
 def append(path: str, rows: list[dict]) -> None:
     """Append ``rows`` to the CSV at ``path``; if its header differs (a newer engine added
     columns), rewrite it with the new header, missing values NaN."""
-    fields = list(rows[0])
+    # every row's columns, in order of appearance: a cell resumed from a checkpoint written
+    # by an earlier version replays rows that lack the columns added since
+    fields = list(dict.fromkeys(k for r in rows for k in r))
     old: list[dict] = []
     if os.path.exists(path):
         with open(path, newline="") as f:

@@ -244,7 +244,9 @@ def done_cells(path: str) -> set:
 
 def append(path: str, rows: list[dict]) -> None:
     new = not os.path.exists(path)
-    fields = list(rows[0])
+    # every row's columns, in order of appearance: a cell resumed from a checkpoint written
+    # by an earlier version replays rows that lack the columns added since
+    fields = list(dict.fromkeys(k for r in rows for k in r))
     if not new:
         with open(path) as f:
             old_fields = next(csv.reader(f), [])

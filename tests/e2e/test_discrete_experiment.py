@@ -172,3 +172,31 @@ def test_plan_table_decomposes_the_error_variance():
     n_high, _ = dacc.cohort_ceiling(400, 40, 1e-6 / 2)         # Poisson: the cohort's reach
     assert by[("whole_run_8", "16")][6].endswith(f"({n_high})") and n_high > 40
     assert by[("per_round_4", "16")][6].endswith("(40)")
+
+
+def test_append_writes_every_rows_columns(tmp_path):
+    """A cell resumed from a checkpoint written by an earlier version replays history rows
+    without the columns added since: the appended file has every row's columns (the first
+    rows' missing ones NaN), and appending to it again widens it the same way."""
+    append = _driver().append
+    path = str(tmp_path / "cell.csv")
+    append(path, [{"round": 5, "accuracy": 0.5}, {"round": 10, "accuracy": 0.6, "new": 1.0}])
+    df = pd.read_csv(path)
+    assert list(df.columns) == ["round", "accuracy", "new"]
+    assert math.isnan(df["new"][0]) and df["new"][1] == 1.0
+    append(path, [{"round": 15, "accuracy": 0.7, "newer": 2}])
+    df = pd.read_csv(path)
+    assert list(df["round"]) == [5, 10, 15] and set(df.columns) == {"round", "accuracy", "new", "newer"}
+
+
+def test_the_crossover_driver_appends_every_rows_columns(tmp_path):
+    spec = importlib.util.spec_from_file_location(
+        "crossover_driver", SCRIPT.with_name("crossover_lenet5.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    path = str(tmp_path / "c.csv")
+    mod.append(path, [{"round": 5, "accuracy": 0.5}, {"round": 10, "accuracy": 0.6, "new": 1.0}])
+    mod.append(path, [{"round": 15, "accuracy": 0.7, "new": 3.0}])
+    df = pd.read_csv(path)
+    assert list(df.columns) == ["round", "accuracy", "new"] and list(df["round"]) == [5, 10, 15]
+    assert math.isnan(df["new"][0]) and list(df["new"][1:]) == [1.0, 3.0]
