@@ -44,3 +44,24 @@ def test_missing_parent_folders_are_created_and_nothing_is_left_behind(tmp_path,
     existing.write_text("x\n")
     check_output_path(existing, "--out")
     assert existing.read_text() == "x\n"
+
+
+def test_run_csv_widens_when_a_row_brings_new_columns(tmp_path):
+    """``ldpsim run --out`` resumed from a checkpoint of an earlier version replays history
+    rows without the columns added since; the first row that has them widens the file (the
+    earlier rows' cells empty) instead of failing at the end of the run."""
+    import csv
+
+    from ldpsim._src.cli.cmd_run import _CsvWriter
+
+    out = tmp_path / "r.csv"
+    w = _CsvWriter(out)
+    w.write({"round": 5, "accuracy": 0.5})
+    w.write({"round": 10, "accuracy": 0.6, "client_dp_delta": 1e-5})
+    w.write({"round": 15, "accuracy": float("nan"), "client_dp_delta": 1e-5})
+    w.close()
+    with open(out, newline="") as f:
+        rows = list(csv.reader(f))
+    assert rows == [["round", "accuracy", "client_dp_delta"], ["5", "0.5", ""],
+                    ["10", "0.6", "1e-05"], ["15", "", "1e-05"]]
+    assert w.rows == 3 and not (tmp_path / "r.csv.tmp").exists()

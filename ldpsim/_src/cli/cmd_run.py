@@ -450,12 +450,35 @@ class _CsvWriter:
             if self._writer is None:
                 self._writer = csv.DictWriter(self._file, fieldnames=list(row))
                 self._writer.writeheader()
+            elif not set(row) <= set(self._writer.fieldnames):
+                self._widen(row)
             self._writer.writerow({k: ("" if isinstance(v, float) and math.isnan(v) else v)
                                    for k, v in row.items()})
             self._file.flush()
             self.rows += 1
             self._last = row
         self._note()
+
+    def _widen(self, row: dict) -> None:
+        """Rewrite the file with the columns of ``row`` added (the earlier rows' empty): a run
+        resumed from a checkpoint of an earlier version replays rows without the columns
+        added since. Replaced atomically."""
+        import os
+
+        fields = list(self._writer.fieldnames) + [k for k in row if k not in self._writer.fieldnames]
+        self._file.close()
+        with open(self.path, newline="") as f:
+            old = list(csv.DictReader(f))
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        with open(tmp, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=fields)
+            w.writeheader()
+            w.writerows(old)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+        self._file = open(self.path, "a", newline="")
+        self._writer = csv.DictWriter(self._file, fieldnames=fields)
 
     def close(self) -> None:
         self._file.close()
