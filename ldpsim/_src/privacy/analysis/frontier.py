@@ -348,7 +348,7 @@ def frontier(mechanisms: Iterable[str], epsilons: Iterable[float], dims: Iterabl
         [check_positive_int("clients", n) for n in clients]
     check_positive_int("trials", trials)
     ks = [None] if projection_dims is None else \
-        [check_positive_int("projection_dim", k) for k in projection_dims]
+        list(dict.fromkeys(check_positive_int("projection_dim", k) for k in projection_dims))
     if projection_dims is not None and not set(mechanisms) & set(projection_dim_users()):
         raise LdpsimError(f"projection_dim applies to {', '.join(projection_dim_users())} only; "
                           f"none of {', '.join(mechanisms)} reads it")
