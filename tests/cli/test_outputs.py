@@ -65,3 +65,18 @@ def test_run_csv_widens_when_a_row_brings_new_columns(tmp_path):
     assert rows == [["round", "accuracy", "client_dp_delta"], ["5", "0.5", ""],
                     ["10", "0.6", "1e-05"], ["15", "", "1e-05"]]
     assert w.rows == 3 and not (tmp_path / "r.csv.tmp").exists()
+
+
+def test_a_run_that_fails_before_its_first_row_leaves_no_csv(tmp_path, capsys):
+    """A setting found wrong only once the data are loaded (bits too small for the cohort,
+    found by the engine's plan) fails with one line; no empty CSV is left, and the manifest
+    records the failure."""
+    import json
+
+    out = tmp_path / "r.csv"
+    rc = main(["run", "--dataset", "synthetic", "--model", "logreg", "--population", "20",
+               "--clients-per-round", "5", "--rounds", "1", "--privacy-mode", "discrete",
+               "--bits", "4", "--epsilon", "4", "--no-progress", "--out", str(out)])
+    assert rc == 2 and "bits = 4 too small" in capsys.readouterr().err
+    assert not out.exists()
+    assert json.loads(out.with_suffix(".manifest.json").read_text())["status"] == "failed"

@@ -482,6 +482,8 @@ class _CsvWriter:
 
     def close(self) -> None:
         self._file.close()
+        if self.rows == 0:   # failed or stopped before its first row: leave no empty CSV
+            self.path.unlink(missing_ok=True)
         if self._recorder is not None:
             manifest = self._recorder.manifest
             manifest["results"]["rows"] = self.rows
