@@ -97,6 +97,20 @@ def test_sigma_for_a_target_central_epsilon(neighbours):
     assert 2.0 - 1e-9 <= pld <= 2.0 + 2e-3           # PLD: pessimistic grid, tight
 
 
+@pytest.mark.parametrize("method", ["rdp", "pld"])
+def test_sigma_solved_by_the_chosen_accountant_certifies_the_target(method):
+    """With a looser accountant (RDP) the least σ that accountant certifies: its ε is at most
+    the target and within the bisection's tolerance of it; never below the exact σ."""
+    kw = dict(delta=1e-5, clip=1.0, clients=100, rounds=100, neighbours="replace")
+    exact = secagg_sigma(target_epsilon=2.0, **kw)
+    sigma = secagg_sigma(target_epsilon=2.0, method=method, **kw)
+    assert sigma >= exact
+    assert secagg_epsilon(sigma=sigma, method=method, **kw).epsilon <= 2.0
+    assert secagg_epsilon(sigma=sigma * (1 - 1e-5), method=method, **kw).epsilon > 2.0 or sigma == exact
+    if method == "rdp":   # RDP is looser than the exact composition here: more noise
+        assert sigma > 1.05 * exact
+
+
 def test_zero_rounds_and_one_client():
     assert secagg_epsilon(sigma=1.0, clip=1.0, clients=10, rounds=0, delta=1e-5).epsilon == 0
     one = secagg_epsilon(sigma=1.0, clip=1.0, clients=1, delta=1e-5, method="analytic")

@@ -351,7 +351,7 @@ def _secagg(args) -> dict:
         args.sigma = secagg_sigma(target_epsilon=args.target_epsilon, delta=args.delta,
                                   clip=args.clip, clients=args.clients, rounds=args.rounds,
                                   dropout=args.dropout, known_shares=args.known_shares,
-                                  neighbours=args.neighbours)
+                                  neighbours=args.neighbours, method=args.method)
     central = secagg_epsilon(sigma=args.sigma, clip=args.clip, clients=args.clients,
                              rounds=args.rounds, delta=args.delta, dropout=args.dropout,
                              survivors=args.survivors, known_shares=args.known_shares,

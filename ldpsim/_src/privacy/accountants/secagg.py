@@ -179,15 +179,19 @@ def secagg_epsilon(*, sigma: float, clip: float, clients: int, rounds: int = 1,
 
 def secagg_sigma(*, target_epsilon: float, delta: float, clip: float, clients: int,
                  rounds: int = 1, dropout: float = 0.0, known_shares: int = 0,
-                 neighbours: str = "replace") -> float:
+                 neighbours: str = "replace", method: str = "analytic") -> float:
     """Smallest per-client σ whose securely summed noise reaches ``target_epsilon`` centrally.
 
     Exact (analytic Gaussian calibration, Balle & Wang 2018): ``rounds`` Gaussians of std
     ``σ√(s − k)`` on sensitivity Δ are one Gaussian of std ``σ√((s − k)/rounds)``, so
     ``σ = σ_central·√rounds/√(s − k)`` with ``σ_central`` the analytic σ for (ε, δ) and Δ,
     ``s`` the worst-case survivors for ``dropout``. :func:`secagg_epsilon` with
-    ``method="analytic"`` gives back ``target_epsilon`` (PLD/RDP: at most slightly more).
+    ``method="analytic"`` gives back ``target_epsilon``. With ``method="pld"`` or ``"rdp"``
+    the σ is instead the least (bisection, relative tolerance 1e-6, from the exact σ up) whose
+    :func:`secagg_epsilon` by that accountant is ``≤ target_epsilon``: a bound looser than the
+    exact composition (RDP) asks for more noise to certify the same ε.
     """
+    check_choice("method", method, METHODS)
     check_choice("neighbours", neighbours, NEIGHBOURS)
     clip = check_positive("clip", clip)
     k = check_positive_int("rounds", rounds)
@@ -198,4 +202,19 @@ def secagg_sigma(*, target_epsilon: float, delta: float, clip: float, clients: i
                           f"survivors={s}; it must be < survivors")
     sensitivity = 2.0 * clip if neighbours == "replace" else clip
     central = analytic_gaussian_sigma(target_epsilon, delta, sensitivity)
-    return central * math.sqrt(k) / math.sqrt(s - shares)
+    exact = central * math.sqrt(k) / math.sqrt(s - shares)
+    if method == "analytic":
+        return exact
+
+    def eps(sigma):
+        return secagg_epsilon(sigma=sigma, clip=clip, clients=clients, rounds=k, delta=delta,
+                              dropout=dropout, known_shares=shares, neighbours=neighbours,
+                              method=method).epsilon
+
+    lo, hi = exact, exact
+    while eps(hi) > target_epsilon:
+        lo, hi = hi, hi * 1.25
+    while hi - lo > 1e-6 * hi:
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if eps(mid) > target_epsilon else (lo, mid)
+    return hi
