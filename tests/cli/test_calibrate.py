@@ -15,9 +15,9 @@ def test_json_gaussian(capsys):
     out = json.loads(capsys.readouterr().out)
     assert set(out) == {"mechanism", "epsilon", "delta", "clip", "neighbours", "sensitivity", "method", "sigma",
                         "achieved_epsilon", "achieved_delta", "ideal_epsilon", "ideal_delta",
-                        "sampler", "dim", "tail_mass", "sampler_delta_floor"}
+                        "sampler", "dim", "tail_mass", "sampler_delta_floor", "method_sigma"}
     assert out["neighbours"] == "replace" and out["sensitivity"] == 2.0 and out["method"] == "analytic"
-    assert out["sigma"] == pytest.approx(2 * 3.730632, rel=1e-6)
+    assert out["sigma"] == pytest.approx(2 * 3.730632, rel=1e-6) == out["method_sigma"]
 
 
 def test_json_laplace_and_mindspore(capsys):
@@ -75,3 +75,19 @@ def test_console_script_no_traceback():
     assert "Traceback" not in res.stderr and "epsilon" in res.stderr
     res = subprocess.run([*cmd, "calibrate", "--help"], capture_output=True, text=True)
     assert res.returncode == 0 and "--neighbours" in res.stdout
+
+
+def test_a_sigma_raised_for_the_samplers_tails_says_so(capsys):
+    """With JAX's own sampler (bounded float32 tails) the analytic sigma is raised far above
+    the real-valued one; the output names the raise and the default sampler's sigma. The
+    default sampler needs no raise here, and then no such line is printed."""
+    from ldpsim.cli import main
+
+    assert main(["calibrate", "--epsilon", "1", "--delta", "1e-5", "--clip", "1",
+                 "--sampler", "jax"]) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("raised"))
+    assert "x the analytic sigma of real-valued noise (7.46126)" in line
+    assert "the default sampler (tail) needs sigma 7.46126" in line
+    assert main(["calibrate", "--epsilon", "1", "--delta", "1e-5", "--clip", "1"]) == 0
+    assert "raised" not in capsys.readouterr().out

@@ -70,6 +70,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run)
 
 
+def realised_default() -> str:
+    from ldpsim._src.privacy.noise import realised
+
+    return realised.default_sampler("gaussian")
+
+
 def run(args: argparse.Namespace) -> int:
     from ldpsim._src.privacy.noise.calibration import (
         CalibrationShortfallWarning,
@@ -127,6 +133,20 @@ def run(args: argparse.Namespace) -> int:
     print(f"sampler      {cal.sampler}, for updates of up to {cal.dim:,} coordinates: "
           f"neighbours told apart with probability <= {cal.tail_mass:.3g} per release "
           f"(bounded tails; at least {floor:.3g})")
+    if cal.mechanism == "gaussian" and cal.method_sigma and cal.sigma > cal.method_sigma * (1 + 1e-6):
+        ratio = cal.sigma / cal.method_sigma
+        how = f"{ratio:.3g}x" if ratio >= 1.01 else f"{100 * (ratio - 1):.2g} % above"
+        other = ""
+        if cal.sampler != realised_default():
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                tail = calibrate(args.mechanism, epsilon=args.epsilon, delta=args.delta,
+                                 clip=args.clip, method=args.method, neighbours=args.neighbours,
+                                 dim=args.dim)
+            other = f"; the default sampler ({tail.sampler}) needs sigma {tail.sigma:.6g}"
+        print(f"raised       sigma is {how} the {cal.method} sigma of real-valued noise "
+              f"({cal.method_sigma:.6g}) so that the {cal.sampler} sampler's bounded tails "
+              f"deliver the request{other}")
     if cal.shortfall:
         print("shortfall    the noise MISSES the requested guarantee and delivers only the achieved "
               "one (use --method analytic)")

@@ -489,6 +489,9 @@ class Calibration:
             given).
         tail_mass: η of one release (:class:`ldpsim._src.privacy.noise.realised.AdditiveRealisation`):
             the probability that a neighbour's release lands where this input's cannot.
+        method_sigma: Gaussian, the method's σ for ideal real-valued noise; ``sigma`` is
+            larger when the analytic calibration raised it so that the sampler's bounded
+            tails deliver the request (None for Laplace).
     """
 
     mechanism: str
@@ -507,6 +510,7 @@ class Calibration:
     sampler: str | None = None
     dim: int | None = None
     tail_mass: float | None = None
+    method_sigma: float | None = None
 
     @property
     def noise_std(self) -> float:
@@ -527,14 +531,15 @@ class Calibration:
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready dict of the fields.
 
-        Gaussian has key ``sigma``, Laplace has key ``scale``; both have
+        Gaussian has keys ``sigma`` and ``method_sigma``, Laplace has key ``scale``; both have
         ``achieved_epsilon``/``achieved_delta`` (what runs) and ``ideal_epsilon``/
         ``ideal_delta``, ``sampler``, ``dim`` and ``tail_mass``; an infinite ε (no ε
         delivers the requested δ, e.g. ``classic`` at δ = 1e-300 whose σ the sampler's reach
         cannot support) is the string ``"inf"``.
         """
         out = dataclasses.asdict(self)
-        out.pop("scale" if self.mechanism == "gaussian" else "sigma")
+        for key in (("scale",) if self.mechanism == "gaussian" else ("sigma", "method_sigma")):
+            out.pop(key)
         for key in ("achieved_epsilon", "ideal_epsilon"):   # JSON has no infinity
             if isinstance(out[key], float) and math.isinf(out[key]):
                 out[key] = "inf"
@@ -633,7 +638,7 @@ def calibrate(
     sampler = realised.default_sampler("gaussian") if sampler is None else sampler
     check_choice("sampler", sampler, realised.SAMPLERS["gaussian"])
     d = realised.check_dim(dim)
-    sigma = _GAUSSIAN[method](epsilon, delta, sens)
+    sigma = method_sigma = _GAUSSIAN[method](epsilon, delta, sens)
     if method == "analytic":   # the smallest σ whose realised δ at ε is ≤ δ
         shift = realised.gaussian_shift_for(epsilon, delta, sampler, d, sens / sigma)
         if shift < sens / sigma:
@@ -660,4 +665,5 @@ def calibrate(
         achieved_epsilon=achieved_epsilon, achieved_delta=achieved_delta,
         ideal_epsilon=ideal_epsilon, ideal_delta=ideal_delta, sampler=sampler, dim=d,
         tail_mass=realised.additive_realisation("gaussian", sampler, sens / sigma, d).tail_mass,
+        method_sigma=method_sigma,
     )
