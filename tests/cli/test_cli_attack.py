@@ -42,6 +42,11 @@ CASES = [
     ("model-unknown", BASE + " --model resnet", ("--model",)),
     ("out-folder", "attack --no-progress --out {tmp}", ("--out", "is a folder")),
     ("plot-folder", BASE + " --plot {tmp}", ("--plot", "is a folder")),
+    ("plot-suffix", BASE + " --plot {tmp}/a.xyz", ("--plot", ".png", "a.xyz")),
+    ("plot-no-suffix", BASE + " --plot {tmp}/a", ("--plot", ".png")),
+    ("out-suffix", "attack --no-progress --out {tmp}/a.png", ("--out", ".csv")),
+    ("lr-lbfgs", BASE + " --lr 0.5", ("--lr", "lbfgs", "--optimizer adam")),
+    ("delta-pure", BASE + " --mechanism laplace --delta 1e-3", ("--delta", "gaussian", "laplace")),
 ]
 
 

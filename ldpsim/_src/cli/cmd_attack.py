@@ -100,13 +100,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--method", choices=("idlg", "dlg"), default="idlg", help="default idlg")
     p.add_argument("--optimizer", choices=("lbfgs", "adam"), default="lbfgs", help="default lbfgs")
     p.add_argument("--steps", type=int, default=100, help="optimiser steps (default 100)")
-    p.add_argument("--lr", type=float, default=0.1, help="Adam's learning rate (default 0.1)")
+    p.add_argument("--lr", type=float, default=None,
+                   help="Adam's learning rate (default 0.1; --optimizer adam only: L-BFGS uses "
+                        "its line search)")
     p.add_argument("--clip", type=float, default=1.0, help="clip bound C (default 1)")
-    p.add_argument("--delta", type=float, default=1e-5, help="delta of (eps, delta) mechanisms")
+    p.add_argument("--delta", type=float, default=None,
+                   help="delta of the (eps, delta) mechanisms, gaussian (default 1e-5; the pure "
+                        "ones' delta column is their float sampler's realised delta)")
     p.add_argument("--neighbours", choices=("replace", "add-remove"), default="replace",
                    help="neighbouring relation the noise is calibrated for (default replace)")
-    p.add_argument("--out", default="attack.csv", help="tidy CSV (default attack.csv)")
-    p.add_argument("--plot", default=None, help="PNG of example reconstructions per epsilon")
+    p.add_argument("--out", default="attack.csv", help="tidy CSV, ends in .csv (default attack.csv)")
+    p.add_argument("--plot", default=None,
+                   help="figure of example reconstructions per epsilon (.png, .svg or .pdf)")
     p.add_argument("--no-progress", action="store_true", help="no per-cell progress lines")
     p.set_defaults(handler=run)
 
@@ -115,11 +120,25 @@ def _check(args: argparse.Namespace) -> None:
     from ldpsim._src._checks import (LdpsimError, check_open_unit, check_positive,
                                      check_positive_int)
 
+    from pathlib import Path
+
+    from ldpsim._src.plots.figures import FORMATS
+
     check_positive_int("trials", args.trials)
     check_positive_int("steps", args.steps)
-    check_positive("lr", args.lr)
+    if args.lr is not None:
+        if args.optimizer != "adam":
+            raise LdpsimError(f"--lr is Adam's learning rate; --optimizer {args.optimizer} uses "
+                              "its line search: remove --lr or pass --optimizer adam")
+        check_positive("lr", args.lr)
     check_positive("clip", args.clip)
-    check_open_unit("delta", args.delta)
+    if args.delta is not None:
+        check_open_unit("delta", args.delta)
+    if Path(args.out).suffix.lower() != ".csv":
+        raise LdpsimError(f"--out must end in .csv; got {args.out!r}")
+    if args.plot is not None and Path(args.plot).suffix.lower() not in FORMATS:
+        raise LdpsimError(f"--plot must end in {', '.join(FORMATS)} (the format is taken from "
+                          f"the suffix); got {args.plot!r}")
     if args.seed < 0:
         raise LdpsimError(f"seed must be >= 0; got {args.seed}")
     for e in args.epsilons:
@@ -137,6 +156,12 @@ def _check(args: argparse.Namespace) -> None:
     for m in args.mechanism:
         if m not in known:
             raise LdpsimError(f"unknown mechanism {m!r}; one of {', '.join(known)}")
+    from ldpsim._src.privacy import registry
+
+    readers = [m for m in known if registry.randomizer(m).uses("delta")]
+    if args.delta is not None and not set(args.mechanism) & set(readers):
+        raise LdpsimError(f"--delta applies to {', '.join(readers)} only (the others are pure "
+                          f"epsilon-LDP); --mechanism {','.join(args.mechanism)} does not read it")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -149,24 +174,38 @@ def run(args: argparse.Namespace) -> int:
     if args.epsilons is None:
         args.epsilons = list(DEFAULT_EPSILONS)
     _check(args)
+    lr = 0.1 if args.lr is None else args.lr
+    delta = 1e-5 if args.delta is None else args.delta
     from ldpsim._src.data.registry import load_dataset
     from ldpsim._src.models import get_model
 
     ds = load_dataset(args.dataset, args.data_dir)
     model = get_model(args.model, input_shape=ds.input_shape, num_classes=ds.num_classes)
     config = InversionConfig(method=args.method, optimizer=args.optimizer, steps=args.steps,
-                             learning_rate=args.lr)
+                             learning_rate=lr)
     seeds = list(range(args.seed, args.seed + args.trials))
     t0 = time.perf_counter()
+    from ldpsim._src import _interrupt
+
     out = open(args.out, "w", newline="")
     writer = csv.DictWriter(out, fieldnames=COLUMNS)
     writer.writeheader()
+    saved = {"rows": 0}
+
+    def note() -> None:
+        _interrupt.note(f"{saved['rows']} rows of finished trials saved in {args.out} (no "
+                        "figure); a rerun starts again")
+
+    note()
 
     cell_rows: list[dict] = []
 
     def on_row(row: dict) -> None:
-        writer.writerow(row)
-        out.flush()
+        with _interrupt.critical():
+            writer.writerow(row)
+            out.flush()
+            saved["rows"] += 1
+        note()
         cell_rows.append(row)
         if row["seed"] != seeds[-1]:
             return
@@ -187,7 +226,7 @@ def run(args: argparse.Namespace) -> int:
     with out:
         _, kept = run_grid(ds.x_train, ds.y_train, model=model, epsilons=args.epsilons,
                            mechanisms=args.mechanism, examples=args.examples,
-                           clients=args.clients, seeds=seeds, delta=args.delta, clip=args.clip,
+                           clients=args.clients, seeds=seeds, delta=delta, clip=args.clip,
                            neighbours=args.neighbours, config=config, on_row=on_row,
                            on_skip=on_skip,
                            keep=(lambda r: r["seed"] == seeds[0]) if args.plot else None)
