@@ -30,7 +30,8 @@ additive noise on this pair, and bit-for-bit the full randomizer's first coordin
 with --dim the real randomizer runs on a d-coordinate update. The sampler's tail bound
 is used as the support of the output (beyond it an output is impossible, not merely
 unseen), which lets a bounded-tail sampler be refuted outright (epsilon_lb = inf).
---strict makes a refuted claim exit with status 1. JSON writes inf as Infinity.
+--strict makes a refuted claim exit with status 1. JSON writes inf as Infinity and an
+estimate the run could not make (NaN) as null.
 
 --pipeline: audit a whole local-DP FedAvg run of the engine instead of one randomizer.
   ldpsim audit --pipeline --epsilon 4 --total-epsilon --rounds 4 --canaries 4000
@@ -165,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
         method=args.method, impl=args.sampler, use_support=not args.no_support,
     )
     if args.json:
-        print(json.dumps(report.to_dict()))
+        print(_json(report.to_dict()))
     else:
         _print(report)
     return 1 if args.strict and report.refuted else 0
@@ -281,11 +282,25 @@ def run_pipeline(args: argparse.Namespace) -> int:
                                 observe=args.observe or "reports", select_fraction=select,
                                 planted_bug=args.planted_bug)
     if args.json:
-        print(json.dumps(report.to_dict()))
+        print(_json(report.to_dict()))
     else:
         _print_pipeline(report)
     refuted = report.refuted or report.refuted_gdp
     return 1 if args.strict and refuted else 0
+
+
+def _json(record: dict) -> str:
+    """One JSON object; a NaN (an estimate the run could not make) is null, inf is Infinity."""
+    def clean(v):
+        if isinstance(v, float) and math.isnan(v):
+            return None
+        if isinstance(v, dict):
+            return {k: clean(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [clean(x) for x in v]
+        return v
+
+    return json.dumps(clean(record))
 
 
 def _print_pipeline(a) -> None:
@@ -296,6 +311,10 @@ def _print_pipeline(a) -> None:
     verdict = ("REFUTED (epsilon_lb > claimed)" if a.refuted else
                "REFUTED under the GDP assumption only" if a.refuted_gdp else
                "not refuted (a lower bound cannot prove the claim)")
+    if not (a.refuted or a.refuted_gdp) and a.epsilon_cap <= a.epsilon_claimed:
+        verdict += (f"; this run could not have refuted it: with {a.guesses} guesses its bound "
+                    f"is at most {_fmt(a.epsilon_cap)}, not above the claimed "
+                    f"{_fmt(a.epsilon_claimed)} (more --canaries)")
     rows = [
         ("pipeline", f"LDP-FedAvg, {a.mechanism}, clip {a.clip:g}, {a.neighbours} (sensitivity "
                      f"{a.sensitivity:g}), sigma {a.sigma:.6g}"
