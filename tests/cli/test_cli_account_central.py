@@ -128,3 +128,19 @@ def test_bad_input_is_one_line(argv, words):
     assert len(lines) == 1 and "error" in lines[0], where
     for word in words:
         assert word in lines[0], where
+
+
+def test_shuffle_closed_form_that_applies_to_no_epsilon0_says_so(capsys):
+    from ldpsim.cli import main
+
+    assert main(["account", "shuffle", "--epsilon0", "1", "--clients", "1", "--delta", "1e-6"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("closed form"))
+    assert "applies to no epsilon0 at 1 reports" in line and "<= -" not in line
+
+
+def test_laplace_with_analytic_composition_names_the_real_problem(capsys):
+    from ldpsim.cli import main
+
+    assert main(["account", "ldp", "--mechanism", "laplace", "--scale", "1", "--sensitivity", "2",
+                 "--method", "analytic"]) == 2
+    assert "method 'analytic' applies to the gaussian mechanism only" in capsys.readouterr().err

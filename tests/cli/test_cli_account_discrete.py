@@ -67,6 +67,9 @@ def test_text_output_names_bits_wrap_and_whole_run_epsilon():
     ("--granularity 0.01", "needs --bits"),
     ("--bits 40", "[2, 32]"),
     ("--population 10", "smaller than --clients"),
+    ("--bits 16 --granularity -1", "--granularity must be > 0"),
+    ("--mse-tolerance -1", "--mse-tolerance must be >= 0"),
+    ("--mse-tolerance nan", "--mse-tolerance must be >= 0"),
 ])
 def test_bad_input_is_one_clear_error(extra, msg):
     rc, out, err = _invoke(f"account ddg {BASE} {extra}")

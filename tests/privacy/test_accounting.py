@@ -207,7 +207,7 @@ def test_ldp_accountant():
     (lambda: ldp_epsilon(sigma=1.0, sensitivity=1.0, delta=1e-5, rounds=1.5), "rounds"),
     (lambda: ldp_epsilon(sigma=1.0, sensitivity=1.0, delta=1e-5, rounds=1, method="x"), "method"),
     (lambda: ldp_epsilon("laplace", scale=1.0, sensitivity=1.0, rounds=2, method="analytic",
-                         delta=1e-5), "mechanism='gaussian' only"),
+                         delta=1e-5), "the gaussian mechanism only"),
     (lambda: ldp_epsilon("laplace", sigma=1.0, sensitivity=1.0, rounds=2), "scale"),
     (lambda: dpsgd_epsilon(noise_multiplier=1.0, batch_size=0, num_examples=10, steps=1,
                            delta=1e-5), "batch_size"),

@@ -352,7 +352,7 @@ def audit_randomizer(
     else:
         if mechanism == "gaussian":
             if impl != sampling.resolve_impl(key, None):
-                raise LdpsimError("the full-mechanism path runs the randomizer's default sampler; drop impl or dim")
+                raise LdpsimError("the full-mechanism path (dim, --dim) runs the randomizer's default sampler; drop the sampler choice (impl, --sampler) or dim")
             mech = _mechanisms.gaussian_mechanism(clip=cal.clip, stddev=scale)
         else:
             mech = _mechanisms.laplace_mechanism(clip=cal.clip, scale=scale)

@@ -440,7 +440,7 @@ def audit_pipeline(config: SimulationConfig | Experiment, *, canaries: int = 100
         select_fraction = 0.0
     elif select_fraction == 0.0 or round(select_fraction * m) < 1 or round(select_fraction * m) >= m:
         raise LdpsimError(f"select_fraction={select_fraction:g} of {m} canaries leaves no "
-                          "selection or no evaluation canary; give guesses= or more canaries")
+                          "selection or no evaluation canary; use more canaries")
     norm = 2.0 * config.clip if canary_norm is None else check_positive("canary_norm", canary_norm)
 
     population, _, _ = build_data(config) if data is None else data

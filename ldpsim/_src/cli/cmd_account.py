@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 
 ORDER = 20
 
@@ -384,6 +385,10 @@ def _discrete(args) -> dict:
         raise LdpsimError(f"--bits must be an integer in [2, 32], got {args.bits}")
     if args.granularity is not None and args.bits is None:
         raise LdpsimError("--granularity needs --bits (the wrap bound depends on both)")
+    if args.granularity is not None and not (args.granularity > 0 and math.isfinite(args.granularity)):
+        raise LdpsimError(f"--granularity must be > 0 and finite, got {args.granularity:g}")
+    if not (args.mse_tolerance >= 0 and math.isfinite(args.mse_tolerance)):
+        raise LdpsimError(f"--mse-tolerance must be >= 0 and finite, got {args.mse_tolerance:g}")
     # Poisson cohorts fall short of --clients about half the time: the noise is counted from
     # the cohort size every round reaches but with a probability charged to delta
     # (accounting.cohort_floor); population N = --population, or --clients/--sampling-rate
@@ -509,8 +514,10 @@ def _print_central(out: dict) -> None:
             print(f"central epsilon  {out['epsilon']:.6g}   at delta {out['delta']:.3g}, "
                   f"{out['clients']} shuffled reports ({out['analysis']})")
         if out["closed_form_epsilon"] is None:
-            print(f"closed form      n/a (Thm. 3.1 needs epsilon0 <= "
-                  f"{out['closed_form_max_epsilon0']:.4g})")
+            cap = out["closed_form_max_epsilon0"]
+            print("closed form      n/a (" + (f"Thm. 3.1 needs epsilon0 <= {cap:.4g})" if cap > 0
+                  else f"Thm. 3.1 applies to no epsilon0 at {out['clients']} reports and delta "
+                       f"{out['delta']:.3g})"))
         else:
             print(f"closed form      {out['closed_form_epsilon']:.6g}   (one round, Thm. 3.1, "
                   "a looser cross-check)")

@@ -520,11 +520,11 @@ def ldp_epsilon(
         return PrivacyReport(k * per_round.epsilon, min(1.0, k * per_round.delta), method,
                              neighbouring, k, {**info, "epsilon_per_round": per_round.epsilon,
                                                "delta_per_round": per_round.delta})
-    if mechanism == "laplace" and delta == 0.0:
-        raise LdpsimError("rdp/pld/analytic composition of Laplace needs delta in (0, 1); "
-                          "use method='basic' for pure ε-DP")
     if method == "analytic" and mechanism != "gaussian":
-        raise LdpsimError("method='analytic' applies to mechanism='gaussian' only")
+        raise LdpsimError("method 'analytic' applies to the gaussian mechanism only")
+    if mechanism == "laplace" and delta == 0.0:
+        raise LdpsimError("rdp/pld composition of Laplace needs delta in (0, 1); "
+                          "method 'basic' gives its pure ε-DP")
     budget = delta
     if sampler != "ideal" and k > 0:
         budget = realised.delta_budget(delta, extra["tail_mass"], extra["tail_scale"], k)
