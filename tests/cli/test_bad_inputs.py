@@ -373,6 +373,9 @@ CASES = [
     C("plot-where-unknown-column", PLOT + " --where nosuch=1", "nosuch"),
     C("plot-where-no-rows", PLOT + " --where epsilon=12345", "no rows"),
     C("plot-metric-unknown", PLOT + " --metric nosuch", "--metric", "nosuch"),
+    C("plot-metric-text", PLOT + " --metric cell", "--metric cell", "no numbers"),
+    C("plot-metric-noise-kind", PLOT.replace("{results}", "{noise_csv}")
+      .replace("convergence", "noise-vs-clients") + " --metric loss", "--metric", "noise norm"),
     C("plot-noise-table-as-accuracy", PLOT.replace("{results}", "{noise_csv}")
       .replace("convergence", "accuracy-vs-epsilon"), "accuracy-vs-epsilon"),
     C("plot-wrong-columns", PLOT.replace("{results}", "{text}"), "convergence"),

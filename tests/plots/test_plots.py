@@ -175,3 +175,18 @@ def test_cli_plot(results, tmp_path, capsys):
     assert out.stat().st_size > 5_000
     assert main(["plot", str(results), "--kind", "convergence", "--out", str(tmp_path / "x.gif")]) == 2
     assert ".png" in capsys.readouterr().err
+
+
+def test_cli_plot_warns_when_where_drops_the_non_private_runs(tmp_path, capsys):
+    """ε = ∞ runs read mechanism 'none': ``--where mechanism=gaussian`` keeps none of them,
+    and the command says the figure lost its non-private reference; a filter that keeps
+    them says nothing."""
+    path = tmp_path / "r.csv"
+    _sweep_like_table().to_csv(path, index=False)
+    out = tmp_path / "c.png"
+    assert main(["plot", str(path), "--kind", "convergence", "--where", "mechanism=gaussian",
+                 "--out", str(out)]) == 0
+    assert "no non-private reference" in capsys.readouterr().err
+    assert main(["plot", str(path), "--kind", "convergence", "--where", "clients_per_round=10",
+                 "--out", str(out)]) == 0
+    assert "warning" not in capsys.readouterr().err

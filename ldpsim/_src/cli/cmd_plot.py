@@ -13,7 +13,7 @@ KINDS = ("accuracy-vs-epsilon", "accuracy-vs-clients", "noise-vs-clients", "conv
 _EPILOG = """\
 examples:
   ldpsim plot results/sweep.csv --kind accuracy-vs-epsilon --out fig/acc_eps.png
-  ldpsim plot results/sweep.csv --kind convergence --metric loss --where mechanism=gaussian --out conv.pdf
+  ldpsim plot results/sweep.csv --kind convergence --metric loss --where clients_per_round=100 --out conv.pdf
   ldpsim plot noise.csv --kind noise-vs-clients --out noise.svg
   ldpsim plot results/sweep.csv --kind accuracy-vs-epsilon --epsilon-axis total --out acc_total.png
 
@@ -74,6 +74,17 @@ def run(args: argparse.Namespace) -> int:
     df, warning = incomplete_cells(args.results, text, df)
     if warning:
         print(f"ldpsim plot: warning: {warning}", file=sys.stderr)
+    if where and "epsilon" in df.columns:
+        import pandas as pd
+
+        from ldpsim._src.plots.figures import _filter
+
+        eps = pd.to_numeric(df["epsilon"], errors="coerce")
+        kept = pd.to_numeric(_filter(df, where)["epsilon"], errors="coerce")
+        if (eps == float("inf")).any() and not (kept == float("inf")).any():
+            print("ldpsim plot: warning: --where " + " ".join(f"{k}={v}" for k, v in where.items())
+                  + " leaves out every run without noise (epsilon inf, whose mechanism column "
+                  "reads none): the figure has no non-private reference", file=sys.stderr)
     plot(df, args.kind, args.out, metric=args.metric, where=where, title=args.title,
          epsilon_axis=args.epsilon_axis)
     print(f"wrote {args.out}", file=sys.stderr)

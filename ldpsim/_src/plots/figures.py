@@ -633,9 +633,16 @@ def plot(
     if out is not None and Path(out).suffix.lower() not in FORMATS:
         raise LdpsimError(f"--out must end in {', '.join(FORMATS)} (the format is taken from the suffix); got {str(out)!r}")
     df = _filter(load_results(data), where)
+    if kind == "noise-vs-clients" and metric != "accuracy":
+        raise LdpsimError(f"--metric applies to the accuracy and convergence kinds; "
+                          f"{kind} always plots the noise norm")
     if kind != "noise-vs-clients" and metric != "accuracy" and metric not in df.columns:
         raise LdpsimError(f"--metric {metric}: no column {metric!r} in the table (it has: "
                           f"{', '.join(map(str, df.columns))})")
+    if (kind != "noise-vs-clients" and metric in df.columns
+            and pd.to_numeric(df[metric], errors="coerce").notna().sum() == 0):
+        raise LdpsimError(f"--metric {metric}: the column has no numbers to plot "
+                          "(choose a numeric column such as accuracy, loss or snr)")
     if kind == "accuracy-vs-epsilon":
         fig = _accuracy_vs_epsilon(df, metric, title, epsilon_axis)
     elif kind == "accuracy-vs-clients":
