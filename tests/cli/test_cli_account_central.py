@@ -144,3 +144,13 @@ def test_laplace_with_analytic_composition_names_the_real_problem(capsys):
     assert main(["account", "ldp", "--mechanism", "laplace", "--scale", "1", "--sensitivity", "2",
                  "--method", "analytic"]) == 2
     assert "method 'analytic' applies to the gaussian mechanism only" in capsys.readouterr().err
+
+
+def test_account_ldp_calibration_without_an_epsilon_to_calibrate_is_refused(capsys):
+    from ldpsim.cli import main
+
+    assert main(["account", "ldp", "--sigma", "4", "--clip", "1", "--delta", "1e-5",
+                 "--calibration", "classic"]) == 2
+    assert "--calibration" in capsys.readouterr().err
+    assert main(["account", "ldp", "--epsilon", "0.5", "--clip", "1", "--delta", "1e-5",
+                 "--calibration", "classic", "--json"]) == 0

@@ -79,7 +79,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ldp.add_argument("--sensitivity", type=float, default=None,
                      help="the sensitivity itself, instead of --clip and --neighbours")
     ldp.add_argument("--calibration", choices=("analytic", "classic", "mindspore"),
-                     default="analytic", help="Gaussian calibration of --epsilon")
+                     default=None, help="Gaussian calibration of --epsilon (default analytic; "
+                                        "with --epsilon and --mechanism gaussian only)")
     ldp.add_argument("--rounds", type=int, default=1, help="rounds the client took part in")
     ldp.add_argument("--delta", type=float, default=None,
                      help="delta (total; per round for --method basic)")
@@ -236,6 +237,10 @@ def _ldp(args) -> dict:
         raise LdpsimError("--neighbours goes with --clip (it turns C into the sensitivity); "
                           "remove it or give --clip instead of --sensitivity")
     sens, _ = resolve_sensitivity(args.sensitivity, args.clip, args.neighbours)
+    if args.calibration is not None and (args.epsilon is None or args.mechanism != "gaussian"):
+        raise LdpsimError("--calibration turns --epsilon into the gaussian sigma; with "
+                          + ("--sigma" if args.mechanism == "gaussian" else "--mechanism laplace")
+                          + " it does nothing: remove it")
     if args.epsilon is not None:   # the engine's calibration of a per-round epsilon
         if args.sampler == "ideal":
             raise LdpsimError("--epsilon calibrates for ldpsim's float32 sampler; give --sigma "
@@ -243,7 +248,8 @@ def _ldp(args) -> dict:
         cal = calibrate(args.mechanism, epsilon=args.epsilon,
                         delta=args.delta if args.mechanism == "gaussian" else None,
                         sensitivity=sens, neighbours=args.neighbours or "replace",
-                        method=args.calibration if args.mechanism == "gaussian" else None,
+                        method=(args.calibration or "analytic") if args.mechanism == "gaussian"
+                        else None,
                         dim=args.dim, sampler=args.sampler)
         args.sigma, args.scale = cal.sigma, cal.scale
     out = ldp_epsilon(args.mechanism, clip=args.clip, neighbours=args.neighbours,
