@@ -107,7 +107,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     steps = sgd.add_mutually_exclusive_group(required=True)
     steps.add_argument("--steps", type=int)
     steps.add_argument("--epochs", type=int,
-                       help="steps = epochs * floor(num_examples / batch_size)")
+                       help="steps = epochs * floor(num_examples / batch_size) (--method "
+                            "mindarmour: one more per epoch, as its monitor counts)")
     _sampled_common(sgd, extra_methods=("mindarmour",))
 
     shuf = kinds.add_parser(
@@ -310,7 +311,8 @@ def _dpsgd(args) -> dict:
                 "neighbouring": NEIGHBOURING, "count": monitor.steps_composed,
                 "noise_multiplier": args.noise_multiplier, "batch_size": args.batch_size,
                 "num_examples": args.num_examples, "epochs": args.epochs,
-                "note": "MindArmour window quirk: P+1 steps composed per epoch of P steps"}
+                "note": "MindArmour's window quirk: P + 1 steps composed per epoch of P = "
+                        "floor(num_examples / batch_size)"}
     common = dict(batch_size=args.batch_size, num_examples=args.num_examples, steps=steps,
                   delta=args.delta, sampling=args.sampling, method=args.method)
     if args.target_epsilon is None:
@@ -584,7 +586,8 @@ def run(args: argparse.Namespace) -> int:
     if "target_epsilon" in out:
         print(f"noise_mult.   {out['noise_multiplier']:.6g}   (smallest z reaching "
               f"epsilon {out['target_epsilon']:g})")
-    print(f"method        {out['method']}, {out['count']} composition(s)")
+    print(f"method        {out['method']}, {out['count']} composition(s)"
+          + (f"   ({out['note']})" if "note" in out else ""))
     print(f"neighbouring  {out['neighbouring']}")
     if "sampler_delta_floor" in out:
         if out.get("sampler") == "ideal":
