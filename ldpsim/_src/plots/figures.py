@@ -230,6 +230,12 @@ def _mean_std(df: pd.DataFrame, keys: list[str], value: str) -> pd.DataFrame:
     return out
 
 
+def _metric_title(metric: str) -> str:
+    """A metric's name at the head of a title: ``Accuracy``, ``Loss``, ``SNR``; a column's
+    own spelling otherwise."""
+    return {"snr": "SNR", "accuracy": "Accuracy", "loss": "Loss"}.get(metric, metric)
+
+
 def _eps_label(eps: float) -> str:
     return NO_PRIVACY_LABEL if math.isinf(eps) else f"ε = {eps:g}"
 
@@ -400,7 +406,7 @@ def _accuracy_vs_epsilon(df: pd.DataFrame, metric: str, title: str | None,
     ax.set_xlabel(_X_LABEL_TOTAL if total else _X_LABEL_EPS)
     ax.set_ylabel(f"final {METRIC_LABELS.get(metric, metric)}")
     what = "total ε spent" if total else "per-round ε"
-    ax.set_title(title or f"{metric.capitalize()} vs {what} ({_seeds_note(df)})")
+    ax.set_title(title or f"{_metric_title(metric)} vs {what} ({_seeds_note(df)})")
     ax.grid(True, alpha=0.3)
     _legend(ax, title="clients per round" if series == ["clients_per_round"] else None, **_LEGEND_OUTSIDE)
     return fig
@@ -431,7 +437,7 @@ def _accuracy_vs_clients(df: pd.DataFrame, metric: str, title: str | None) -> Fi
     _plain_log_ticks(ax, stats["clients_per_round"])
     ax.set_xlabel(_X_LABEL_CLIENTS)
     ax.set_ylabel(f"final {METRIC_LABELS.get(metric, metric)}")
-    ax.set_title(title or f"{metric.capitalize()} vs clients per round ({_seeds_note(df)})")
+    ax.set_title(title or f"{_metric_title(metric)} vs clients per round ({_seeds_note(df)})")
     ax.grid(True, alpha=0.3)
     _legend(ax, title="local ε per round" if series and series[0] == "epsilon" else None,
             **_LEGEND_OUTSIDE)
@@ -485,8 +491,8 @@ def _convergence(df: pd.DataFrame, metric: str, title: str | None) -> Figure:
                 handles.append(h)
                 labels.append(lab)
     handles, labels = _reference_last(handles, labels)
-    per_round = " (ε: local ε per round)" if "epsilon" in series else ""
-    fig.suptitle(title or f"Convergence ({_seeds_note(df)}){per_round}")
+    per_round = "; ε: local ε per round" if "epsilon" in series else ""
+    fig.suptitle(title or f"Convergence ({_seeds_note(df)}{per_round})")
     fig.tight_layout()
     # Below the panels, never over the data (saved with bbox_inches="tight").
     fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0),
