@@ -190,3 +190,18 @@ def test_cli_plot_warns_when_where_drops_the_non_private_runs(tmp_path, capsys):
     assert main(["plot", str(path), "--kind", "convergence", "--where", "clients_per_round=10",
                  "--out", str(out)]) == 0
     assert "warning" not in capsys.readouterr().err
+
+
+def test_a_mode_without_a_local_epsilon_plots_by_clients(tmp_path):
+    """Central, distributed and MindSpore runs write epsilon as NaN (their budget is the noise
+    multiplier): the figures that do not need ε draw them (one series), and
+    accuracy-vs-epsilon says why it cannot."""
+    df = _sweep_like_table()
+    df = df[df["epsilon"] == 10.0].assign(epsilon=math.nan, privacy_mode="central",
+                                          noise_multiplier=1.0, theory_noise_norm=1.0,
+                                          signal_norm=0.5)
+    for kind in ("accuracy-vs-clients", "convergence", "noise-vs-clients"):
+        plot(df, kind, tmp_path / f"{kind}.png")
+        assert (tmp_path / f"{kind}.png").stat().st_size > 0
+    with pytest.raises(LdpsimError, match="no local epsilon \\(central"):
+        plot(df, "accuracy-vs-epsilon")

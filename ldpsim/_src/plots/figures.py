@@ -639,6 +639,16 @@ def plot(
     if out is not None and Path(out).suffix.lower() not in FORMATS:
         raise LdpsimError(f"--out must end in {', '.join(FORMATS)} (the format is taken from the suffix); got {str(out)!r}")
     df = _filter(load_results(data), where)
+    if "epsilon" in df.columns and pd.to_numeric(df["epsilon"], errors="coerce").isna().all():
+        # a mode without a local ε (central, distributed, MindSpore: their budget is the
+        # noise multiplier or dp_eps) writes ε as NaN: it labels no series
+        df = df.drop(columns="epsilon")
+        if kind == "accuracy-vs-epsilon":
+            modes = ", ".join(sorted(map(str, df["privacy_mode"].unique()))) \
+                if "privacy_mode" in df.columns else "these runs"
+            raise LdpsimError(f"--kind accuracy-vs-epsilon: the runs have no local epsilon "
+                              f"({modes}: the budget is the noise multiplier or dp_eps); draw "
+                              "accuracy-vs-clients or convergence")
     if kind == "noise-vs-clients" and metric != "accuracy":
         raise LdpsimError(f"--metric applies to the accuracy and convergence kinds; "
                           f"{kind} always plots the noise norm")
