@@ -98,3 +98,11 @@ def test_run_help_names_every_mode_that_reads_epsilon():
     readers = [m.name for m in registry.MODES if "epsilon" in m.settings]
     assert readers == ["ldp", "discrete"]
     assert "--epsilon is used by ldp and discrete only" in text
+
+
+def test_run_help_names_every_model():
+    from ldpsim._src.models import MODEL_NAMES
+
+    text = " ".join(build_parser()._subparsers._group_actions[0].choices["run"].format_help().split())
+    for name in MODEL_NAMES:
+        assert f" {name}," in text or f" {name} " in text, name

@@ -98,7 +98,8 @@ _OPTIONS = (
      "how examples go to clients (sampled: virtual population of any size)"),
     ("--alpha", "alpha", float, None, "Dirichlet label-skew concentration for dirichlet and "
                                       "sampled partitions (inf = IID)"),
-    ("--model", "model", str, None, "model: lenet5, mlp, logreg, char_lstm, lstm_fedavg, or auto (LeNet-5 for images, "
+    ("--model", "model", str, None, "model: lenet5, mlp, mlp128, logreg, femnist_cnn, char_lstm, "
+     "lstm_fedavg, or auto (LeNet-5 for images, the LEAF CNN femnist_cnn for 62-class ones, "
      "char_lstm for token sequences such as shakespeare, MLP for feature vectors)"),
     ("--population", "population", int, None, "number of clients N"),
     ("--examples-per-client", "examples_per_client", int, None, "examples per client (sampled partition)"),
