@@ -146,10 +146,23 @@ def test_total_epsilon_by_pld_is_dp_accountings():
     finals = final_accuracy(_table())
     pld = total_epsilon(finals[finals["setting"] == "replace"])  # default method: PLD
     assert pld["method"].iloc[0] == "pld"
-    direct = ldp_epsilon("gaussian", sensitivity=2.0, rounds=10, delta=1e-5, sigma=4.0, method="pld")
+    direct = ldp_epsilon("gaussian", sensitivity=2.0, rounds=10, delta=1e-5, sigma=4.0, method="pld",
+                         sampler="ideal")
     assert pld["epsilon_total"].iloc[0] == direct.epsilon
     exact = analytic_gaussian_epsilon(2.0 / math.sqrt(10), 1e-5)
     assert exact <= direct.epsilon <= exact * 1.01  # PLD is a (tight) upper bound
+
+
+def test_total_epsilon_is_the_ideal_gaussians_where_the_float_sampler_has_none():
+    """At a small σ the float32 sampler's bounded tails leave no finite ε after 100 rounds
+    (the runs' own epsilon_spent is inf there); the total is the ideal Gaussian's, finite."""
+    finals = final_accuracy(_table())
+    g = finals[finals["setting"] == "replace"].assign(sigma=0.1846, delta=5e-5, round=100)
+    row = total_epsilon(g, method="analytic").iloc[0]
+    assert ldp_epsilon("gaussian", sensitivity=2.0, rounds=100, delta=5e-5, sigma=0.1846,
+                       method="analytic").epsilon == INF   # the float sampler: none
+    want = analytic_gaussian_epsilon(0.1846 / 2.0 / math.sqrt(100), 5e-5)
+    assert row["epsilon_total"] == pytest.approx(want, rel=1e-9) and math.isfinite(want)
 
 
 def test_total_epsilon_composes_nearly_equal_sigmas_at_the_smallest():

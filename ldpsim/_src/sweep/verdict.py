@@ -335,7 +335,8 @@ def total_epsilon(finals: pd.DataFrame, *, method: str = "pld") -> pd.DataFrame:
             values[column] = float(uniq[0])
         rounds = int(values["round"])
         report = ldp_epsilon("gaussian", sensitivity=values["sensitivity"], rounds=rounds,
-                             delta=values["delta"], sigma=values["sigma"], method=method)
+                             delta=values["delta"], sigma=values["sigma"], method=method,
+                             sampler="ideal")   # the ideal Gaussian; the runs' own is beside it
         spent = g["epsilon_spent"].astype(float) if "epsilon_spent" in g else pd.Series([math.nan])
         part = g["max_participation"].astype(float) if "max_participation" in g else pd.Series([math.nan])
         floor = g["sampler_delta_floor"].astype(float).max() if "sampler_delta_floor" in g else math.nan
