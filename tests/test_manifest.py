@@ -21,7 +21,8 @@ from ldpsim._src.fl.config import SimulationConfig
 
 TOP_LEVEL = {"ldpsim_manifest", "kind", "status", "started_at", "ended_at", "wall_seconds",
              "error", "command_line", "command", "cwd", "results", "configuration", "seeds",
-             "data", "privacy", "software", "hardware", "environment", "earlier_sessions"}
+             "data", "privacy", "software", "hardware", "environment", "earlier_sessions",
+             "resolved"}
 SOFTWARE = {"ldpsim", "git_commit", "git_dirty", "python", "python_implementation", "jax",
             "jaxlib", "flax", "optax", "dp-accounting", "numpy", "scipy"}
 HARDWARE = {"backend", "device_count", "device_kinds", "process_count", "cpu_model",
@@ -57,6 +58,7 @@ def test_run_manifest_has_every_field_and_recreates_the_run(tmp_path):
     assert m["status"] == "finished" and m["error"] is None
     assert m["started_at"] <= m["ended_at"] and m["wall_seconds"] > 0
     assert m["command_line"][:2] == ["ldpsim", "run"] and "--clip" in m["command"]
+    assert m["resolved"] == {"model": _rows(out)[-1]["model"]}
     assert m["results"] == {"csv": str(out), "rows": 2}
     assert set(m["configuration"]) == {f.name for f in dataclasses.fields(SimulationConfig)}
     assert m["configuration"]["clip"] == 0.5 and m["configuration"]["alpha"] == "inf"

@@ -299,3 +299,5 @@ def test_cli_a_corrected_sweep_reruns_into_the_file_of_one_that_failed(tmp_path,
     assert len(pd.read_csv(out)) == 1
     manifest = json.loads(out.with_suffix(".manifest.json").read_text())
     assert manifest["status"] == "finished" and manifest["earlier_sessions"] == []
+    (key, resolved), = manifest["resolved"].items()   # what the cell ran with
+    assert resolved["model"] == "logreg" and resolved["local_steps"] >= 1

@@ -22,6 +22,10 @@ Fields (every one present; a value that cannot be known is ``null``):
                       fingerprint, the normalised grid and fixed settings
                       (:meth:`~ldpsim.sweep.SweepConfig.normalized`) and the cell keys;
                       ``dpsgd``: the DP-SGD configuration.
+``resolved``          what the configuration left to the data, as it ran: ``run``:
+                      ``{"model": ...}`` (``model = "auto"`` resolved); ``sweep``: per
+                      finished cell, its model and training settings (the dataset's
+                      defaults filled in); null until the first row.
 ``seeds``             the root seed(s).
 ``data``              per dataset: name, source, folder and per file its SHA-256 (and the
                       published digest the loader verifies it against; LEAF FEMNIST: the

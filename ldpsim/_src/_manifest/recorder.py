@@ -47,6 +47,7 @@ def collect(kind: str, configuration: Any, *, out: str | os.PathLike | None = No
         "cwd": os.getcwd(),
         "results": {"csv": None if out is None else os.fspath(out), "rows": 0},
         "configuration": jsonable(dict(configuration)),
+        "resolved": None,
         "seeds": [int(s) for s in seeds],
         "data": [dict(d) for d in data],
         "privacy": None,
@@ -87,6 +88,8 @@ class Recorder:
                 manifest["earlier_sessions"] = sessions
                 if isinstance(old.get("privacy"), Mapping) and "cells" in old["privacy"]:
                     manifest["privacy"] = {"cells": dict(old["privacy"]["cells"])}
+                    if isinstance(old.get("resolved"), Mapping):
+                        manifest["resolved"] = dict(old["resolved"])
 
     def update(self, **fields: Any) -> None:
         """Set top-level fields and write the file."""

@@ -451,6 +451,8 @@ class _CsvWriter:
             if self._writer is None:
                 self._writer = csv.DictWriter(self._file, fieldnames=list(row))
                 self._writer.writeheader()
+                if self._recorder is not None and "model" in row:   # model "auto", as it ran
+                    self._recorder.manifest["resolved"] = {"model": row["model"]}
             elif not set(row) <= set(self._writer.fieldnames):
                 self._widen(row)
             self._writer.writerow({k: ("" if isinstance(v, float) and math.isnan(v) else v)

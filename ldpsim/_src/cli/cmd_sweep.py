@@ -365,6 +365,20 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _resolved(cell, row: dict) -> dict:
+    """A cell's settings left to its data, as it ran: the model (``auto`` resolved, from its
+    rows) and the training settings with the dataset's defaults filled in."""
+    from ldpsim._src.fl.defaults import TRAINING_FIELDS
+    from ldpsim._src.sweep.engine import make_config
+
+    out = {"model": row.get("model")}
+    try:
+        config = make_config(dict(cell.params))
+    except Exception:   # noqa: BLE001 (a runner of other settings: the model only)
+        return out
+    return {**out, **{f: getattr(config, f) for f in TRAINING_FIELDS}}
+
+
 class _SweepManifest:
     """The sweep's manifest beside its CSV (ldpsim._src._manifest): written once the results file
     is open and locked (so a refused or concurrent sweep never touches another's), updated
@@ -417,6 +431,9 @@ class _SweepManifest:
             return
         manifest = self._recorder.manifest
         manifest["privacy"]["cells"][cell.key] = self._m.guarantee(rows[-1])
+        if not isinstance(manifest.get("resolved"), dict):
+            manifest["resolved"] = {}
+        manifest["resolved"][cell.key] = _resolved(cell, rows[-1])
         self._recorder.add_rows(len(rows))
         self._recorder.update()
 
