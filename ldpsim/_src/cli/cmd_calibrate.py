@@ -70,7 +70,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run)
 
 
-def realised_default() -> str:
+def _default_sampler() -> str:
     from ldpsim._src.privacy.noise import realised
 
     return realised.default_sampler("gaussian")
@@ -137,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
         ratio = cal.sigma / cal.method_sigma
         how = f"{ratio:.3g}x" if ratio >= 1.01 else f"{100 * (ratio - 1):.2g} % above"
         other = ""
-        if cal.sampler != realised_default():
+        if cal.sampler != _default_sampler():
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 tail = calibrate(args.mechanism, epsilon=args.epsilon, delta=args.delta,
