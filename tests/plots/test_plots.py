@@ -205,3 +205,18 @@ def test_a_mode_without_a_local_epsilon_plots_by_clients(tmp_path):
         assert (tmp_path / f"{kind}.png").stat().st_size > 0
     with pytest.raises(LdpsimError, match="no local epsilon \\(central"):
         plot(df, "accuracy-vs-epsilon")
+
+
+def test_the_noise_table_figure_names_its_shared_setting():
+    """``ldpsim noise``'s figure: the setting every row shares in the title (the mechanism,
+    ε, δ, neighbours and σ the noise was drawn with); a varying one is the legend's."""
+    rows = [dict(clients=n, epsilon=50.0, delta=0.01, clip=1.0, sigma=0.1246, dim=7850,
+                 mechanism="gaussian", neighbours="add-remove",
+                 noise_norm_mean=11.0 / n ** 0.5, noise_norm_std=0.01,
+                 noise_norm_theory=11.04 / n ** 0.5) for n in (1, 10, 100)]
+    fig = plot(pd.DataFrame(rows), "noise-vs-clients")
+    title = fig._suptitle.get_text()
+    assert title.endswith(": gaussian, ε = 50, δ = 0.01, add-remove, σ = 0.1246"), title
+    two = pd.DataFrame(rows + [dict(r, epsilon=10.0, sigma=0.5) for r in rows])
+    title = plot(two, "noise-vs-clients")._suptitle.get_text()
+    assert "ε =" not in title and "σ =" not in title and "δ = 0.01" in title

@@ -546,9 +546,23 @@ def _noise_from_noise_table(df: pd.DataFrame, title: str | None) -> Figure:
     ax_s.set_ylabel("signal-to-noise ratio ‖ū‖/‖z̄‖")
     ax_n.set_title("Aggregated noise" + (f" (d = {dim:,})" if dim else ""))
     ax_s.set_title("Signal-to-noise ratio of the mean")
-    fig.suptitle(title or "Noise cancellation across clients")
+    fig.suptitle(title or "Noise cancellation across clients" + _noise_setting(df))
     fig.tight_layout()
     return fig
+
+
+def _noise_setting(df: pd.DataFrame) -> str:
+    """The privacy setting every row of an ``ldpsim noise`` table shares, for its title
+    (``: gaussian, ε = 50, δ = 0.01, add-remove, σ = 0.1246``); the ones that vary are the
+    legend's."""
+    parts = []
+    for column, text in (("mechanism", "{}"), ("epsilon", "ε = {:g}"), ("delta", "δ = {:g}"),
+                         ("neighbours", "{}"), ("sigma", "σ = {:.4g}")):
+        if column in df.columns and df[column].nunique(dropna=False) == 1:
+            value = df[column].iloc[0]
+            if not _is_missing(value):
+                parts.append(text.format(value))
+    return (": " + ", ".join(parts)) if parts else ""
 
 
 def _noise_from_results(df: pd.DataFrame, title: str | None) -> Figure:
