@@ -220,3 +220,14 @@ def test_the_noise_table_figure_names_its_shared_setting():
     two = pd.DataFrame(rows + [dict(r, epsilon=10.0, sigma=0.5) for r in rows])
     title = plot(two, "noise-vs-clients")._suptitle.get_text()
     assert "ε =" not in title and "σ =" not in title and "δ = 0.01" in title
+
+
+def test_the_no_privacy_points_of_each_m_sit_side_by_side():
+    """Without noise the m barely matter, so their ∞ points coincide: each series' square
+    is drawn slightly apart around the ∞ tick, none hidden under another."""
+    fig = plot(_sweep_like_table(), "accuracy-vs-epsilon")
+    ax = fig.axes[0]
+    xs = [float(line.get_xdata()[0]) for line in ax.get_lines() if line.get_marker() == "s"]
+    assert len(xs) == 2 and len(set(xs)) == 2
+    tick = max(ax.get_xticks())
+    assert all(abs(math.log10(x / tick)) < 0.1 for x in xs)

@@ -377,7 +377,7 @@ def _accuracy_vs_epsilon(df: pd.DataFrame, metric: str, title: str | None,
     fig = Figure(figsize=(6.4, 4.4))
     ax = fig.add_subplot()
     groups = list(stats.groupby(series, dropna=False)) if series else [((), stats)]
-    for color, (key, g) in zip(_colors(len(groups)), groups):
+    for i, (color, (key, g)) in enumerate(zip(_colors(len(groups)), groups)):
         key = key if isinstance(key, tuple) else (key,)
         g = g.sort_values("_x")
         fin = g[np.isfinite(g["_eps"])]
@@ -385,10 +385,14 @@ def _accuracy_vs_epsilon(df: pd.DataFrame, metric: str, title: str | None,
                         label=_series_label(dict(zip(series, key))))
         inf = g[~np.isfinite(g["_eps"])]
         if len(inf):
-            ax.errorbar(inf["_x"], inf["mean"], yerr=inf["std"] if inf["count"].max() > 1 else None,
+            # the series' no-privacy points side by side around the ∞ tick (they often
+            # coincide: without noise m changes little), each still on its own colour
+            dodge = 10 ** (0.06 * (i - (len(groups) - 1) / 2)) if len(groups) > 1 else 1.0
+            ax.errorbar(inf["_x"] * dodge, inf["mean"],
+                        yerr=inf["std"] if inf["count"].max() > 1 else None,
                         marker="s", color=color, capsize=3, linestyle="none")
             if len(fin):
-                ax.plot([fin["_x"].iloc[-1], inf_x], [fin["mean"].iloc[-1], inf["mean"].iloc[0]],
+                ax.plot([fin["_x"].iloc[-1], inf_x * dodge], [fin["mean"].iloc[-1], inf["mean"].iloc[0]],
                         linestyle=":", color=color)
         _mark_no_guarantee(ax, g["_x"], g["mean"], g["no_guarantee"])
     _chance_line(ax, df, metric)
