@@ -33,8 +33,12 @@ def reconstruction_figure(kept: dict, path=None, *, title: str | None = None):
 
     rows = sorted({(m, b, n, s) for (m, b, n, _, s) in kept}, key=str)
     epsilons = sorted({e for (_, _, _, e, _) in kept}, key=lambda e: -e)
+    # a row of B examples side by side is a strip B times as wide as it is high: its row
+    # gets that height (with room for its label), so no row is a thin strip in a tall cell
+    heights = [max(1.0 / int(b), 0.4) for (_, b, _, _) in rows]
     fig, axes = plt.subplots(len(rows), len(epsilons) + 1, squeeze=False,
-                             figsize=(1.6 * (len(epsilons) + 1), 1.7 * len(rows) + 0.4))
+                             figsize=(1.6 * (len(epsilons) + 1), 1.7 * sum(heights) + 0.6),
+                             gridspec_kw={"height_ratios": heights})
     strip = lambda imgs: np.concatenate([np.squeeze(im) for im in imgs], axis=1)  # noqa: E731
     for i, (m, b, n, s) in enumerate(rows):
         for j, eps in enumerate([None] + epsilons):
