@@ -154,3 +154,16 @@ def test_account_ldp_calibration_without_an_epsilon_to_calibrate_is_refused(caps
     assert "--calibration" in capsys.readouterr().err
     assert main(["account", "ldp", "--epsilon", "0.5", "--clip", "1", "--delta", "1e-5",
                  "--calibration", "classic", "--json"]) == 0
+
+
+def test_account_ldp_reports_no_negative_delta_budget(capsys):
+    """At a σ whose float32 tails alone exceed δ, ε is inf and the ideal event's δ budget is
+    0, not negative."""
+    import json
+
+    from ldpsim.cli import main
+
+    assert main(["account", "ldp", "--sigma", "0.001", "--clip", "1", "--delta", "1e-5",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["epsilon"] == float("inf") and out["ideal_delta_budget"] == 0.0

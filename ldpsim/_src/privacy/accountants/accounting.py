@@ -528,7 +528,7 @@ def ldp_epsilon(
     budget = delta
     if sampler != "ideal" and k > 0:
         budget = realised.delta_budget(delta, extra["tail_mass"], extra["tail_scale"], k)
-        info["ideal_delta_budget"] = budget
+        info["ideal_delta_budget"] = max(budget, 0.0)   # 0: the tails spend all of δ (ε inf)
     if k > 0 and not budget > 0:
         eps = math.inf   # the sampler's tails alone exhaust δ
     elif method == "analytic":
