@@ -106,6 +106,11 @@ class ClassicGaussianRangeWarning(UserWarning):
     """The classic Gaussian formula was used with ε ≥ 1, outside the range of its proof."""
 
 
+#: The remedy the messages of the other calibrations name (the API argument and the flags).
+_USE_ANALYTIC = ("use the analytic calibration (method='analytic'; on the command line "
+                 "--calibration analytic, or --method analytic in ldpsim calibrate)")
+
+
 class CalibrationShortfallWarning(UserWarning):
     """A calibrated σ delivers less privacy than requested.
 
@@ -232,7 +237,7 @@ def _check_shortfall(method: str, sigma: float, epsilon: float, delta: float, se
         f"method {method!r} misses the requested (epsilon={epsilon:.6g}, delta={delta:.6g}): "
         f"sigma={sigma:.6g} for sensitivity {sens:.6g} is exactly (epsilon={epsilon:.6g}, "
         f"delta={achieved_delta:.6g})-DP, or (epsilon={achieved_epsilon:.6g}, delta={delta:.6g})-DP; "
-        "method='analytic' delivers the request",
+        "the analytic calibration delivers the request",
         CalibrationShortfallWarning,
         stacklevel=3,
     )
@@ -259,7 +264,7 @@ def classic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1.
     if epsilon >= 1.0:
         warnings.warn(
             f"classic Gaussian calibration is only proven for epsilon < 1 (got epsilon={epsilon}); "
-            "the result is not a valid (epsilon, delta) guarantee - use method='analytic'",
+            "the result is not a valid (epsilon, delta) guarantee - " + _USE_ANALYTIC,
             ClassicGaussianRangeWarning,
             stacklevel=2,
         )
@@ -346,7 +351,7 @@ def mindspore_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 
         raise LdpsimError(
             f"method 'mindspore' needs epsilon <= {MINDSPORE_MAX_EPSILON:.6f} (MindSpore evaluates "
             f"exp(epsilon) in double precision, which overflows above); got epsilon={epsilon!r}; "
-            "use method='analytic', valid for any finite epsilon > 0")
+            + _USE_ANALYTIC + ", valid for any finite epsilon > 0")
     delta0 = _mindspore_b(epsilon, 0.0, +1.0)
     if delta > delta0:
         v = _mindspore_search(epsilon, delta, +1.0)
@@ -360,7 +365,7 @@ def mindspore_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 
     if not 0.0 < sigma < math.inf:
         raise LdpsimError(
             f"MindSpore's numerics give no finite sigma for epsilon={epsilon!r}, delta={delta!r} "
-            f"(sigma={sigma!r}); use method='analytic'")
+            f"(sigma={sigma!r}); " + _USE_ANALYTIC)
     _check_shortfall("mindspore", sigma, epsilon, delta, sens)
     return sigma
 
@@ -653,7 +658,7 @@ def calibrate(
             f"delta={delta:.6g}) for ideal noise, but the float32 sampler {sampler!r} reaches "
             f"only its bounded range: what runs is (epsilon={epsilon:.6g}, "
             f"delta={achieved_delta:.6g})-DP for updates of up to {d:,} coordinates; "
-            "method='analytic' calibrates for what runs", CalibrationShortfallWarning,
+            "the analytic calibration calibrates for what runs", CalibrationShortfallWarning,
             stacklevel=2)
     if achieved_delta <= delta:   # one fact (monotone in ε): consistent to the last ulp
         achieved_epsilon = min(achieved_epsilon, float(epsilon))
