@@ -570,3 +570,36 @@ def test_jax_laplace_range_by_exhaustive_enumeration(monkeypatch):
     assert x.max() == pytest.approx(24 * np.log(2.0), rel=1e-7)
     assert -x.min() == pytest.approx(sampling.laplace_model("jax").bound, rel=1e-7)
     assert -x.min() == pytest.approx(24 * np.log(2.0) - np.log(3.0), rel=1e-7)
+
+
+# --- random_bits: jax.random.bits, bit for bit, from the unrolled Threefry ------------------
+
+@pytest.mark.parametrize("shape", [(), (0,), (1,), (5,), (3, 7), (2, 3, 4), (65_536,)])
+def test_random_bits_is_jax_random_bits(shape):
+    for seed in (0, 1, 2**31 + 5):
+        key = jax.random.fold_in(jax.random.key(seed), 11)
+        want = jax.random.bits(key, shape, jnp.uint32)
+        got = sampling.random_bits(key, shape)
+        assert got.dtype == jnp.uint32 and got.shape == want.shape
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+def test_random_bits_under_jit_and_vmap_and_with_raw_keys():
+    keys = jax.random.split(jax.random.key(3), 16)
+    want = jax.jit(jax.vmap(lambda k: jax.random.bits(k, (1_000,), jnp.uint32)))(keys)
+    got = jax.jit(jax.vmap(lambda k: sampling.random_bits(k, (1_000,))))(keys)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    raw = jax.random.PRNGKey(7)                       # legacy uint32[2] key
+    np.testing.assert_array_equal(np.asarray(sampling.random_bits(raw, (99,))),
+                                  np.asarray(jax.random.bits(raw, (99,), jnp.uint32)))
+
+
+def test_random_bits_falls_back_where_it_cannot_reproduce_jax():
+    rbg = jax.random.key(0, impl="rbg")
+    np.testing.assert_array_equal(np.asarray(sampling.random_bits(rbg, (64,))),
+                                  np.asarray(jax.random.bits(rbg, (64,), jnp.uint32)))
+    key = jax.random.key(4)
+    with jax.threefry_partitionable(False):           # JAX's earlier stream
+        want = jax.random.bits(key, (257,), jnp.uint32)
+        got = sampling.random_bits(key, (257,))
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))

@@ -28,6 +28,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from ldpsim._src._checks import LdpsimError
+from ldpsim._src.privacy.noise.sampling import random_bits
 
 __all__ = ["fwht", "fwht_unnormalised", "next_power_of_two", "flatten_pad", "random_signs", "rotate", "unrotate"]
 
@@ -120,7 +121,7 @@ def flatten_pad(tree: Any) -> tuple[jax.Array, Callable[[jax.Array], Any], int]:
 
 def random_signs(key: jax.Array, dim: int, dtype=jnp.float32) -> jax.Array:
     """Uniform signs ``s ∈ {±1}^dim`` from ``key`` (the round's shared rotation key)."""
-    bits = jax.random.bits(key, (int(dim),), jnp.uint32)
+    bits = random_bits(key, (int(dim),))
     return jnp.where((bits & 1) == 1, jnp.asarray(1, dtype), jnp.asarray(-1, dtype))
 
 

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 from scipy.stats import binom
 
 from ldpsim._src._checks import check_open_unit, check_positive_int
+from ldpsim._src.privacy.noise.sampling import random_bits
 
 __all__ = ["POISSON_OVERFLOW_PROBABILITY", "epoch_keys", "epoch_permutation", "poisson_capacity",
            "poisson_sample"]
@@ -45,7 +46,7 @@ def poisson_sample(key: jax.Array, num_train: int, batch_size: int) -> jax.Array
     Example ``i`` is included iff its 32 random bits are ``< ⌊q·2³²⌋``, so the rate is
     exactly ``⌊q·2³²⌋/2³²`` (``q`` up to < 2.4e-10): accounting with ``q`` is conservative.
     """
-    bits = jax.random.bits(key, (num_train,), jnp.uint32)
+    bits = random_bits(key, (num_train,))
     return bits < jnp.uint32(_poisson_threshold(batch_size, num_train))
 
 

@@ -37,6 +37,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from ldpsim._src.privacy.discrete.accounting import norm_check_threshold
+from ldpsim._src.privacy.noise.sampling import random_bits
 
 __all__ = ["randomized_round", "conditional_round"]
 
@@ -47,7 +48,7 @@ def randomized_round(key: jax.Array, x: jax.Array) -> jax.Array:
     fl = jnp.floor(x)
     frac = x - fl                                            # exact, in [0, 1)
     thresh = (frac * jnp.float32(2.0**32)).astype(jnp.uint32)  # < 2^32, exact scaling by 2^32
-    up = jax.random.bits(key, x.shape, jnp.uint32) < thresh
+    up = random_bits(key, x.shape) < thresh
     return fl.astype(jnp.int32) + up.astype(jnp.int32)
 
 

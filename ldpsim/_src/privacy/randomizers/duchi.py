@@ -96,7 +96,7 @@ def privatize(key: jax.Array, update, params: DuchiParams) -> Report:
                           f"dim {params.dim}")
     u, r = _direction(flat)
     plus = rz.bernoulli(rz.subkey(key, rz.TAG_NORM), 0.5 + jnp.minimum(r, params.clip) / (2 * params.clip))
-    bits = jax.random.bits(rz.subkey(key, rz.TAG_CAP), params.cut.shape, jnp.uint32)
+    bits = sampling.random_bits(rz.subkey(key, rz.TAG_CAP), params.cut.shape)
     toward = ~rr.below(bits, params.cut)
     g = sampling.normal_like(rz.subkey(key, rz.TAG_DIRECTION), flat)
     w = g / jnp.sqrt(jnp.sum(jnp.square(g)))

@@ -514,7 +514,7 @@ def sample_t(key: jax.Array, in_cap: jax.Array, params: PrivUnit2Params) -> jax.
     by rejection (:func:`t_try`, module docstring); a ``while_loop`` of at most
     :data:`MAX_TRIES` tries (vmaps as the longest lane)."""
     def draw(i):
-        words = jax.random.bits(jax.random.fold_in(key, i), (2 * UNIFORM_WORDS,), jnp.uint32)
+        words = sampling.random_bits(jax.random.fold_in(key, i), (2 * UNIFORM_WORDS,))
         return t_try(words, in_cap, params)
 
     def cond(state):

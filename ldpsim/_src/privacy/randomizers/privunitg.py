@@ -184,7 +184,7 @@ def alpha_from_bits(words: jax.Array, upper: jax.Array, params: PrivUnitGParams)
 
 def sample_alpha(key: jax.Array, upper: jax.Array, params: PrivUnitGParams) -> jax.Array:
     """:func:`alpha_from_bits` on ``jax.random.bits(key)``."""
-    words = jax.random.bits(key, (p2.UNIFORM_WORDS,), jnp.uint32)
+    words = sampling.random_bits(key, (p2.UNIFORM_WORDS,))
     return alpha_from_bits(words, upper, params)
 
 

@@ -300,7 +300,7 @@ def _srht_parts(seed: jax.Array, dim: int, k: int):
     d' = 2¹⁶.)
     """
     dp = _pow2(dim)
-    bits = jax.random.bits(jax.random.fold_in(seed, 0), (dp,), jnp.uint32)
+    bits = sampling.random_bits(jax.random.fold_in(seed, 0), (dp,))
     signs = jnp.where((bits & 1) == 1, np.float32(1.0), np.float32(-1.0))
     priority = jax.lax.bitcast_convert_type((bits >> 9) | np.uint32(0x3F800000), jnp.float32)
     rows = jax.lax.top_k(priority, k)[1]

@@ -41,6 +41,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from ldpsim._src._checks import LdpsimError
+from ldpsim._src.privacy.noise.sampling import random_bits
 from ldpsim._src.privacy.randomizers import clipping
 
 PyTree = Any
@@ -345,7 +346,7 @@ def bernoulli(key: jax.Array, prob: jax.typing.ArrayLike) -> jax.Array:
     """
     p = jnp.clip(jnp.asarray(prob, jnp.float32), 0.0, 1.0)
     cut = jnp.minimum(jnp.ceil(p * np.float32(2.0**32)), _U32_MAX_F32).astype(jnp.uint32)
-    bits = jax.random.bits(key, jnp.shape(p), jnp.uint32)
+    bits = random_bits(key, jnp.shape(p))
     return (bits < cut) | (p >= 1.0)
 
 

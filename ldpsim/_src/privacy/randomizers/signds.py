@@ -78,6 +78,7 @@ from jax.flatten_util import ravel_pytree
 from scipy import special
 
 from ldpsim._src._checks import LdpsimError
+from ldpsim._src.privacy.noise.sampling import random_bits
 from ldpsim._src.privacy.randomizers import randomizer as rz
 from ldpsim._src.privacy.randomizers import rr
 from ldpsim._src.privacy.randomizers.randomizer import LocalMechanism, Report
@@ -363,7 +364,7 @@ def privatize(key: jax.Array, update, params: SignDSParams) -> Report:
     d, k, h = params.dim, params.k, params.h
     b = jnp.where(rz.bernoulli(rz.subkey(key, rz.TAG_SIGN), 0.5), 1.0, -1.0)   # bits < 2³¹
     _, top = jax.lax.top_k(b * flat, k)                          # T_b (ties: lower index)
-    u = jax.random.bits(rz.subkey(key, rz.TAG_CAP), params.thresholds.shape[-1:], jnp.uint32)
+    u = random_bits(rz.subkey(key, rz.TAG_CAP), params.thresholds.shape[-1:])
     nu = jnp.sum(~rr.below(u, params.thresholds)).astype(jnp.int32)   # #{j : U ≥ t_j}
     chosen = _select(rz.subkey(key, rz.TAG_SELECT), nu, k, d, h)
     t_sorted = jnp.sort(top)
