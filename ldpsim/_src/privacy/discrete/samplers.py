@@ -594,17 +594,9 @@ def table_lookup(words, threshold: jax.Array, alias: jax.Array, columns_log2: in
     w0, w1, w2, w3 = words
     col = (w0 >> jnp.uint32(32 - k)).astype(jnp.int32)
     v0 = w0 & jnp.uint32((1 << (32 - k)) - 1)
-    # one gather of the column's whole row (four threshold words and the alias): XLA fuses
-    # the Threefry hash behind ``col`` into every gather that reads it, so five gathers
-    # would hash each coordinate five times over
-    packed = jnp.concatenate(
-        [threshold.astype(jnp.uint32),
-         lax.bitcast_convert_type(alias.astype(jnp.int32), jnp.uint32)[:, None]], axis=1)
-    row = jnp.take(packed, col, axis=0, mode="clip")
-    t = [row[..., j] for j in range(4)]
+    t = [jnp.take(threshold[:, j], col, mode="clip") for j in range(4)]
     below = _less128((v0, w1, w2, w3), t)
-    alias_c = lax.bitcast_convert_type(row[..., 4], jnp.int32)
-    return jnp.where(below, col - jnp.int32(half), alias_c)
+    return jnp.where(below, col - jnp.int32(half), jnp.take(alias, col, mode="clip"))
 
 
 @functools.partial(jax.jit, static_argnames=("columns_log2", "half", "pieces", "shape"))
