@@ -628,15 +628,16 @@ def random_bits(key: jax.Array, shape) -> jax.Array:
     since 0.5), ``jax.random.bits`` hashes the row-major index ``i`` of each element as the
     counter ``(0, i)`` and returns the two output words XOR-ed. This computes exactly that with
     :func:`threefry2x32`, unrolled, which XLA fuses with its consumers; JAX lowers its Threefry
-    on CPU as a five-iteration loop that it cannot fuse, about 7x slower per word at 2^16 words
+    on CPU as a five-iteration loop that it cannot fuse, 3-7x slower per word at LeNet-5 size
     (``benchmarks/README.md``). Any other key type, the non-partitionable stream, or 2^32
     elements and more fall back to ``jax.random.bits`` itself, so the result never differs from
     it (tests compare them over shapes, keys and ``vmap``).
     """
     shape = tuple(int(s) for s in shape)
     size = math.prod(shape)
-    if (not _is_threefry(key) or not jax.config.jax_threefry_partitionable
-            or size >= _MAX_SIZE):
+    # (a JAX without the flag has only the partitionable stream)
+    partitionable = getattr(jax.config, "jax_threefry_partitionable", True)
+    if not _is_threefry(key) or not partitionable or size >= _MAX_SIZE:
         return jax.random.bits(key, shape, jnp.uint32)
     k0, k1 = _key_words(key)
     counter = jax.lax.iota(jnp.uint32, size)
