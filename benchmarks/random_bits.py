@@ -36,26 +36,27 @@ import jax.numpy as jnp
 from ldpsim._src import _xla
 from ldpsim._src.privacy.noise import sampling
 
-#: modules that call ``random_bits`` by that name (``from ... import random_bits``)
-_DIRECT = (
-    "ldpsim._src.privacy.hadamard",
-    "ldpsim._src.privacy.discrete.rounding",
-    "ldpsim._src.privacy.randomizers.randomizer",
-    "ldpsim._src.privacy.randomizers.signds",
-    "ldpsim._src.fl.dpsgd.batches",
-)
-
-
 def _jax_bits(key, shape):
     return jax.random.bits(key, tuple(shape), jnp.uint32)
+
+
+def _importers() -> list:
+    """Every loaded ldpsim module that holds ``random_bits`` under that name (``sampling``
+    itself and each ``from ... import random_bits``), after importing the package's modules
+    that call it."""
+    import importlib
+    for name in ("ldpsim._src.privacy.hadamard", "ldpsim._src.privacy.discrete.pipeline",
+                 "ldpsim._src.privacy.randomizers.mechanism", "ldpsim._src.fl.dpsgd.batches"):
+        importlib.import_module(name)
+    return [m for name, m in sorted(sys.modules.items())
+            if name.startswith("ldpsim") and getattr(m, "random_bits", None)
+            is sampling.random_bits]
 
 
 @contextlib.contextmanager
 def jax_bits_everywhere():
     """Put ``jax.random.bits`` back at every call site of ``random_bits`` (while tracing)."""
-    import importlib
-    mods = [importlib.import_module(m) for m in _DIRECT]
-    saved = [(m, m.random_bits) for m in mods] + [(sampling, sampling.random_bits)]
+    saved = [(m, m.random_bits) for m in _importers()]
     try:
         for m, _ in saved:
             m.random_bits = _jax_bits

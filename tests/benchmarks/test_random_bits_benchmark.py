@@ -37,3 +37,15 @@ def test_the_patch_puts_jax_random_bits_back_and_restores():
         key = jax.random.key(0)
         assert (rounding.random_bits(key, (8,)) == jax.random.bits(key, (8,))).all()
     assert (rounding.random_bits, sampling.random_bits) == before
+
+
+def test_the_patch_reaches_every_module_that_imports_random_bits():
+    """A module that imports ``random_bits`` by name and escaped the patch would make the
+    benchmark's "jax" variant partly the fast one."""
+    mod = _module()
+    root = SCRIPT.parents[1] / "ldpsim"
+    importers = {".".join(p.relative_to(root.parent).with_suffix("").parts)
+                 for p in root.rglob("*.py") if "import random_bits" in p.read_text()}
+    assert importers   # the package does import it
+    found = {m.__name__ for m in mod._importers()}
+    assert importers <= found, importers - found

@@ -368,13 +368,14 @@ def run(args: argparse.Namespace) -> int:
 def _resolved(cell, row: dict) -> dict:
     """A cell's settings left to its data, as it ran: the model (``auto`` resolved, from its
     rows) and the training settings with the dataset's defaults filled in."""
+    from ldpsim._src._checks import LdpsimError
     from ldpsim._src.fl.defaults import TRAINING_FIELDS
     from ldpsim._src.sweep.engine import make_config
 
     out = {"model": row.get("model")}
     try:
         config = make_config(dict(cell.params))
-    except Exception:   # noqa: BLE001 (a runner of other settings: the model only)
+    except (LdpsimError, TypeError, ValueError):   # a runner of other settings: the model only
         return out
     return {**out, **{f: getattr(config, f) for f in TRAINING_FIELDS}}
 
