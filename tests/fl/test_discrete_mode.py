@@ -260,6 +260,39 @@ def test_kernel_round_is_the_same_for_every_chunk_size_and_reports_its_diagnosti
     assert float(r3.effective_noise_std) > 0
 
 
+@pytest.mark.parametrize("kind,noise", [("ddg", 3.0), ("skellam", 16.0)])
+def test_release_variance_is_the_rounding_and_noise_variance_of_its_own_rotation(kind, noise):
+    """The release carries γ²(v + mean_j f_j(1 − f_j)), f = y − ⌊y⌋, y = H·diag(s)·x/γ,
+    recomputed here independently (scipy's Hadamard matrix, float64), and its report is
+    ``pipeline.encode``'s for the same keys (the mode rotates once per client)."""
+    from scipy.linalg import hadamard as sylvester
+
+    from ldpsim._src.fl.modes import _rotation_key
+    from ldpsim._src.privacy import hadamard
+    from ldpsim._src.privacy.discrete import pipeline
+
+    d, big = 50, 64
+    dm = DiscreteMechanism(kind, clip=1.0, granularity=3e-3, noise=noise, clients=10, dim=d,
+                           bits=20)
+    mech = modes.discrete(dm)
+    rng = np.random.default_rng(3)
+    update = {"w": jnp.asarray(rng.normal(size=(d,)) * 0.05, jnp.float32)}   # norm ≈ 0.35 < C
+    round_key, key = jax.random.key(11), jax.random.key(12)
+    p = mech.privatizer.params(jnp.float32(1.0), jnp.float32(0.0), modes.DiscreteHyper(
+        jnp.float32(0.0)), round_key)
+    rel = jax.jit(mech.release)(key, update, p)
+    signs = np.asarray(hadamard.random_signs(_rotation_key(round_key), big), np.float64)
+    x = np.zeros(big)
+    x[:d] = np.asarray(update["w"], np.float64)
+    y = (sylvester(big) / math.sqrt(big)) @ (signs * x) / dm.granularity
+    f = y - np.floor(y)
+    want = dm.granularity ** 2 * (dm.client_variance + np.mean(f * (1 - f)))
+    assert float(rel.variance) == pytest.approx(want, rel=1e-5)
+    ref, _, _ = pipeline.encode(_rotation_key(round_key), key, jnp.pad(update["w"], (0, big - d)),
+                                dm)
+    np.testing.assert_array_equal(np.asarray(rel.noisy), np.asarray(ref))
+
+
 @pytest.mark.slow
 def test_kernel_dropout_keeps_the_survivors_and_reports_the_shortfall(toy):
     dm = DiscreteMechanism("skellam", clip=1.0, granularity=1e-3, noise=16.0, clients=10,
