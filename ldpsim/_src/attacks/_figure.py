@@ -13,9 +13,19 @@ def _eps_label(eps: float) -> str:
     return "ε = ∞" if math.isinf(eps) else f"ε = {eps:g}"
 
 
+def _psnr(recon: np.ndarray, true: np.ndarray) -> float:
+    """Mean over the examples of the PSNR (dB, data range 1) of the reconstruction, clipped
+    to [0, 1], against its true example (the CSV's ``psnr`` column)."""
+    x = np.clip(np.asarray(recon, np.float64), 0.0, 1.0).reshape(len(recon), -1)
+    mse = np.mean((x - np.asarray(true, np.float64).reshape(len(true), -1)) ** 2, axis=1)
+    with np.errstate(divide="ignore"):
+        return float(np.mean(10.0 * np.log10(1.0 / mse)))
+
+
 def reconstruction_figure(kept: dict, path=None, *, title: str | None = None):
     """Grid of reconstructions: one row per (mechanism, B, n, seed), the true images first,
-    then one column per ε (each cell shows the B examples side by side).
+    then one column per ε (each cell shows the B examples side by side, with their mean
+    PSNR against the true examples under it).
 
     Args:
         kept: ``{(mechanism, B, n, ε, seed): (true [B, H, W(, 1)], recon [B, H, W(, 1)])}``
@@ -50,6 +60,8 @@ def reconstruction_figure(kept: dict, path=None, *, title: str | None = None):
                 ax.axis("off")
                 continue
             ax.imshow(strip(item[0] if eps is None else item[1]), cmap="gray", vmin=0, vmax=1)
+            if eps is not None:
+                ax.set_xlabel(f"PSNR {_psnr(item[1], item[0]):.1f} dB", fontsize=7, labelpad=2)
             if i == 0:
                 ax.set_title("true" if eps is None else _eps_label(eps), fontsize=9)
             if j == 0:
