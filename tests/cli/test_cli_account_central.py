@@ -1,4 +1,4 @@
-"""``ldpsim account shuffle`` and ``ldpsim account secagg``: output and one-line errors."""
+"""``ldpsim account shuffle``, ``account secagg`` and an ε of 0: output and one-line errors."""
 
 from __future__ import annotations
 
@@ -167,3 +167,19 @@ def test_account_ldp_reports_no_negative_delta_budget(capsys):
                  "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["epsilon"] == float("inf") and out["ideal_delta_budget"] == 0.0
+
+
+def test_an_epsilon_of_zero_is_explained_as_total_variation_within_delta():
+    """z = 10⁴ at q = 0.01, one round: the outputs' total variation is q·(2Φ(1/(2z)) − 1)
+    ≈ 4·10⁻⁷ < δ = 10⁻⁵, so (0, δ)-DP holds and the accountant prints 0, with the reason."""
+    from scipy.stats import norm
+
+    base = "account dpfedavg --clients-per-round 100 --population 10000 --delta 1e-5 --rounds 1"
+    assert 0.01 * (2 * norm.cdf(0.5e-4) - 1) < 1e-5
+    rc, out, err = _invoke(base + " --noise-multiplier 10000")
+    assert rc == 0, err
+    assert out.splitlines()[0].split() == ["epsilon", "0"]
+    assert "(0, delta)-DP" in out and "total variation" in out
+    rc, out, err = _invoke(base + " --noise-multiplier 1")
+    assert rc == 0, err
+    assert float(out.splitlines()[0].split()[1]) > 0 and "total variation" not in out

@@ -582,6 +582,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"epsilon       {out['epsilon']:.6g}   total over {out['count']} round(s)")
     else:
         print(f"epsilon       {out['epsilon']:.6g}")
+    if out["epsilon"] == 0 and out.get("count", 1) > 0:
+        print("              ((0, delta)-DP: the outputs on neighbouring inputs are within "
+              "delta in total variation)")
     print(f"delta         {out['delta']:.6g}")
     if "target_epsilon" in out:
         print(f"noise_mult.   {out['noise_multiplier']:.6g}   (smallest z reaching "
