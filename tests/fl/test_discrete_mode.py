@@ -261,10 +261,10 @@ def test_kernel_round_is_the_same_for_every_chunk_size_and_reports_its_diagnosti
 
 
 @pytest.mark.parametrize("kind,noise", [("ddg", 3.0), ("skellam", 16.0)])
-def test_release_variance_is_the_rounding_and_noise_variance_of_its_own_rotation(kind, noise):
-    """The release carries γ²(v + mean_j f_j(1 − f_j)), f = y − ⌊y⌋, y = H·diag(s)·x/γ,
-    recomputed here independently (scipy's Hadamard matrix, float64), and its report is
-    ``pipeline.encode``'s for the same keys (the mode rotates once per client)."""
+def test_client_variance_is_the_rounding_and_noise_variance_of_the_rotated_update(kind, noise):
+    """The stage's variance is γ²(v + mean_j f_j(1 − f_j)), f = y − ⌊y⌋, y = H·diag(s)·x/γ,
+    recomputed here independently (scipy's Hadamard matrix, float64), and the release's
+    report is ``pipeline.encode``'s for the same keys."""
     from scipy.linalg import hadamard as sylvester
 
     from ldpsim._src.fl.modes import _rotation_key
@@ -287,7 +287,8 @@ def test_release_variance_is_the_rounding_and_noise_variance_of_its_own_rotation
     y = (sylvester(big) / math.sqrt(big)) @ (signs * x) / dm.granularity
     f = y - np.floor(y)
     want = dm.granularity ** 2 * (dm.client_variance + np.mean(f * (1 - f)))
-    assert float(rel.variance) == pytest.approx(want, rel=1e-5)
+    var = jax.jit(mech.privatizer.noise_var)(p, update)
+    assert float(var) == pytest.approx(want, rel=1e-5)
     ref, _, _ = pipeline.encode(_rotation_key(round_key), key, jnp.pad(update["w"], (0, big - d)),
                                 dm)
     np.testing.assert_array_equal(np.asarray(rel.noisy), np.asarray(ref))

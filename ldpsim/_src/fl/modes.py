@@ -586,7 +586,6 @@ class DiscreteRelease(NamedTuple):
         exact: the report before the wrap (rounded vector + noise) as float32; diagnostic.
         ok: the conditional rounding passed its norm check (else the report is the noise
             alone around the zero vector).
-        variance: the decoded release's mean per-coordinate variance (rounding and noise).
     """
 
     noisy: jax.Array
@@ -598,11 +597,6 @@ class DiscreteRelease(NamedTuple):
     finite: jax.Array
     exact: jax.Array
     ok: jax.Array
-    variance: jax.Array
-
-
-def _release_variance(release: DiscreteRelease) -> jax.Array:
-    return release.variance
 
 
 def _rotation_key(round_key: jax.Array) -> jax.Array:
@@ -636,6 +630,7 @@ def discrete(mech: Any, noise: bool = True) -> RoundMechanism:
     if not isinstance(mech, DiscreteMechanism):
         raise LdpsimError(f"discrete() takes a DiscreteMechanism, got {type(mech).__name__}")
     m = float(mech.clients)
+    inv_gamma = jnp.float32(1.0 / mech.granularity)
     gamma_sq = float(mech.granularity) ** 2
     noise_var = float(mech.client_variance) if noise else 0.0
 
@@ -652,18 +647,20 @@ def discrete(mech: Any, noise: bool = True) -> RoundMechanism:
     def release(key, update, p: DiscreteParams):
         priv = _clip(update, p)
         flat, _, _ = hadamard.flatten_pad(priv.clipped)
-        y = pipeline.scale_rotate(p.rotation_key, flat, mech)
-        report, v, ok = pipeline.encode_scaled(key, y, mech, noise=noise)
+        report, v, ok = pipeline.encode(p.rotation_key, key, flat, mech, noise=noise)
         z = modular.wrap(report - v, mech.bits)   # the noise (exact while |z| < 2^(b-1))
-        # γ²(σ̂² + mean_j f_j(1 − f_j)), f = y − ⌊y⌋: the decoded release's per-coordinate
-        # variance (H has entries ±1/√D, so each decoded coordinate gets the mean of the
-        # rotated coordinates' rounding variances; conditioning on the norm check ignored),
-        # read from the rotated vector the encoding used (one rotation per client)
-        f = y - jnp.floor(y)
-        variance = jnp.float32(gamma_sq) * (jnp.float32(noise_var) + jnp.mean(f * (1.0 - f)))
         return DiscreteRelease(report, priv.clipped, (), priv.norm, priv.release_norm,
                                priv.was_clipped, priv.finite,
-                               v.astype(jnp.float32) + z.astype(jnp.float32), ok, variance)
+                               v.astype(jnp.float32) + z.astype(jnp.float32), ok)
+
+    def variance(p: DiscreteParams, update):
+        """γ²(σ̂² + mean_j f_j(1 − f_j)): the decoded release's per-coordinate variance
+        (H has entries ±1/√D, so each decoded coordinate gets the mean of the rotated
+        coordinates' rounding variances; conditioning on the norm check ignored)."""
+        flat, _, _ = hadamard.flatten_pad(_clip(update, p).clipped)
+        y = hadamard.rotate(p.rotation_key, flat) * inv_gamma
+        f = y - jnp.floor(y)
+        return jnp.float32(gamma_sq) * (jnp.float32(noise_var) + jnp.mean(f * (1.0 - f)))
 
     def decode(round_key, signed, like):
         flat = pipeline.decode(_rotation_key(round_key), signed, mech)
@@ -671,7 +668,7 @@ def discrete(mech: Any, noise: bool = True) -> RoundMechanism:
 
     privatizer = stages.ClientStage(
         randomizer=mech.mechanism, noise_std_factor=0.0, client_scales=client_scales,
-        params=params, release=release, release_noise_var=_release_variance,
-        keep=_dropout_keep, noise_fraction=_survivor_fraction(m))
+        params=params, release=release, noise_var=variance, keep=_dropout_keep,
+        noise_fraction=_survivor_fraction(m))
     aggregator = stages.modular_sum(mech.bits, mech.padded_dim, decode, m)
     return chain(privatizer, aggregator, name=mech.mechanism)

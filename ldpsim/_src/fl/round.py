@@ -230,11 +230,9 @@ def make_round_fn(*, apply_fn: Callable,
                           local_epochs=local_epochs)
         mparams = client_stage.params(clip, scale, hyper.privacy, round_key)
         release = privatize(noise_key, delta, mparams)
-        if client_stage.release_noise_var is not None:   # computed by the release
-            var = client_stage.release_noise_var(release)
-        elif client_stage.noise_var is None:   # additive: iid noise of std factor·scale
+        if client_stage.noise_var is None:   # additive: iid noise of std factor·scale
             var = jnp.square(client_stage.noise_std_factor * scale)
-        else:                                  # exact, for this client's input
+        else:                                # exact, for this client's input
             var = client_stage.noise_var(mparams, delta)
         bias = ()
         if client_stage.mean is not None:    # a biased decoder: E[decoded] − clipped

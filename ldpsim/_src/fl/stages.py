@@ -58,9 +58,6 @@ class ClientStage(NamedTuple):
             estimate (float aggregators), or the integer report (:func:`modular_sum`).
         noise_var: ``(params, update) -> scalar`` exact mean per-coordinate variance of the
             decoded release, or None: ``(noise_std_factor·scale)²``.
-        release_noise_var: ``release -> scalar``, the same variance read from the release,
-            for a randomizer that computes it anyway while releasing (the integer modes:
-            from the rotated vector they round); when given, ``noise_var`` is not called.
         mean: ``(params, update) -> E[decoded release]`` for a biased decoder, or None.
         keep: ``(client_keys[k], phyper) -> bool[k]`` the dropout coin, or None (keep all).
         noise_fraction: ``survivors -> realised / target noise variance``, or None (1).
@@ -75,7 +72,6 @@ class ClientStage(NamedTuple):
     mean: Callable[[PyTree, PyTree], PyTree] | None = None
     keep: Callable[[jax.Array, PyTree], jax.Array] | None = None
     noise_fraction: Callable[[jax.Array], jax.Array] | None = None
-    release_noise_var: Callable[[Any], jax.Array] | None = None
 
 
 class AggregatorDiagnostics(NamedTuple):

@@ -22,17 +22,7 @@ from ldpsim._src.privacy.discrete.samplers import discrete_gaussian, skellam, ta
 from ldpsim._src.privacy.discrete.spec import discrete_gaussian_spec
 from ldpsim._src.privacy.discrete.table import noise_table
 
-__all__ = ["decode", "encode", "encode_scaled", "scale_rotate"]
-
-
-def scale_rotate(rotation_key: jax.Array, x: jax.Array, mech: DiscreteMechanism) -> jax.Array:
-    """``H·diag(s)·x / γ``: the client's clipped flat update (padded to ``mech.padded_dim``)
-    rotated with the round's shared key and scaled to the integer grid, float32 (the first
-    step of :func:`encode`)."""
-    x = jnp.asarray(x, jnp.float32)
-    if x.shape[-1] != mech.padded_dim:
-        raise ValueError(f"x has length {x.shape[-1]}, expected padded_dim = {mech.padded_dim}")
-    return rotate(rotation_key, x) * jnp.float32(1.0 / mech.granularity)
+__all__ = ["encode", "decode"]
 
 
 def encode(rotation_key: jax.Array, client_key: jax.Array, x: jax.Array,
@@ -45,29 +35,15 @@ def encode(rotation_key: jax.Array, client_key: jax.Array, x: jax.Array,
     ``sampler``: ``"table"`` (the default, what the accountant covers) or ``"reference"`` (the
     earlier samplers, for benchmarks and tests only: the Canonne–Kamath–Steinke rejection
     sampler at its σ̂ ≥ σ, and the float32 Poisson differences for Skellam, which no proven
-    bound covers). ``encode(r, k, x, mech)`` is ``encode_scaled(k, scale_rotate(r, x, mech),
-    mech)``: a caller that also needs the rotated vector (the rounding variance) calls the two.
+    bound covers).
     """
-    _check_sampler(sampler)
-    return encode_scaled(client_key, scale_rotate(rotation_key, x, mech), mech,
-                         max_tries=max_tries, noise=noise, sampler=sampler)
-
-
-def _check_sampler(sampler: str) -> None:
     if sampler not in ("table", "reference"):
         raise ValueError(f"sampler must be 'table' or 'reference', got {sampler!r}")
-
-
-def encode_scaled(client_key: jax.Array, y: jax.Array, mech: DiscreteMechanism, *,
-                  max_tries: int = 4, noise: bool = True, sampler: str = "table"):
-    """:func:`encode` after its rotation and scaling: ``y`` is :func:`scale_rotate`'s output.
-    Rounds conditionally, adds the client's integer noise (keyed by ``client_key``), wraps to
-    ``b`` bits; returns what :func:`encode` returns."""
-    _check_sampler(sampler)
-    y = jnp.asarray(y, jnp.float32)
-    if y.shape[-1] != mech.padded_dim:
-        raise ValueError(f"y has length {y.shape[-1]}, expected padded_dim = {mech.padded_dim}")
+    x = jnp.asarray(x, jnp.float32)
+    if x.shape[-1] != mech.padded_dim:
+        raise ValueError(f"x has length {x.shape[-1]}, expected padded_dim = {mech.padded_dim}")
     k_round, k_noise = jax.random.split(client_key)
+    y = rotate(rotation_key, x) * jnp.float32(1.0 / mech.granularity)
     v, ok = conditional_round(k_round, y, mech.norm_bound, max_tries=max_tries)
     if noise:
         # the table sampler for both laws (samplers.table_sample): exact to the table's
