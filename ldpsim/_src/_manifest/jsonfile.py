@@ -57,17 +57,12 @@ def jsonable(value: Any) -> Any:
 def write(path: str | os.PathLike, manifest: Mapping[str, Any]) -> Path:
     """Write ``manifest`` to ``path`` atomically (temporary file, then rename); an interrupt
     waits for the write to end (:func:`ldpsim._src._interrupt.critical`)."""
-    from ldpsim._src._interrupt import critical
+    from ldpsim._src._atomic import atomic_open
 
     path = Path(path)
     text = json.dumps(jsonable(manifest), indent=2, allow_nan=False) + "\n"
-    tmp = path.with_name(path.name + ".tmp")
-    with critical():
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+    with atomic_open(path, encoding="utf-8") as f:
+        f.write(text)
     return path
 
 

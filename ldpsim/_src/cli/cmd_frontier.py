@@ -167,8 +167,7 @@ def _add_columns(path: Path, rows: list[dict]) -> list[dict]:
     ``floats_sent`` and ``projection_dim`` from the mechanism each row ran (rebuilt from its
     name, ε, d and, for the randomizers that read it, δ; ProjUnit at its default k), so that
     appended rows line up. The file is replaced atomically."""
-    import os
-
+    from ldpsim._src._atomic import atomic_open
     from ldpsim._src.privacy.analysis import frontier as fr
 
     for r in rows:
@@ -181,14 +180,10 @@ def _add_columns(path: Path, rows: list[dict]) -> list[dict]:
         r.setdefault("floats_sent", fr.message_size(mech, int(r["dim"])))
         k = fr.projection_dim_of(mech, m)
         r["projection_dim"] = "" if k is None else k
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", newline="") as f:
+    with atomic_open(path, newline="") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS, lineterminator="\n")
         writer.writeheader()
         writer.writerows(rows)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
     return rows
 
 

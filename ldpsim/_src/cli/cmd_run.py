@@ -466,20 +466,16 @@ class _CsvWriter:
         """Rewrite the file with the columns of ``row`` added (the earlier rows' empty): a run
         resumed from a checkpoint of an earlier version replays rows without the columns
         added since. Replaced atomically."""
-        import os
+        from ldpsim._src._atomic import atomic_open
 
         fields = list(self._writer.fieldnames) + [k for k in row if k not in self._writer.fieldnames]
         self._file.close()
         with open(self.path, newline="") as f:
             old = list(csv.DictReader(f))
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with open(tmp, "w", newline="") as f:
+        with atomic_open(self.path, newline="") as f:
             w = csv.DictWriter(f, fieldnames=fields)
             w.writeheader()
             w.writerows(old)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
         self._file = open(self.path, "a", newline="")
         self._writer = csv.DictWriter(self._file, fieldnames=fields)
 

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from ldpsim import __version__
+from ldpsim._src._atomic import atomic_open
 from ldpsim._src._checks import LdpsimError
 from ldpsim._src._interrupt import critical
 
@@ -77,12 +78,8 @@ def _text(value: Any) -> str:
 
 
 def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", newline="") as f:
+    with atomic_open(path, newline="") as f:
         f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def _now() -> str:
