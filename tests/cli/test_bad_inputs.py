@@ -319,7 +319,9 @@ CASES = [
       "--target-epsilon 1") + " --epochs 1 --method mindarmour", "mindarmour"),
     C("account-sgd-z-nan", ACC_SGD.replace("1.1", "nan") + " --steps 10", "noise_multiplier"),
     C("account-fed-huge-rounds", ACC_FED.replace("--rounds 10", f"--rounds {HUGE}") +
-      " --method pld", "--rounds", "memory"),
+      " --sampling poisson --method pld", "--rounds", "memory"),
+    C("account-fed-default-fixed-pld", ACC_FED + " --method pld", "--sampling poisson",
+      "--method rdp"),
     # ------------------------------------------------------------------ calibrate
     C("calibrate-epsilon-0", CAL.replace("--epsilon 1", "--epsilon 0"), "epsilon"),
     C("calibrate-epsilon-nan", CAL.replace("--epsilon 1", "--epsilon nan"), "epsilon"),

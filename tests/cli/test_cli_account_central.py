@@ -174,7 +174,8 @@ def test_an_epsilon_of_zero_is_explained_as_total_variation_within_delta():
     ≈ 4·10⁻⁷ < δ = 10⁻⁵, so (0, δ)-DP holds and the accountant prints 0, with the reason."""
     from scipy.stats import norm
 
-    base = "account dpfedavg --clients-per-round 100 --population 10000 --delta 1e-5 --rounds 1"
+    base = ("account dpfedavg --clients-per-round 100 --population 10000 --delta 1e-5 "
+            "--rounds 1 --sampling poisson")
     assert 0.01 * (2 * norm.cdf(0.5e-4) - 1) < 1e-5
     rc, out, err = _invoke(base + " --noise-multiplier 10000")
     assert rc == 0, err

@@ -137,3 +137,31 @@ def test_bad_input(kwargs, word):
     with pytest.raises(LdpsimError) as err:
         secagg_epsilon(**args)
     assert word in str(err.value)
+
+
+@pytest.mark.parametrize("eps", [50.0, 100.0])
+def test_sigma_delivers_the_target_where_the_float32_tails_bind(eps):
+    """At large ε the exact (textbook) σ's float32 noise misses the target (ε = 50: 50.1,
+    ε = 100: no finite ε at δ = 1e-5); the σ returned is the least that meets it."""
+    kw = dict(delta=1e-5, clip=1.0, clients=100)
+    exact = secagg_sigma(target_epsilon=eps, sampler="ideal", **kw)
+    assert secagg_epsilon(sigma=exact, method="analytic", **kw).epsilon > eps
+    sigma = secagg_sigma(target_epsilon=eps, **kw)
+    assert sigma > exact
+    assert secagg_epsilon(sigma=sigma, method="analytic", **kw).epsilon <= eps
+    assert secagg_epsilon(sigma=sigma * (1 - 1e-5), method="analytic", **kw).epsilon > eps
+    assert secagg_epsilon(sigma=exact, method="analytic", sampler="ideal", **kw).epsilon == \
+        pytest.approx(eps, rel=1e-9)
+
+
+def test_rounds_with_different_survivors_charge_the_float32_tails():
+    """Realised survivors that differ by round: the float32 accounting is never below the
+    ideal one, equal where the tails are negligible, and inf where they exhaust δ."""
+    kw = dict(clip=1.0, clients=100, rounds=3, delta=1e-5, survivors=[100, 90, 80],
+              method="analytic")
+    small = secagg_epsilon(sigma=1.0, **kw).epsilon
+    assert small == pytest.approx(secagg_epsilon(sigma=1.0, sampler="ideal", **kw).epsilon,
+                                  rel=1e-9)
+    ideal = secagg_epsilon(sigma=0.02, sampler="ideal", **kw).epsilon
+    assert math.isfinite(ideal)
+    assert secagg_epsilon(sigma=0.02, **kw).epsilon > ideal

@@ -134,3 +134,64 @@ def test_bad_input_names_the_value(kwargs, match):
 
 def test_every_model_listed():
     assert TRUST_MODELS == ("local", "shuffle", "secagg", "central")
+
+
+def _realised_delta(sigma: float, eps: float, sens: float = 2.0) -> float:
+    """δ at ``eps`` of one release of ldpsim's default float32 sampler at ``sigma``, for
+    updates of up to 10⁷ coordinates (the default ``dim``)."""
+    from ldpsim._src.privacy.noise import realised
+
+    return realised.realised_delta("gaussian", realised.default_sampler("gaussian"),
+                                   sens / sigma, realised.DEFAULT_DIM, eps)
+
+
+@pytest.mark.parametrize("model", ["local", "central"])
+def test_large_epsilon_is_calibrated_for_the_float32_noise(model):
+    """At ε = 100, δ = 1e-5 the textbook σ (0.1893 at Δ = 2) is not (100, δ)-DP as float32
+    noise (the sampler's bounded tails): the σ given is the float32 calibration's, larger,
+    and delivers the target; ``sampler="ideal"`` gives the textbook σ back."""
+    eps, delta = 100.0, 1e-5
+    out = trust_model_noise(model, target_epsilon=eps, delta=delta, clients=50)
+    ideal = trust_model_noise(model, target_epsilon=eps, delta=delta, clients=50,
+                              sampler="ideal")
+    sigma = out.sigma_client if model == "local" else out.sigma_sum
+    textbook = ideal.sigma_client if model == "local" else ideal.sigma_sum
+    assert _gaussian_delta(eps, textbook, 2.0) == pytest.approx(delta, rel=1e-6)
+    assert _realised_delta(textbook, eps) > 100 * delta       # the textbook σ fails
+    assert sigma > 1.3 * textbook
+    assert _realised_delta(sigma, eps) <= delta                 # the σ given delivers it
+    assert out.central_epsilon <= eps
+    assert out.details["sampler"] == "tail" and ideal.details["sampler"] == "ideal"
+
+
+def test_shuffle_reports_are_float32_calibrated_at_their_tiny_delta0():
+    """Shuffling at a large target makes δ₀ tiny (4.7e-22 at ε = 30, n = 1000); each
+    report's σ must deliver (ε₀, δ₀) as float32 noise, which the textbook σ does not."""
+    out = trust_model_noise("shuffle", target_epsilon=30.0, delta=1e-5, clients=1000)
+    ideal = trust_model_noise("shuffle", target_epsilon=30.0, delta=1e-5, clients=1000,
+                              sampler="ideal")
+    eps0, delta0 = out.local_epsilon, out.local_delta
+    assert (eps0, delta0) == (ideal.local_epsilon, ideal.local_delta)
+    assert _realised_delta(ideal.sigma_client, eps0) > 100 * delta0
+    assert out.sigma_client > ideal.sigma_client
+    assert _realised_delta(out.sigma_client, eps0) <= delta0
+
+
+def test_small_epsilon_unchanged_by_the_float32_calibration():
+    """Below ε ≈ 40 at δ = 1e-5 the tails add nothing measurable: the same σ either way."""
+    for model in TRUST_MODELS:
+        a = trust_model_noise(model, target_epsilon=4.0, delta=5e-5, clients=1000)
+        b = trust_model_noise(model, target_epsilon=4.0, delta=5e-5, clients=1000,
+                              sampler="ideal")
+        assert a.sigma_client == b.sigma_client and a.sigma_sum == b.sigma_sum, model
+
+
+def test_a_secagg_share_alone_is_not_private_as_float32_noise():
+    """A share's shift (Δ/σ = 8.5 scales at ε = 1, n = 1000) puts one coordinate's release
+    where the neighbour's bounded sampler cannot reach with probability above δ: no ε holds
+    at δ (ideal noise would say ε ≈ 71)."""
+    out = trust_model_noise("secagg", target_epsilon=1.0, delta=1e-5, clients=1000)
+    assert math.isinf(out.local_epsilon)
+    ideal = trust_model_noise("secagg", target_epsilon=1.0, delta=1e-5, clients=1000,
+                              sampler="ideal")
+    assert 50 < ideal.local_epsilon < 100

@@ -16,9 +16,9 @@ examples:
   ldpsim account ldp --sigma 4 --clip 1 --neighbours add-remove --delta 1e-5 --rounds 10
   ldpsim account ldp --mechanism laplace --scale 1 --sensitivity 2 --rounds 10 --method basic
   ldpsim account dpfedavg --noise-multiplier 1 --clients-per-round 100 --population 10000 \\
-      --rounds 1000 --delta 1e-6 --method pld --json
+      --rounds 1000 --delta 1e-6 --json           # fixed-size cohorts, as `ldpsim run` draws
   ldpsim account dpfedavg --target-epsilon 2 --clients-per-round 100 --population 10000 \\
-      --rounds 1000 --delta 1e-6
+      --rounds 1000 --delta 1e-6 --sampling poisson --method pld
   ldpsim account dpsgd --noise-multiplier 1.1 --batch-size 256 --num-examples 60000 \\
       --epochs 60 --delta 1e-5 --method pld
   ldpsim account dpsgd --noise-multiplier 1.1 --batch-size 256 --num-examples 60000 \\
@@ -35,7 +35,8 @@ neighbouring relations (named in every output):
   ldp       local: any two inputs of one client at distance <= the sensitivity:
             --clip C with --neighbours replace (2C, default) or add-remove (C), as
             `ldpsim calibrate` and `ldpsim run` take them; or --sensitivity itself
-  dpfedavg  add-or-remove one user (poisson), replace one user (fixed)
+  dpfedavg  replace one user (fixed, the default: the engine's cohorts), add-or-remove one
+            user (poisson)
   dpsgd     add-or-remove one example (poisson), replace one example (fixed)
   shuffle   central: replace one client's data among n shuffled eps0-LDP reports
   secagg    central: replace one client (2C, default) or add/remove one (C); only the sum of
@@ -98,7 +99,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     fed.add_argument("--clients-per-round", type=int, required=True)
     fed.add_argument("--population", type=int, required=True)
     fed.add_argument("--rounds", type=int, required=True)
-    _sampled_common(fed)
+    _sampled_common(fed, default_sampling="fixed", sampling_help=(
+        "fixed (default): cohorts of exactly --clients-per-round drawn without replacement, "
+        "as `ldpsim run` draws them (sampling='uniform'), replace one user, rdp only; "
+        "poisson: each user joins with q = m/N (sampling='poisson'), add or remove one user"))
 
     sgd = kinds.add_parser("dpsgd", help="sample-level DP of DP-SGD", formatter_class=HelpFormatter)
     _target_or_z(sgd)
@@ -207,11 +211,12 @@ def _target_or_z(parser: argparse.ArgumentParser) -> None:
                        help="solve for the smallest z reaching this epsilon")
 
 
-def _sampled_common(parser: argparse.ArgumentParser, extra_methods: tuple[str, ...] = ()) -> None:
+def _sampled_common(parser: argparse.ArgumentParser, extra_methods: tuple[str, ...] = (),
+                    sampling_help: str | None = None, default_sampling: str = "poisson") -> None:
     parser.add_argument("--delta", type=float, required=True)
-    parser.add_argument("--sampling", choices=("poisson", "fixed"), default="poisson",
-                        help="poisson (q = m/N, default) or fixed-size without replacement "
-                             "(rdp only)")
+    parser.add_argument("--sampling", choices=("poisson", "fixed"), default=default_sampling,
+                        help=sampling_help or "poisson (q = m/N, default) or fixed-size "
+                                              "without replacement (rdp only)")
     help_ = "rdp (default) or pld"
     if extra_methods:
         help_ += "; mindarmour = MindArmour RDPMonitor arithmetic (classic conversion, 11 orders)"
@@ -275,6 +280,13 @@ def _ldp(args) -> dict:
 def _dpfedavg(args) -> dict:
     from ldpsim._src.privacy.accountants.accounting import dpfedavg_epsilon, dpfedavg_noise_multiplier
 
+    from ldpsim._src._checks import LdpsimError
+
+    if args.sampling == "fixed" and args.method == "pld" and \
+            args.clients_per_round != args.population:
+        raise LdpsimError("--method pld needs --sampling poisson: --sampling fixed (the "
+                          "default, the cohorts `ldpsim run` draws) is accounted by RDP only "
+                          "(dp_accounting); use --method rdp")
     common = dict(clients_per_round=args.clients_per_round, population=args.population,
                   rounds=args.rounds, delta=args.delta, sampling=args.sampling,
                   method=args.method)

@@ -100,8 +100,10 @@ class SimulationConfig(FlatFields):
         rounds: number of federated rounds.
         epsilon: per-client, per-round local DP budget; ``math.inf`` disables privacy
             (no clipping noise; updates are still clipped when ``clip`` is finite).
-        delta: δ of the Gaussian mechanism (ignored by the pure ε-LDP randomizers: Laplace,
-            PrivUnit2, PrivUnitG, Duchi et al., SignDS, whose ε_spent is pure, δ = 0).
+        delta: δ of the Gaussian mechanism (not used by Laplace and the report
+            randomizers, which are ideally pure ε-LDP: their ``delta_spent`` is the δ their
+            float32 realisation adds, e.g. 2e-24 for PrivUnitG at ε = 4, d = 61,706; exactly
+            0 only for SignDS and Duchi et al.).
         clip: clip bound C of each client update: L2 for Gaussian, L1 for Laplace.
             ``inf`` (no clipping) is allowed only without privacy (ε = inf).
         mechanism: the local randomizer of ``privacy_mode="ldp"``: ``"gaussian"``

@@ -463,7 +463,18 @@ def _plan_sum(config: SimulationConfig, population: int, dim: int | None = None,
             draws = t * (2 if config.adaptive_clip else 1)
             budget = _bounded_gaussian_budget(config.delta, sens / z_value, dim, draws)
             out = at(budget) if budget > 0 else math.inf
-        if math.isinf(out) and not warned:
+        if math.isinf(out) and not warned and distributed_mode:
+            warned.append(t)
+            tv = t * tv_round
+            _tail_warning(
+                f"distributed noise is a sum of {m} shares of the Gaussian sampler "
+                f"{_sampler_impl()!r} (bounded tails), accounted by coupling to the ideal "
+                f"transcript: delta_ideal + (1 + e^epsilon) * TV with TV = {tv:.3g} after {t} "
+                f"round(s); the ideal epsilon at delta={config.delta:g} is "
+                f"{at(config.delta):.4g}, where e^epsilon * TV exceeds delta (this bound "
+                f"holds only up to about epsilon = {math.log(config.delta / tv):.3g}), so "
+                f"epsilon_spent is reported as inf (see docs/privacy_sharp_edges.md)")
+        elif math.isinf(out) and not warned:
             warned.append(t)
             _tail_warning(
                 f"the Gaussian sampler {_sampler_impl()!r} reaches only "

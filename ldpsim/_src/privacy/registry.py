@@ -94,7 +94,9 @@ class RandomizerSpec:
             with those attributes).
         family: ``"additive"`` (the release is ``clipped + independent noise``) or
             ``"report"`` (a message the server decodes).
-        guarantee: ``"pure"`` (ε-LDP) or ``"approximate"`` ((ε, δ)-LDP).
+        guarantee: ``"pure"`` (ε-LDP for ideal real-valued randomness; the float32
+            realisation may add a tiny δ, reported as ``delta_spent``) or ``"approximate"``
+            ((ε, δ)-LDP).
         label: the name in tables and figures.
         colour: its matplotlib colour in figures (None: not drawn by the frontier).
         help: one line for ``--help``.

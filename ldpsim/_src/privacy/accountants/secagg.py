@@ -26,10 +26,14 @@ Assumptions, stated in every report (docs/privacy_sharp_edges.md):
   colluding clients' noise, or the target's own (``k = 1``, the conservative multiplier
   ``z·√((s − 1)/m)`` of the sharp-edges doc) — those do not protect anyone:
   ``z = σ√(s − k)/Δ``.
-* Secure aggregation itself is ideal (no leakage beyond the sum), the noise is ideal
-  continuous Gaussian (ldpsim's float32 sampler has bounded tails: see
-  :func:`ldpsim.privacy.sampler_delta_floor`), and there is no
+* Secure aggregation itself is ideal (no leakage beyond the sum), and there is no
   amplification by sampling (each participation is one release, as for local DP).
+* The float32 noise: the sum's noise is accounted as ONE draw of ldpsim's float32 sampler
+  at std ``σ√(s − k)`` with its bounded tails (bound (1) of
+  :mod:`ldpsim._src.privacy.noise.realised`, as :func:`ldpsim.privacy.ldp_epsilon` accounts
+  a client's own noise; ``sampler="ideal"``: real-valued noise), for updates of up to
+  ``dim`` coordinates. At the ε of most experiments (up to about 40 per release at
+  δ = 1e-5) the tails add nothing measurable; beyond, they raise ε (or make it inf).
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from ldpsim._src._checks import (
 )
 from ldpsim._src.privacy.accountants import accounting
 from ldpsim._src.privacy.accountants.accounting import PrivacyReport
+from ldpsim._src.privacy.noise import realised
 from ldpsim._src.privacy.noise.calibration import analytic_gaussian_epsilon, analytic_gaussian_sigma
 
 __all__ = ["NEIGHBOURS", "secagg_epsilon", "secagg_noise_multiplier", "secagg_sigma",
@@ -108,7 +113,8 @@ def _survivor_counts(clients: int, rounds: int, dropout: float,
 def secagg_epsilon(*, sigma: float, clip: float, clients: int, rounds: int = 1,
                    delta: float, dropout: float = 0.0,
                    survivors: int | Sequence[int] | None = None, known_shares: int = 0,
-                   neighbours: str = "replace", method: str = "pld") -> PrivacyReport:
+                   neighbours: str = "replace", method: str = "pld",
+                   sampler: str | None = None, dim: int | None = None) -> PrivacyReport:
     """Central (ε, δ) of one client's participation in ``rounds`` securely summed rounds.
 
     Args:
@@ -125,6 +131,9 @@ def secagg_epsilon(*, sigma: float, clip: float, clients: int, rounds: int = 1,
         neighbours: ``"replace"`` (Δ = 2C, default) or ``"add-remove"`` (Δ = C).
         method: ``"pld"`` (default), ``"rdp"`` or ``"analytic"`` (exact; every round must
             have the same survivors).
+        sampler: the float32 noise sampler that runs (default ldpsim's; ``"ideal"`` for
+            real-valued noise); module docstring.
+        dim: coordinates of the update (default: the guarantee holds up to 10⁷).
 
     Returns:
         A :class:`PrivacyReport` (``details``: per-round survivors, noise multiplier(s),
@@ -150,18 +159,29 @@ def secagg_epsilon(*, sigma: float, clip: float, clients: int, rounds: int = 1,
         # One Gaussian of std σ√(s−k_shares) and sensitivity Δ, composed `count` times: the
         # same computation as a client's local Gaussian noise (accounting.ldp_epsilon).
         report = accounting.ldp_epsilon("gaussian", sensitivity=sensitivity, rounds=count,
-                                        delta=delta, sigma=zs[s] * sensitivity, method=method)
+                                        delta=delta, sigma=zs[s] * sensitivity, method=method,
+                                        sampler=sampler, dim=dim)
         eps, used = report.epsilon, report.method
     else:
-        if method == "analytic":
+        # Rounds with different survivors: bound (1) with every round's tails charged as
+        # those of the round with the least noise (the largest tail mass and scale).
+        budget = delta
+        if sampler != "ideal":
+            tails = [accounting._realisation("gaussian", sampler, dim, zs[s])[2]
+                     for s in counts]
+            budget = realised.delta_budget(delta, max(t["tail_mass"] for t in tails),
+                                           max(t["tail_scale"] for t in tails), k)
+        if not budget > 0:
+            eps, used = math.inf, method   # the sampler's tails alone exhaust δ
+        elif method == "analytic":
             # Gaussians compose exactly: multipliers z_i give one of (Σ z_i⁻²)^{-1/2}.
             z_total = 1.0 / math.sqrt(sum(c / zs[s] ** 2 for s, c in counts.items()))
-            eps, used = analytic_gaussian_epsilon(z_total, delta), "analytic"
+            eps, used = analytic_gaussian_epsilon(z_total, budget), "analytic"
         else:
             event = dp_accounting.ComposedDpEvent([
                 dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(zs[s]), c)
                 for s, c in sorted(counts.items())])
-            eps, used = accounting._epsilon_and_method(event, 1, delta, method)
+            eps, used = accounting._epsilon_and_method(event, 1, budget, method)
     relation = ("replace one client (sensitivity 2C)" if neighbours == "replace"
                 else "add or remove one client (sensitivity C)")
     details = {
@@ -179,14 +199,18 @@ def secagg_epsilon(*, sigma: float, clip: float, clients: int, rounds: int = 1,
 
 def secagg_sigma(*, target_epsilon: float, delta: float, clip: float, clients: int,
                  rounds: int = 1, dropout: float = 0.0, known_shares: int = 0,
-                 neighbours: str = "replace", method: str = "analytic") -> float:
+                 neighbours: str = "replace", method: str = "analytic",
+                 sampler: str | None = None, dim: int | None = None) -> float:
     """Smallest per-client σ whose securely summed noise reaches ``target_epsilon`` centrally.
 
     Exact (analytic Gaussian calibration, Balle & Wang 2018): ``rounds`` Gaussians of std
     ``σ√(s − k)`` on sensitivity Δ are one Gaussian of std ``σ√((s − k)/rounds)``, so
     ``σ = σ_central·√rounds/√(s − k)`` with ``σ_central`` the analytic σ for (ε, δ) and Δ,
     ``s`` the worst-case survivors for ``dropout``. :func:`secagg_epsilon` with
-    ``method="analytic"`` gives back ``target_epsilon``. With ``method="pld"`` or ``"rdp"``
+    ``method="analytic"`` (and the same ``sampler`` and ``dim``) gives back
+    ``target_epsilon``; where the float32 sampler's bounded tails bind (large ε: the
+    module docstring) that σ does not deliver the target, and the σ returned is instead the
+    least that does (bisection as below). With ``method="pld"`` or ``"rdp"``
     the σ is instead the least (bisection, relative tolerance 1e-6, from the exact σ up) whose
     :func:`secagg_epsilon` by that accountant is ``≤ target_epsilon``: a bound looser than the
     exact composition (RDP) asks for more noise to certify the same ε.
@@ -203,13 +227,14 @@ def secagg_sigma(*, target_epsilon: float, delta: float, clip: float, clients: i
     sensitivity = 2.0 * clip if neighbours == "replace" else clip
     central = analytic_gaussian_sigma(target_epsilon, delta, sensitivity)
     exact = central * math.sqrt(k) / math.sqrt(s - shares)
-    if method == "analytic":
-        return exact
 
     def eps(sigma):
         return secagg_epsilon(sigma=sigma, clip=clip, clients=clients, rounds=k, delta=delta,
                               dropout=dropout, known_shares=shares, neighbours=neighbours,
-                              method=method).epsilon
+                              method=method, sampler=sampler, dim=dim).epsilon
+
+    if method == "analytic" and eps(exact) <= target_epsilon * (1.0 + 1e-9):
+        return exact   # the float32 tails add nothing measurable (rounding of the exact σ)
 
     lo, hi = exact, exact
     while eps(hi) > target_epsilon:

@@ -12,8 +12,9 @@ participation pattern for every model, :class:`ldpsim.privacy.PrivacyLedger`).
 
 ``"central"``
     Trusted server: the clipped sum (sensitivity 2C) plus ``N(0, σ_sum² I)`` with
-    ``σ_sum`` the exact analytic Gaussian calibration for (ε, δ) (Balle & Wang 2018,
-    :func:`~ldpsim.privacy.analytic_gaussian_sigma`).
+    ``σ_sum`` the analytic Gaussian calibration for (ε, δ) (Balle & Wang 2018) of the
+    float32 noise that runs (:func:`~ldpsim.privacy.calibrate`: the exact ideal σ unless
+    the sampler's bounded tails bind, at large ε, where σ is raised until they do not).
 ``"secagg"``
     Secure aggregation with distributed Gaussian noise: each client adds ``N(0, σ² I)``;
     the adversary sees only the sum of the ``s = n − ⌊ρn⌋`` worst-case survivors, a
@@ -23,8 +24,8 @@ participation pattern for every model, :class:`ldpsim.privacy.PrivacyLedger`).
     the central noise, split over the clients.
 ``"local"``
     No trusted party: each report is (ε, δ)-DP on its own (replace one input, sensitivity
-    2C), ``σ`` the analytic Gaussian calibration; the central figure is the same (ε, δ)
-    (the adversary sees the report itself).
+    2C), ``σ`` the analytic Gaussian calibration of the float32 noise (as ``"central"``);
+    the central figure is the same (ε, δ) (the adversary sees the report itself).
 ``"shuffle"``
     A trusted shuffler: each report is (ε₀, δ₀)-LDP with the LARGEST ε₀ whose shuffled
     guarantee meets the target at this n. The central ε of n shuffled ε₀-LDP reports is
@@ -34,7 +35,9 @@ participation pattern for every model, :class:`ldpsim.privacy.PrivacyLedger`).
     paper's extension to approximate-DP local randomizers (arXiv:2012.12803, Theorem 3.8,
     which reduces each (ε₀, δ₀)-DP randomizer to an ε₀-DP one close in total variation), the
     shuffled output is ``(ε, δ_s + (e^ε + 1)(1 + e^{-ε₀}/2)·n·δ₀)``-DP, so ldpsim sets ``δ₀ = (1 − split)·δ / ((e^ε + 1)(1 + e^{-ε₀}/2)·n)`` and the total is
-    δ. ε₀ is found by bisection on the monotone map ε₀ ↦ central ε (to 1e-6 relative,
+    δ. Each report's σ is the float32 calibration for (ε₀, δ₀) (as ``"local"``: δ₀ is
+    tiny, so at large ε₀ the sampler's tails raise σ; the realised δ₀ is never above the
+    δ₀ the bound was given). ε₀ is found by bisection on the monotone map ε₀ ↦ central ε (to 1e-6 relative,
     rounded down), starting from ε₀ = ε (always valid: shuffling never hurts). For
     ``n = 1`` and small n amplification is small and ε₀ ≈ ε (at a smaller δ₀: the
     shuffled model can then need MORE noise than local DP). The split is a choice
@@ -42,7 +45,8 @@ participation pattern for every model, :class:`ldpsim.privacy.PrivacyLedger`).
 
 The std of the noise on the mean of the n reports is ``σ_sum / n`` in every model
 (``sigma_mean``); it is what the accuracy depends on (the clip and the signal are the
-same in all four).
+same in all four). Every guarantee is that of ldpsim's float32 noise sampler (``sampler``,
+default ldpsim's) for updates of up to ``dim`` coordinates (default 10⁷), as the engine's.
 """
 
 from __future__ import annotations
@@ -59,7 +63,8 @@ from ldpsim._src._checks import (
     check_positive_int,
 )
 from ldpsim._src.privacy.accountants import secagg, shuffling
-from ldpsim._src.privacy.noise.calibration import analytic_gaussian_epsilon, analytic_gaussian_sigma
+from ldpsim._src.privacy.noise import calibration, realised
+from ldpsim._src.privacy.noise.calibration import calibrate
 
 __all__ = ["TRUST_MODELS", "TrustModelNoise", "shuffle_local_epsilon", "trust_model_noise"]
 
@@ -145,8 +150,8 @@ def shuffle_local_epsilon(target_epsilon: float, delta: float, clients: int, *,
 
 def trust_model_noise(model: str, *, target_epsilon: float, delta: float, clients: int,
                       clip: float = 1.0, dropout: float = 0.0, known_shares: int = 0,
-                      shuffle_analysis: str = "clones", delta_split: float = 0.5
-                      ) -> TrustModelNoise:
+                      shuffle_analysis: str = "clones", delta_split: float = 0.5,
+                      sampler: str | None = None, dim: int | None = None) -> TrustModelNoise:
     """The Gaussian noise of trust ``model`` for a central (ε, δ) per round at n clients.
 
     Args:
@@ -160,6 +165,9 @@ def trust_model_noise(model: str, *, target_epsilon: float, delta: float, client
         shuffle_analysis: shuffle only: ``"clones"`` (every ε₀-DP randomizer) or
             ``"stronger"`` (only randomizers that admit it: not the Gaussian).
         delta_split: shuffle only: the fraction of δ given to the clones bound.
+        sampler: the float32 Gaussian sampler that runs (default ldpsim's; ``"ideal"``:
+            real-valued noise, the textbook σ).
+        dim: coordinates of the update (default: the guarantee holds up to 10⁷).
 
     Returns:
         A :class:`TrustModelNoise`. Equal ``target_epsilon`` and ``delta`` across models
@@ -167,7 +175,8 @@ def trust_model_noise(model: str, *, target_epsilon: float, delta: float, client
 
     Example: ε = 1, δ = 1e-5, n = 1000, C = 1: central σ_sum = 7.461 (analytic, Δ = 2),
     local σ per client the same (so its σ_sum, 235.9, is √1000 times larger), secagg σ per
-    client 7.461/√1000 = 0.2359.
+    client 7.461/√1000 = 0.2359. At ε = 100 the ideal σ (0.1893) is not (100, 1e-5)-DP as
+    float32 noise: local and central get σ = 0.2751.
     """
     check_choice("model", model, TRUST_MODELS)
     target = check_positive("target_epsilon", target_epsilon)
@@ -181,34 +190,55 @@ def trust_model_noise(model: str, *, target_epsilon: float, delta: float, client
     if model != "shuffle" and (shuffle_analysis != "clones" or delta_split != 0.5):
         raise LdpsimError(f"shuffle_analysis and delta_split apply to model='shuffle' only, "
                           f"got model={model!r}")
-    details: dict[str, Any] = {"neighbours": "replace one client (sensitivity 2C)"}
+    ideal = sampler == "ideal"
+    if not ideal:
+        sampler = realised.default_sampler("gaussian") if sampler is None else sampler
+        check_choice("sampler", sampler, realised.SAMPLERS["gaussian"] + ("ideal",))
+    dim = None if ideal else realised.check_dim(dim)
+    details: dict[str, Any] = {"neighbours": "replace one client (sensitivity 2C)",
+                               "sampler": sampler if not ideal else "ideal", "dim": dim}
+
+    def gaussian(eps: float, dlt: float) -> tuple[float, float]:
+        """(σ, ε delivered at ``dlt``) of one release at sensitivity 2C."""
+        if ideal:
+            sigma = calibration.analytic_gaussian_sigma(eps, dlt, sens)
+            return sigma, calibration.analytic_gaussian_epsilon(sigma, dlt, sens)
+        cal = calibrate("gaussian", epsilon=eps, delta=dlt, sensitivity=sens,
+                        sampler=sampler, dim=dim)
+        return cal.sigma, cal.achieved_epsilon
+
+    def share_epsilon(sigma: float) -> float:   # one report alone, at δ
+        if ideal:
+            return calibration.analytic_gaussian_epsilon(sigma, delta, sens)
+        return realised.realised_epsilon("gaussian", sampler, sens / sigma, dim, delta)
+
     if model == "central":
-        sigma_sum = analytic_gaussian_sigma(target, delta, sens)
+        sigma_sum, central = gaussian(target, delta)
         sigma_client, local_eps, local_delta = 0.0, math.inf, 1.0
-        central = analytic_gaussian_epsilon(sigma_sum, delta, sens)
         analysis = "analytic Gaussian (Balle & Wang 2018) on the clipped sum"
     elif model == "local":
-        sigma_client = analytic_gaussian_sigma(target, delta, sens)
+        sigma_client, local_eps = gaussian(target, delta)
         sigma_sum = sigma_client * math.sqrt(n)
-        local_eps, local_delta = analytic_gaussian_epsilon(sigma_client, delta, sens), delta
+        local_delta = delta
         central = local_eps
         analysis = "analytic Gaussian on each report (the adversary sees it)"
     elif model == "secagg":
         sigma_client = secagg.secagg_sigma(target_epsilon=target, delta=delta, clip=clip,
                                            clients=n, dropout=dropout,
-                                           known_shares=known_shares)
+                                           known_shares=known_shares, sampler=sampler,
+                                           dim=dim)
         s = secagg.secagg_survivors(n, dropout)
         sigma_sum = sigma_client * math.sqrt(n)     # every client's share (no dropout)
         central = secagg.secagg_epsilon(sigma=sigma_client, clip=clip, clients=n, delta=delta,
                                         dropout=dropout, known_shares=known_shares,
-                                        method="analytic").epsilon
-        local_eps, local_delta = analytic_gaussian_epsilon(sigma_client, delta, sens), delta
+                                        method="analytic", sampler=sampler, dim=dim).epsilon
+        local_eps, local_delta = share_epsilon(sigma_client), delta
         analysis = "secure aggregation of Gaussian shares (ldpsim.privacy.secagg_epsilon)"
         details.update(survivors=s, dropout=float(dropout), known_shares=int(known_shares))
     else:
         eps0, delta0 = shuffle_local_epsilon(target, delta, n, analysis=shuffle_analysis,
                                              split=delta_split)
-        sigma_client = analytic_gaussian_sigma(eps0, delta0, sens)
+        sigma_client, _ = gaussian(eps0, delta0)   # (ε₀, δ₀)-DP as the float32 noise runs
         sigma_sum = sigma_client * math.sqrt(n)
         local_eps, local_delta = eps0, delta0
         central = float(shuffling.shuffle_epsilon(delta_split * delta, eps0, n,
