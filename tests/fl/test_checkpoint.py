@@ -67,6 +67,50 @@ def test_crash_resumes_from_the_last_periodic_checkpoint(tmp_path, uninterrupted
     assert _strip(resumed) == _strip(uninterrupted)
 
 
+def test_an_interrupt_between_checkpoints_saves_the_last_finished_round(tmp_path,
+                                                                       uninterrupted):
+    """Ctrl-C (or SIGTERM) between periodic checkpoints: the run saves the last round whose
+    row was made before the interrupt goes on, so nothing finished is computed again."""
+    ckpt = tmp_path / "ckpt"
+
+    def crash(row):
+        if row["round"] == 5:
+            raise KeyboardInterrupt   # while round 5's row is handled: round 4 is the last
+    with pytest.raises(KeyboardInterrupt):
+        simulate(_config(), checkpoint_dir=ckpt, checkpoint_every=10, callback=crash)
+    assert sorted(p.name for p in ckpt.iterdir() if p.name.isdigit()) == ["4"]
+    seen = []
+    resumed = simulate(_config(), checkpoint_dir=ckpt, checkpoint_every=10,
+                       callback=seen.append)
+    assert _strip(resumed) == _strip(uninterrupted)
+
+
+def test_an_interrupt_inside_a_step_checkpoints_the_step_before():
+    """The loop's own contract: an interrupt raised inside step i checkpoints (final) the
+    carry, next step and rows of step i − 1, once, and is raised again."""
+    from ldpsim._src.fl.loop import run_loop
+
+    saved = []
+
+    def step(carry, i):
+        if i == 7:
+            raise KeyboardInterrupt
+        return carry + 1
+
+    with pytest.raises(KeyboardInterrupt):
+        run_loop(10, step, 0, report=lambda c, i: [{"round": i + 1, "c": c}],
+                 report_every=2, checkpoint=lambda *a: saved.append(
+                     (a[0], a[1], [r["round"] for r in a[2]], a[3])))
+    assert saved[-1] == (7, 7, [2, 4, 6], True)
+    assert [s for s in saved if s[3]] == [saved[-1]]
+    # Interrupted before any step finished: nothing to save.
+    saved.clear()
+    with pytest.raises(KeyboardInterrupt):
+        run_loop(10, step, 0, report=lambda c, i: [], start=7,
+                 checkpoint=lambda *a: saved.append(a))
+    assert saved == []
+
+
 def test_checkpoint_of_another_configuration_is_refused(tmp_path):
     ckpt = tmp_path / "ckpt"
     simulate(_config(rounds=2), checkpoint_dir=ckpt)

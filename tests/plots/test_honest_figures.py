@@ -98,6 +98,23 @@ def test_axes_name_per_round_and_total_epsilon():
     assert "epsilon_spent" in ax.get_xlabel()
 
 
+@pytest.mark.parametrize("top", [1 - 2 ** -52, 9.99, 5.0, 0.05])
+def test_infinity_column_stays_clear_of_the_largest_finite_spend(top):
+    """A largest total ε just under a power of ten (ε = 1 for one round composes to
+    0.9999999999999998) once put the "∞" column on top of it; it is at least 2x further."""
+    rows = [dict(dataset="mnist", epsilon=eps, clients_per_round=10, seed=0, round=1,
+                 accuracy=acc, epsilon_spent=spent, noise_norm=1.0, signal_norm=0.3,
+                 theory_noise_norm=1.0)
+            for eps, acc, spent in ((1.0, 0.2, top), (INF, 0.9, math.nan))]
+    ax = plot(pd.DataFrame(rows), "accuracy-vs-epsilon", epsilon_axis="total").axes[0]
+    ticks = dict(zip((t.get_text() for t in ax.get_xticklabels()), ax.get_xticks()))
+    inf_x = next(x for label, x in ticks.items() if label.startswith("∞"))
+    points = [x for line in ax.get_lines() for x, y in zip(line.get_xdata(), line.get_ydata())
+              if y == pytest.approx(0.2)]
+    assert points and max(points) == pytest.approx(top)
+    assert inf_x >= 2 * top
+
+
 def test_total_axis_places_each_cell_at_its_largest_spend():
     df = _table()
     ax = plot(df, "accuracy-vs-epsilon", epsilon_axis="total").axes[0]

@@ -440,8 +440,12 @@ class _CsvWriter:
         where = f"{done} saved in {self.path}"
         if self._recorder is not None:
             where += f", manifest {self._recorder.path}"
+        saved = self._resume_from is not None and Path(self._resume_from).is_dir() and \
+            any(Path(self._resume_from).iterdir())
         how = (f"run the same command to continue from the last checkpoint in {self._resume_from}"
-               if self._resume_from is not None else
+               if saved else
+               f"no checkpoint in {self._resume_from} yet: add --overwrite to the same command "
+               "to start again" if self._resume_from is not None and self.rows else
                "run the same command to start again" if not self.rows else
                "a run without --checkpoint-dir starts again: add --overwrite to the same command")
         _interrupt.note(f"{where}; {how}")
@@ -537,5 +541,9 @@ def _check_overwrite(args: argparse.Namespace) -> None:
     ckpt = getattr(args, "checkpoint_dir", None)
     if ckpt is not None and Path(ckpt).is_dir() and any(Path(ckpt).iterdir()):
         return
+    if ckpt is not None:
+        raise LdpsimError(f"--out {str(out)!r} exists and --checkpoint-dir {str(ckpt)!r} holds "
+                          "no checkpoint to continue from (the run stopped before its first); "
+                          "pass --overwrite to start again, or choose another file")
     raise LdpsimError(f"--out {str(out)!r} exists; pass --overwrite to replace it, or choose "
                       "another file")

@@ -35,6 +35,7 @@ import jax
 import numpy as np
 
 from ldpsim._src._checks import LdpsimError
+from ldpsim._src._interrupt import critical
 
 __all__ = ["RunCheckpoint", "config_hash", "saved_round"]
 
@@ -194,9 +195,10 @@ class RunCheckpoint:
                           "it to start afresh")
 
     def save(self, state: Any, min_fraction: Any, next_round: int, rows: list[dict],
-             final: bool = False) -> None:
+             final: bool = False, participation: np.ndarray | None = None) -> None:
         """Save the state after round ``next_round - 1`` if it is due (every ``every``-th
-        round, or ``final``) and not saved already."""
+        round, or ``final``) and not saved already; ``participation``: the counts at that
+        round, where the driver's have moved on (default: the driver's)."""
         if not (final or next_round % self.every == 0) or next_round == self._saved:
             return
         import orbax.checkpoint as ocp  # deferred: heavy, only checkpointed runs need it
@@ -206,12 +208,15 @@ class RunCheckpoint:
         # background thread reads back array metadata, which raced the commit under heavy
         # load ("No ArrayMetadata found"); restore() already reads into NumPy templates.
         arrays = [np.asarray(_data(x)) for x in leaves]
-        arrays.append(np.array(self.participation))
+        arrays.append(np.array(self.participation if participation is None
+                               else participation))
         meta = {"format": _FORMAT, "config_hash": self._hash, "configs": self._configs,
                 "next_round": int(next_round), "rows": _plain(rows),
                 "elapsed": time.perf_counter() - self.start}
-        with self._manager() as manager:
+        # A checkpoint is written whole: SIGINT/SIGTERM wait for it (an interrupt inside
+        # orbax's save left its metadata thread running into interpreter shutdown).
+        with critical(), self._manager() as manager:
             manager.save(next_round, args=ocp.args.Composite(
                 arrays=ocp.args.StandardSave(arrays), meta=ocp.args.JsonSave(meta)),
                 force=True)
-        self._saved = next_round
+            self._saved = next_round

@@ -50,7 +50,10 @@ def run_loop(steps: int, step: Callable[[Any, int], Any], carry: Any, *,
             (a checkpoint's); ``done`` is passed to ``callback`` first, so that the
             callback sees the whole history.
         checkpoint: ``(carry, next_step, rows, final)`` called after each step once its
-            report and callbacks are done (``final``: the loop ends or stops there).
+            report and callbacks are done (``final``: the loop ends or stops there), and
+            with ``final`` when an interrupt (``KeyboardInterrupt``: SIGINT, or SIGTERM
+            through :mod:`ldpsim._src._interrupt`) ends the loop, at the last step whose
+            report and callbacks were done; the interrupt is raised again after it.
         stop_before: ``(carry, i) -> bool`` asked before step ``i``; ``True`` ends the loop
             there: step ``i − 1``, if it ran in this call and had no report, is reported
             first (the last row is always the last step done), then ``checkpoint`` is
@@ -70,6 +73,8 @@ def run_loop(steps: int, step: Callable[[Any, int], Any], carry: Any, *,
         # The first step compiles: say so until it is done.
         bar = progress_bar(total=steps, initial=start, unit=unit,
                    desc=f"{desc} (compiling)" if start < steps else desc)
+    # The last point a checkpoint may be taken at: (carry, next step, rows so far).
+    safe = (carry, start, len(rows))
     try:
         for i in range(start, steps):
             if stop_before is not None and stop_before(carry, i):
@@ -96,10 +101,15 @@ def run_loop(steps: int, step: Callable[[Any, int], Any], carry: Any, *,
                     bar.set_postfix(postfix(new[-1]))
             if bar is not None:
                 bar.update(1)
+            safe = (carry, i + 1, len(rows))
             if checkpoint is not None:
                 checkpoint(carry, i + 1, rows, stop or i == steps - 1)
             if stop:
                 break
+    except KeyboardInterrupt:
+        if checkpoint is not None and safe[1] > start:
+            checkpoint(safe[0], safe[1], rows[:safe[2]], True)
+        raise
     finally:
         if bar is not None:
             bar.close()

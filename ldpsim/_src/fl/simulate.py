@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ldpsim._src._checks import LdpsimError
+from ldpsim._src._interrupt import critical
 from ldpsim._src.fl import _policy, planning, sharding
 from ldpsim._src.fl.budget import budget_columns, budget_ledger
 from ldpsim._src.fl.build import build_data, initial_state, model_dimension, model_name_for
@@ -257,6 +258,7 @@ def simulate_lanes(configs: Sequence[SimulationConfig | Experiment], *, progress
     capacity = (_poisson_capacity(c0) if c0.sampling == "poisson" else c0.clients_per_round)
     bases = [run_columns(c, model.name, n_clients, p) for c, p in zip(configs, plans)]
     participation = np.zeros(n_clients, np.int64)
+    counted: list = [None]   # (round, ids) of the last participations counted
     change_norm = _lane_change_norm if lanes else _change_norm
     ledger = budget_ledger(configs, plans[0], participation)
 
@@ -283,7 +285,9 @@ def simulate_lanes(configs: Sequence[SimulationConfig | Experiment], *, progress
         state, _, _, min_fraction = carry
         ids, mask = cohort(t)
         new_state, rm = round_fn(state, population, jnp.int32(t), ids, mask, hyper)
-        participation[ids[mask]] += 1
+        with critical():   # the counts and the record of what was added change together
+            participation[ids[mask]] += 1
+            counted[0] = (t, ids[mask])
         min_fraction = jnp.minimum(min_fraction, rm.noise_variance_fraction)
         if on_round is not None:
             on_round()
@@ -324,7 +328,15 @@ def simulate_lanes(configs: Sequence[SimulationConfig | Experiment], *, progress
         carry, start = (state, state.params, None, fraction), ckpt.start
         if progress and first:
             status(f"continuing after round {first} (checkpoint in {checkpoint_dir})")
-        save = lambda c, t, rows, final: ckpt.save(c[0], c[3], t, rows, final)  # noqa: E731
+
+        def save(c, t, rows, final):
+            counts = None
+            if counted[0] is not None and counted[0][0] == t:
+                # An interrupt after round t was counted: the checkpoint is that of round
+                # t − 1 (run_loop), so without round t's participations.
+                counts = participation.copy()
+                counts[counted[0][1]] -= 1
+            ckpt.save(c[0], c[3], t, rows, final, participation=counts)
     rows = run_loop(c0.rounds, step, carry, report=report,
                     report_every=c0.eval_every, callback=callback, progress=progress,
                     postfix=lambda row: {"accuracy": f"{row['accuracy']:.4f}"},

@@ -373,6 +373,8 @@ def _accuracy_vs_epsilon(df: pd.DataFrame, metric: str, title: str | None,
     finite = stats.loc[np.isfinite(stats["_eps"]) & (stats["_eps"] > 0), "_eps"]
     top = float(finite.max()) if len(finite) else 1.0
     inf_x = 10 ** (math.floor(math.log10(top)) + 1) if len(finite) else 1.0
+    if inf_x < 2 * top:   # a top just under a power of ten: keep "∞" clear of it
+        inf_x *= 10
     stats["_x"] = np.where(np.isfinite(stats["_eps"]), stats["_eps"], inf_x)
     fig = Figure(figsize=(6.4, 4.4))
     ax = fig.add_subplot()
