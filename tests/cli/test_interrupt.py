@@ -223,7 +223,7 @@ def test_sigint_to_a_sweep_then_resume_equals_an_uninterrupted_sweep(tmp_path):
     assert code == 130, err
     assert "Segmentation fault" not in err and "Traceback" not in err
     last = err.strip().splitlines()[-1]
-    assert last.startswith("ldpsim sweep: interrupted by SIGINT; finished cells are saved in")
+    assert last.startswith("ldpsim sweep: interrupted by SIGINT; finished cells (if any) are in")
     assert "run the same command again to resume" in last
     _, rows = _whole_rows(out)
     done = _done(out)

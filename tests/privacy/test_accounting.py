@@ -251,7 +251,8 @@ def test_cli_dpsgd_mindarmour_epochs(capsys):
 
 def test_cli_dpfedavg_inverse(capsys):
     out = _cli_json(capsys, "dpfedavg", "--target-epsilon", "2.4366938", "--clients-per-round",
-                    "100", "--population", "10000", "--rounds", "1000", "--delta", "1e-6")
+                    "100", "--population", "10000", "--rounds", "1000", "--delta", "1e-6",
+                    "--sampling", "poisson")
     assert out["noise_multiplier"] == pytest.approx(1.0, abs=1e-5)
     assert out["epsilon"] <= 2.4366938 + 1e-9
 

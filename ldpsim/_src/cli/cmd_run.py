@@ -65,6 +65,19 @@ def _bool(text: str) -> bool:
 _bool.__name__ = "bool"   # argparse names the type in its error message
 
 
+def _delta_arg(text: str) -> float | str:
+    """``--delta``: a number, or the rule ``1/population`` / ``1/clients_per_round``
+    (resolved once the run's settings are known)."""
+    if text.strip() in ("1/population", "1/clients_per_round"):
+        return text.strip()
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a number in (0, 1), 1/population or 1/clients_per_round, got {text!r}"
+        ) from None
+
+
 def _randomizer_options() -> tuple:
     """``--mechanism`` and every randomizer's own options, from the registry."""
     names = registry.engine_randomizers()
@@ -107,7 +120,8 @@ _OPTIONS = (
     ("--rounds", "rounds", int, None, "federated rounds"),
     ("--epsilon", "epsilon", float, None, "per-round local epsilon (the discrete modes: of the "
      "sum, per round or per run by --epsilon-scope); inf = no privacy"),
-    ("--delta", "delta", float, None, "delta of the Gaussian mechanism (the pure epsilon-LDP "
+    ("--delta", "delta", _delta_arg, None, "delta of the Gaussian mechanism, a number in "
+     "(0, 1) or 1/population or 1/clients_per_round (the pure epsilon-LDP "
      "mechanisms " + ", ".join(s.name for s in registry.RANDOMIZERS
                                if s.engine and not s.uses("delta")) + " do not use it)"),
     ("--clip", "clip", float, None, "clip bound C (L2; L1 for " + ", ".join(
@@ -137,7 +151,7 @@ _OPTIONS = (
     ("--client-lr", "client_lr", float, None, "client learning rate (None: the dataset's "
      "default for its optimizer)"),
     ("--server-optimizer", "server_optimizer", str, ("fedavg", "fedavgm", "fedadam", "fedyogi"),
-     "server optimizer (fedavg = SGD with lr 1)"),
+     "server optimizer (fedavg: the server applies the mean update times --server-lr)"),
     ("--server-lr", "server_lr", float, None, "server learning rate (None: the dataset's "
      "default)"),
     ("--server-momentum", "server_momentum", float, None, "FedAvgM momentum"),
@@ -508,6 +522,7 @@ def _apply_config_file(args: argparse.Namespace) -> None:
     from ldpsim._src.sweep.config import load_run_config
 
     if getattr(args, "config", None) is None:
+        _resolve_delta(args)
         return
     if Path(args.config).suffix.lower() == ".json":
         settings, axes = dataclasses.asdict(_manifest.simulation_config(args.config)), {}
@@ -522,7 +537,11 @@ def _apply_config_file(args: argparse.Namespace) -> None:
     for field, value in settings.items():
         if not was_given(args, field):
             setattr(args, field, value)
-    if isinstance(args.delta, str):  # "1/population" or "1/clients_per_round"
+    _resolve_delta(args)
+
+
+def _resolve_delta(args: argparse.Namespace) -> None:
+    if isinstance(getattr(args, "delta", None), str):  # "1/population", "1/clients_per_round"
         args.delta = 1.0 / float(args.population if args.delta == "1/population"
                                  else args.clients_per_round)
 

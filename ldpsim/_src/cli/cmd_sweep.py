@@ -27,6 +27,10 @@ DEFAULT_RUN = {"dataset": "synthetic", "model": "logreg", "population": 2000, "r
                "delta": "1/population", "clip": 1.0, "local_steps": 10, "client_lr": 0.1}
 DEFAULT_OUT = Path("results/sweep.csv")
 
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
 #: Named presets: ``--preset NAME`` starts from this grid and these fixed settings; every
 #: grid flag or setting changes the preset (the rest of it stays). Without ``--config`` the
 #: base is "quick"; ``--preset none`` starts from the bare run defaults (SimulationConfig,
@@ -63,7 +67,7 @@ privacy guarantee (earlier invocations of a resumed sweep under earlier_sessions
 grid axes take comma-separated lists (epsilon accepts inf = no privacy); --mechanism
 gaussian,laplace,privunit2 compares local randomizers at each epsilon (options of one
 randomizer, such as --delta for gaussian, apply to its cells); --axis FIELD=V1,V2 adds any
-other run setting as an axis (e.g. --axis neighbours=replace,add-remove). Fixed settings: the run options below, or
+other run setting as an axis (e.g. --axis neighbours=replace,add-remove). Fixed settings: the run options above, or
 --set FIELD=VALUE; --delta also accepts 1/population or 1/clients_per_round.
 """
 
@@ -234,7 +238,7 @@ def resolve(args: argparse.Namespace) -> Resolved:
     from ldpsim._src._checks import LdpsimError
     from ldpsim._src.cli._parsing import pairs
     from ldpsim._src.fl.config import SimulationConfig
-    from ldpsim._src.sweep.config import SweepConfig, load_sweep_config, parse_list
+    from ldpsim._src.sweep.config import ALIASES, SweepConfig, load_sweep_config, parse_list
 
     defaults = {f.name: f.default for f in dataclasses.fields(SimulationConfig)}
     if args.config is not None:
@@ -285,6 +289,24 @@ def resolve(args: argparse.Namespace) -> Resolved:
                 if (field in run and not any(s.uses(field) for s in users(grid["mechanism"]))
                         and any(s.uses(field) for s in users(file_mechanisms))):
                     run.pop(field)
+    # A field given two ways is refused by name (the later way used to win silently).
+    axis_fields = [ALIASES.get(f, f) for f, _ in pairs(args.axis, "--axis")]
+    set_fields = [f for f, _ in pairs(args.set, "--set")]
+    flag_fields = [k[4:] for k, v in vars(args).items() if k.startswith("set_") and v is not None]
+    grid_flags = {a: "--" + {"clients_per_round": "clients", "seed": "seeds"}.get(a, a)
+                  for a in DEFAULT_GRID if getattr(args, f"grid_{a}") is not None}
+    if args.grid_mechanism is not None:
+        grid_flags["mechanism"] = "--mechanism"
+    for field in sorted(set(axis_fields)):
+        other = (grid_flags.get(field) or
+                 ("--" + field.replace("_", "-") if field in flag_fields else None) or
+                 (f"--set {field}=..." if field in set_fields else None))
+        if other is not None or axis_fields.count(field) > 1:
+            raise LdpsimError(f"{field} is given both by --axis {field}=... and by "
+                              f"{other or 'another --axis'}; keep one")
+    for field in sorted(set(flag_fields) & set(set_fields)):
+        raise LdpsimError(f"{field} is given both by --{field.replace('_', '-')} and by "
+                          f"--set {field}=...; keep one")
     for field, values in pairs(args.axis, "--axis"):
         run.pop(field, None)
         grid[field] = [_parse_scalar(v) for v in parse_list(values)]
@@ -335,18 +357,20 @@ def run(args: argparse.Namespace) -> int:
     config, out, plots = resolved.config, resolved.out, resolved.plots
     check_sweep_args(args, config, out)  # before any work or output
     cells = config.cells()
-    print(f"ldpsim sweep: {len(cells)} cells -> {out} (fingerprint {config.fingerprint()})", file=sys.stderr)
+    print(f"ldpsim sweep: {_count(len(cells), 'cell')} -> {out} (fingerprint {config.fingerprint()})", file=sys.stderr)
     print(_describe(resolved), file=sys.stderr)
     from ldpsim._src import _interrupt
 
     manifest = _SweepManifest(args, config, out, cells)
-    _interrupt.note(f"finished cells are saved in {out} (manifest {manifest.path}); run the same "
-                    "command again to resume: finished cells are skipped")
+    _interrupt.note(f"finished cells (if any) are in {out} (manifest {manifest.path}); a "
+                    "running cell of more than 10 rounds keeps its last finished round in "
+                    f"{Path(out).with_suffix('.checkpoints')}; run the same command again to "
+                    "resume: finished cells are skipped, a checkpointed one continues")
     with manifest:  # SIGINT/SIGTERM: main prints the note above, exit 130/143
         summary = run_sweep(config, out, overwrite=args.overwrite, progress=not args.no_progress,
                             vmap_epsilon=args.vmap_epsilon, on_start=manifest.start,
                             on_cell=manifest.cell, workers=args.workers)
-    print(f"ran {summary.ran} cells ({summary.rows} rows), skipped {summary.skipped} finished, "
+    print(f"ran {_count(summary.ran, 'cell')} ({summary.rows} rows), skipped {summary.skipped} finished, "
           f"in {summary.seconds:.1f} s -> {summary.path}"
           + (f" (dropped {summary.dropped_rows} rows of an interrupted cell)" if summary.dropped_rows else ""))
     if plots:

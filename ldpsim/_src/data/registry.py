@@ -20,8 +20,13 @@ _SYNTH = re.compile(r"^synthetic\(\s*([0-9.eE+-]+)\s*,\s*([0-9.eE+-]+)\s*\)$")
 
 
 def _known_message(name: str) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(str(name).lower().replace("-", "_"), KNOWN_DATASETS,
+                                      n=1, cutoff=0.75)
     return (
-        f"unknown dataset {name!r}; known: {', '.join(KNOWN_DATASETS)}, 'synthetic(ALPHA,BETA)', "
+        f"unknown dataset {name!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+        + f"; known: {', '.join(KNOWN_DATASETS)}, 'synthetic(ALPHA,BETA)', "
         f"or any TFDS image-classification dataset by name (needs `pip install 'ldpsim[tfds]'`)"
     )
 

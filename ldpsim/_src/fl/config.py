@@ -246,7 +246,7 @@ class SimulationConfig(FlatFields):
         if self.clients_per_round > self.population:
             raise LdpsimError(
                 f"clients_per_round must be <= population ({self.population}), got "
-                f"{self.clients_per_round}; lower --clients-per-round or raise --population")
+                f"{self.clients_per_round}; lower clients_per_round (--clients-per-round) or raise population (--population)")
         object.__setattr__(self, "epsilon", check_positive("epsilon", self.epsilon,
                                                            allow_inf=True))
         check_choice("partition", self.partition, PARTITIONS)
@@ -367,7 +367,7 @@ class SimulationConfig(FlatFields):
                 f"stop_at_epsilon applies to privacy_mode "
                 f"{' or '.join(repr(m.name) for m in registry.MODES if m.per_client)} "
                 f"(per-client releases), got privacy_mode={self.privacy_mode!r}: a "
-                f"{mode.label} run's epsilon is not per client; choose --rounds for its budget")
+                f"{mode.label} run's epsilon is not per client; choose rounds (--rounds) for its budget")
         if mode.randomizers and not self.private:
             raise LdpsimError(f"stop_at_epsilon={self.stop_at_epsilon!r} needs a private run; "
                               f"epsilon is {self.epsilon!r} (no noise, no epsilon spent)")

@@ -49,6 +49,27 @@ __all__ = ["EXECUTION_FIELDS", "Cell", "SweepConfig", "display_value", "fingerpr
 
 REQUIRED_AXES = ("epsilon", "clients_per_round", "seed")
 ALIASES = {"seeds": "seed", "clients": "clients_per_round", "mechanisms": "mechanism"}
+#: The keys of a sweep file's ``[sweep]`` table.
+SWEEP_KEYS = ("name", "out", "plots")
+
+
+def unknown_names(names: Iterable[str], valid: Iterable[str]) -> str:
+    """``names`` for an error message, each with its likeliest meant name from ``valid``
+    (``"neighbors (did you mean 'neighbours'?)"``)."""
+    import difflib
+
+    valid = sorted(valid)
+    out = []
+    for name in names:
+        close = difflib.get_close_matches(str(name), valid, n=1, cutoff=0.75)
+        out.append(f"{name} (did you mean {close[0]!r}?)" if close else str(name))
+    return ", ".join(out)
+
+
+def _simulation_fields() -> set[str]:
+    from ldpsim._src.fl.config import SimulationConfig
+
+    return {f.name for f in dataclasses.fields(SimulationConfig)}
 DELTA_RULES = ("1/population", "1/clients_per_round")
 #: Fingerprint format; bump when the meaning of a normalised config changes.
 FORMAT = 1
@@ -201,11 +222,19 @@ class SweepConfig:
             grid[name] = tuple(sorted(unique.values(), key=_sort_key))
         missing = [a for a in REQUIRED_AXES if a not in grid]
         if missing:
+            stray = sorted(set(grid) - _simulation_fields())
             raise LdpsimError(
                 f"the sweep grid needs the axes {', '.join(REQUIRED_AXES)}; missing: {', '.join(missing)} "
-                "(e.g. --epsilon 1,10,inf --clients 10,100 --seeds 0,1)"
+                + (f"(and {unknown_names(stray, _simulation_fields())} is no run setting) "
+                   if stray else "")
+                + "(e.g. --epsilon 1,10,inf --clients 10,100 --seeds 0,1)"
             )
         base = {ALIASES.get(k, k): v for k, v in dict(self.base).items()}
+        stray = sorted(set(base) - _simulation_fields())
+        if stray:
+            raise LdpsimError(f"unknown run setting(s) {unknown_names(stray, _simulation_fields())}"
+                              "; valid settings: the fields of ldpsim.fl.SimulationConfig "
+                              "(`ldpsim run --help`)")
         both = sorted(set(base) & set(grid))
         if both:
             raise LdpsimError(f"{', '.join(both)} given both as a fixed setting and as a grid axis; keep one")
@@ -334,6 +363,11 @@ def load_sweep_config(path: str | Path) -> tuple[SweepConfig, dict[str, Any]]:
     if "grid" not in data:
         raise LdpsimError(f"sweep config {str(path)!r} has no [grid] table (epsilon, clients_per_round, seed)")
     meta = dict(data.get("sweep", {}))
+    stray = sorted(set(meta) - set(SWEEP_KEYS))
+    if stray:
+        raise LdpsimError(f"sweep config {str(path)!r}: unknown [sweep] key(s) "
+                          f"{unknown_names(stray, SWEEP_KEYS)}; valid keys: "
+                          f"{', '.join(SWEEP_KEYS)} (run settings go in [run], axes in [grid])")
     config = SweepConfig(base=data.get("run", {}), grid=data["grid"], name=meta.get("name"))
     return config, meta
 
@@ -389,8 +423,9 @@ def load_run_config(path: str | Path) -> tuple[dict[str, Any], dict[str, list]]:
     fields = {f.name for f in dataclasses.fields(SimulationConfig)}
     unknown = sorted((set(out) | set(axes)) - fields)
     if unknown:
-        raise LdpsimError(f"run config {str(path)!r}: unknown setting(s) {', '.join(unknown)}; "
-                          f"valid settings are: {', '.join(sorted(fields))}")
+        raise LdpsimError(f"run config {str(path)!r}: unknown setting(s) "
+                          f"{unknown_names(unknown, fields)}; valid settings are: "
+                          f"{', '.join(sorted(fields))}")
     if "epsilon" in out:
         out["epsilon"] = parse_epsilon(out["epsilon"])
     delta = out.get("delta")

@@ -37,8 +37,11 @@ def make_config(params: dict[str, Any]):
     fields = {f.name for f in dataclasses.fields(SimulationConfig)}
     unknown = sorted(set(params) - fields)
     if unknown:
+        from ldpsim._src.sweep.config import unknown_names
+
         raise LdpsimError(
-            f"unknown run setting(s) {', '.join(unknown)}; valid settings are: {', '.join(sorted(fields))}"
+            f"unknown run setting(s) {unknown_names(unknown, fields)}; valid settings are: "
+            f"{', '.join(sorted(fields))}"
         )
     return SimulationConfig(**params)
 
