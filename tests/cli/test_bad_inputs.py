@@ -77,6 +77,7 @@ CASES = [
       "--data-dir", "not a folder"),
     # ------------------------------------------------------------------ run: numbers
     C("run-population-0", RUN + " --population 0", "population", ">= 1"),
+    C("run-delta-rule-unknown", RUN + " --delta 1/n", "--delta", "1/population"),
     C("run-population-neg", RUN + " --population -5", "population"),
     C("run-population-text", RUN + " --population many", "--population", rc=2),
     C("run-population-float", RUN + " --population 1e3", "--population", rc=2),
@@ -183,7 +184,22 @@ CASES = [
     C("sweep-config-empty", SWEEP + " --config {empty}", "{empty}", "[grid]"),
     C("sweep-config-unknown-table", SWEEP + " --config {toml_unknown_table}", "runs"),
     C("sweep-config-bad-epsilon", SWEEP + " --config {toml_bad_eps}", "epsilon"),
-    C("sweep-config-unknown-field", SWEEP + " --config {toml_unknown_field}", "popluation"),
+    C("sweep-config-unknown-field", SWEEP + " --config {toml_unknown_field}", "popluation",
+      "did you mean 'population'?"),
+    C("sweep-config-sweep-key-typo", SWEEP + " --config {toml_sweep_key}", "[sweep] key",
+      "plot (did you mean 'plots'?)"),
+    C("sweep-config-axis-typo", SWEEP + " --config {toml_axis_typo}", "missing: epsilon",
+      "did you mean 'epsilon'?"),
+    C("sweep-set-unknown", SWEEP + " --set neighbors=replace", "neighbors",
+      "did you mean 'neighbours'?"),
+    C("sweep-axis-and-flag", SWEEP + " --axis rounds=1,2 --rounds 1", "--axis rounds",
+      "--rounds", "keep one"),
+    C("sweep-axis-and-grid-flag", SWEEP + " --axis epsilon=1,2 --epsilon 1", "--axis epsilon",
+      "--epsilon", "keep one"),
+    C("sweep-flag-and-set", SWEEP + " --rounds 1 --set rounds=2", "--rounds", "--set rounds",
+      "keep one"),
+    C("sweep-axis-twice", SWEEP + " --axis clip=1,2 --axis clip=3", "--axis clip",
+      "another --axis"),
     C("sweep-config-bad-type", SWEEP + " --config {toml_bad_type}", "population"),
     C("sweep-epsilon-neg", SWEEP + " --epsilon -1,10", "epsilon"),
     C("sweep-epsilon-text", SWEEP + " --epsilon abc", "epsilon"),
@@ -427,9 +443,13 @@ def files(tmp_path_factory) -> dict[str, str]:
                               "[run]\npopluation=10\n",
         "toml_bad_type": "[grid]\nepsilon=[1]\nclients_per_round=[2]\nseed=[0]\n"
                          "[run]\npopulation=\"many\"\n",
+        "toml_sweep_key": "[sweep]\nplot=true\n[grid]\nepsilon=[1]\nclients_per_round=[2]\n"
+                          "seed=[0]\n",
+        "toml_axis_typo": "[grid]\nepsilons=[1]\nclients_per_round=[2]\nseed=[0]\n",
     }
     suffix = {"bad_toml": ".toml", "toml_unknown_table": ".toml", "toml_bad_eps": ".toml",
-              "toml_unknown_field": ".toml", "toml_bad_type": ".toml"}
+              "toml_unknown_field": ".toml", "toml_bad_type": ".toml",
+              "toml_sweep_key": ".toml", "toml_axis_typo": ".toml"}
     for name, text in contents.items():
         f[name] = root / f"{name}{suffix.get(name, '.csv')}"
         f[name].write_text(text)

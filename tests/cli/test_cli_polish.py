@@ -106,3 +106,25 @@ def test_run_help_names_every_model():
     text = " ".join(build_parser()._subparsers._group_actions[0].choices["run"].format_help().split())
     for name in MODEL_NAMES:
         assert f" {name}," in text or f" {name} " in text, name
+
+
+def test_an_unknown_dataset_gets_did_you_mean():
+    """The message of every 'unknown dataset' error (the loader raises it where neither a
+    built-in nor a TFDS dataset has the name)."""
+    from ldpsim._src.data.registry import _known_message
+
+    assert _known_message("mnsit").startswith("unknown dataset 'mnsit' (did you mean 'mnist'?);")
+    assert "(did you mean 'fashion_mnist'?)" in _known_message("Fashion-MNST")
+    assert "did you mean" not in _known_message("cifar10")
+
+
+def test_run_delta_takes_the_population_rule(tmp_path, capsys):
+    """``ldpsim run --delta 1/population`` as ``sweep --delta`` and run files take it."""
+    import csv
+
+    out = tmp_path / "r.csv"
+    assert main(["run", "--dataset", "synthetic", "--population", "40", "--clients-per-round",
+                 "4", "--rounds", "1", "--epsilon", "2", "--delta", "1/population",
+                 "--no-progress", "--out", str(out)]) == 0
+    rows = list(csv.DictReader(out.open()))
+    assert float(rows[-1]["delta"]) == pytest.approx(1 / 40)
