@@ -128,3 +128,13 @@ def test_run_delta_takes_the_population_rule(tmp_path, capsys):
                  "--no-progress", "--out", str(out)]) == 0
     rows = list(csv.DictReader(out.open()))
     assert float(rows[-1]["delta"]) == pytest.approx(1 / 40)
+
+
+def test_run_summary_of_a_run_without_privacy_says_so(tmp_path, capsys):
+    """No 'sigma 0 ... sensitivity nan; epsilon_spent nan' for epsilon = inf."""
+    assert main(["run", "--dataset", "synthetic", "--population", "40", "--clients-per-round",
+                 "4", "--rounds", "1", "--epsilon", "inf", "--no-progress",
+                 "--out", str(tmp_path / "r.csv")]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("privacy:")]
+    assert lines == ["privacy: none (epsilon inf: updates clipped to 1, no noise, nothing "
+                     "accounted)"]

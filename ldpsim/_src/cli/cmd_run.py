@@ -362,9 +362,17 @@ def run(args: argparse.Namespace) -> int:
     at_delta = (f"at delta {last['delta']:g}" if not math.isnan(last["delta"])
                 else "(pure, delta 0)" if not spent else
                 f"at delta {spent:.3g} (pure composition; the float32 realisation's delta)")
-    print(f"privacy: {last['privacy_mode']} {last['mechanism']}, {budget}, sigma "
-          f"{last['sigma']:.4g}, {last['neighbours']} neighbours, sensitivity "
-          f"{last['sensitivity']:.4g}; epsilon_spent {last['epsilon_spent']:.4g} {at_delta}")
+    if not registry.mode(last["privacy_mode"]).user_level and math.isinf(last["epsilon"]):
+        print(f"privacy: none (epsilon inf: updates clipped to {last['clip']:g}, no noise, "
+              "nothing accounted)")
+    else:
+        scale = (f"sigma {last['sigma']:.4g}" if not math.isnan(last["sigma"]) else
+                 "a pure-epsilon report randomizer")
+        sens = ("" if math.isnan(last["sensitivity"]) else
+                f", sensitivity {last['sensitivity']:.4g}")
+        print(f"privacy: {last['privacy_mode']} {last['mechanism']}, {budget}, {scale}, "
+              f"{last['neighbours']} neighbours{sens}; epsilon_spent "
+              f"{last['epsilon_spent']:.4g} {at_delta}")
     wrap = last.get("wrap_bound", math.nan)
     if wrap is not None and not math.isnan(wrap):   # the integer sum of secure aggregation
         print(f"secure aggregation: {config.bits}-bit sum, wrap probability <= "

@@ -96,7 +96,9 @@ COLUMNS: dict[str, tuple[str, str]] = {
                          "example count are reported to the server in the clear)"),
     "max_participation": ("release", "most rounds any one client has taken part in"),
     "epsilon_spent": ("release", "the accountant's epsilon so far, for what the float32 "
-                                 "samplers deliver (see the privacy docs)"),
+                                 "samplers deliver (see the privacy docs); inf: a private "
+                                 "run whose guarantee no epsilon meets; empty (NaN): a run "
+                                 "without privacy (epsilon = inf), where nothing is accounted"),
     "delta_spent": ("release", "the delta at which epsilon_spent holds: the run's delta, or "
                                "for a pure-epsilon randomizer the delta its float32 "
                                "realisation adds (0 only when proven pure)"),
