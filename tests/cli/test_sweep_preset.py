@@ -134,3 +134,26 @@ def test_the_default_epsilon_axis_follows_whether_the_mode_reads_epsilon(mode):
     reads = "epsilon" in registry.mode(mode).settings
     assert reads == (mode in ("ldp", "discrete"))
     assert r.config.grid["epsilon"] == ((1, 10, 100, math.inf) if reads else (math.inf,))
+
+
+def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path, capsys):
+    """``--dry-run``: every cell, marked done where the results file already holds it (only
+    this sweep's), and no file written or changed."""
+    from ldpsim.cli import main
+
+    out = tmp_path / "s.csv"
+    argv = ["sweep", "--epsilon", "1,inf", "--clients", "5", "--population", "20",
+            "--rounds", "1", "--no-plots", "--no-progress", "--out", str(out)]
+    assert main(argv + ["--dry-run"]) == 0
+    text = capsys.readouterr().out
+    assert "to run  clients_per_round=5;epsilon=1;seed=0" in text
+    assert "dry run: 2 cells to run, 0 already in" in text
+    assert list(tmp_path.iterdir()) == []
+    assert main(argv) == 0
+    capsys.readouterr()
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    assert main(argv + ["--dry-run"]) == 0
+    text = capsys.readouterr().out
+    assert "done    clients_per_round=5;epsilon=inf;seed=0" in text
+    assert "dry run: 0 cells to run, 2 already in" in text
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before

@@ -128,6 +128,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     out = p.add_argument_group("output")
     out.add_argument("--out", type=Path, default=None, help=f"results CSV (default: the config's out, else {DEFAULT_OUT})")
     out.add_argument("--overwrite", action="store_true", help="replace an existing results file instead of resuming")
+    out.add_argument("--dry-run", action="store_true",
+                     help="print the plan (base, changes, every cell and whether --out already "
+                          "holds it) and stop: nothing is computed or written")
     out.add_argument("--plots", action=argparse.BooleanOptionalAction, default=None,
                      help="after the sweep, write the four figures next to the CSV (<stem>_<kind>.png) "
                           "(default: on for the quick preset, else the config's plots, else off)")
@@ -359,6 +362,14 @@ def run(args: argparse.Namespace) -> int:
     cells = config.cells()
     print(f"ldpsim sweep: {_count(len(cells), 'cell')} -> {out} (fingerprint {config.fingerprint()})", file=sys.stderr)
     print(_describe(resolved), file=sys.stderr)
+    if args.dry_run:
+        done = set() if args.overwrite else _finished_cells(out, config)
+        for cell in cells:
+            print(f"  {'done  ' if cell.key in done else 'to run'}  {cell.key}")
+        todo = sum(cell.key not in done for cell in cells)
+        print(f"dry run: {_count(todo, 'cell')} to run, {len(cells) - todo} already in {out}"
+              + (" (--overwrite: all rerun)" if args.overwrite else "") + "; nothing written")
+        return 0
     from ldpsim._src import _interrupt
 
     manifest = _SweepManifest(args, config, out, cells)
@@ -387,6 +398,23 @@ def run(args: argparse.Namespace) -> int:
                 continue
             print(f"wrote {path}")
     return 0
+
+
+def _finished_cells(out: Path, config) -> set[str]:
+    """Keys of the cells of ``config`` that the results file ``out`` already holds (its
+    sweep record, when it is this sweep's; nothing is locked or written)."""
+    import json
+
+    from ldpsim._src.sweep.store import _same_results, sidecar_path
+
+    try:
+        meta = json.loads(sidecar_path(out).read_text())
+        fingerprint = config.fingerprint()
+        if meta["fingerprint"] != fingerprint and not _same_results(meta, fingerprint):
+            return set()
+        return set(meta.get("done", ()))
+    except (OSError, ValueError, KeyError, TypeError):
+        return set()
 
 
 def _resolved(cell, row: dict) -> dict:
