@@ -93,4 +93,6 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS) | set(_SUBMODULES))
+    # The public names and the dunders; not this file's own imports (Any, importlib, ...).
+    return sorted({n for n in globals() if n.startswith("__")} | set(__all__)
+                  | set(_EXPORTS) | set(_SUBMODULES))

@@ -87,7 +87,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "step used and the multipliers accounted (written as it goes)")
     p.add_argument("--epsilon-only", action="store_true",
                    help="print the epsilon of every epoch without training (adaptive "
-                        "clipping needs --from-trace)")
+                        "clipping, which the defaults use, needs --from-trace)")
     p.add_argument("--from-trace", type=Path,
                    help="with --epsilon-only: the --trace CSV of a run of this config")
     p.add_argument("--json", action="store_true", help="print the last row as one JSON object")
