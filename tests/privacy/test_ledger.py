@@ -215,3 +215,14 @@ def test_accountant_is_one_of_the_sources():
         PrivacyLedger(3, epsilon0=1.0, accountant=lambda k: k)
     with pytest.raises(LdpsimError, match="accountant must be a function"):
         PrivacyLedger(3, accountant=2.0)
+
+
+def test_allowed_counts_a_client_listed_twice_as_two_participations():
+    """``allowed`` answers for the list it is given: ``record`` would count a client listed k
+    times k times, so ``allowed`` asks about k more participations (budget 2 at ε₀ = 1)."""
+    led = PrivacyLedger(3, epsilon0=1.0, target_epsilon=2.0)
+    led.record([0])
+    np.testing.assert_array_equal(led.allowed([0, 0, 1]), [False, False, True])
+    np.testing.assert_array_equal(led.allowed([0, 1, 1, 2]), [True, True, True, True])
+    np.testing.assert_array_equal(led.allowed([]), np.zeros(0, bool))
+    np.testing.assert_array_equal(led.allowed(np.array([True, False, True])), [True, True])

@@ -39,8 +39,9 @@ neighbouring relations (named in every output):
             user (poisson)
   dpsgd     add-or-remove one example (poisson), replace one example (fixed)
   shuffle   central: replace one client's data among n shuffled eps0-LDP reports
-  secagg    central: replace one client (2C, default) or add/remove one (C); only the sum of
-            the surviving reports is seen
+  secagg    central: replace one client (2C, default) or, with --neighbours add-remove,
+            zero out one client's update (C; its noise share stays in the sum); only the
+            sum of the surviving reports is seen
   ddg,      central, as secagg, on the integer sum modulo 2^bits; with --population or
   skellam   --sampling-rate: add/remove one client of the population (Poisson cohorts)
 """
@@ -480,7 +481,8 @@ def _discrete(args) -> dict:
            "neighbouring": ("add/remove one client of the population (Poisson cohorts)"
                             if q is not None and q < 1 else
                             ("replace one client" if args.neighbours == "replace"
-                             else "add/remove one client"))}
+                             else "zero out one client's update (its noise share stays in "
+                                  "the sum)"))}
     if q is not None and q < 1:
         out["epsilon_unamplified"] = A.discrete_epsilon(mech, delta, args.rounds, survivors)
     if row is not None:

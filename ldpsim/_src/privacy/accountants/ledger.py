@@ -277,10 +277,14 @@ class PrivacyLedger:
 
     def allowed(self, clients: Any = None, target_epsilon: float | None = None) -> np.ndarray:
         """Boolean mask (over ``clients``, default all): one more participation keeps ε ≤ the
-        target."""
+        target. A client listed k times in ``clients`` is asked about k more participations
+        (as :meth:`record` would count them)."""
         target = self._target(target_epsilon)
-        counts = self.counts if clients is None else self.counts[self._ids(clients)]
-        return self._per_count(counts + 1) <= target
+        if clients is None:
+            return self._per_count(self.counts + 1) <= target
+        ids = self._ids(clients)
+        _, where, times = np.unique(ids, return_inverse=True, return_counts=True)
+        return self._per_count(self.counts[ids] + times[where.reshape(ids.shape)]) <= target
 
     def run_exhausted(self, policy: str = "any", target_epsilon: float | None = None) -> bool:
         """Whether the run should stop: ``"any"`` client may not take part again, or

@@ -6,7 +6,9 @@ carries the noise of every surviving client, ``N(0, s·σ² I)``, so for one cli
 Gaussian mechanism with noise standard deviation ``σ√s`` on a query of sensitivity
 
 * ``Δ = 2C`` for **replace one client** (default: the cohort size is public), or
-* ``Δ = C`` for **add or remove one client**,
+* ``Δ = C`` for **zeroing out one client** (``neighbours="add-remove"``: its update
+  replaced by zero while its noise share stays in the sum; under true add/remove the share
+  goes too and the sum's variance changes, which this analysis does not cover),
 
 i.e. noise multiplier ``z = σ√(s − k)/Δ``, where ``k`` counts the noise shares the adversary
 may know (below). Over the rounds a client takes part in, the guarantee composes by
@@ -128,7 +130,8 @@ def secagg_epsilon(*, sigma: float, clip: float, clients: int, rounds: int = 1,
             or a sequence with one count per round).
         known_shares: noise shares the adversary may know (0: honest clients; 1: the target's
             own share too).
-        neighbours: ``"replace"`` (Δ = 2C, default) or ``"add-remove"`` (Δ = C).
+        neighbours: ``"replace"`` (Δ = 2C, default) or ``"add-remove"`` (Δ = C: one
+            client's update zeroed out, its noise share kept; module docstring).
         method: ``"pld"`` (default), ``"rdp"`` or ``"analytic"`` (exact; every round must
             have the same survivors).
         sampler: the float32 noise sampler that runs (default ldpsim's; ``"ideal"`` for
@@ -183,7 +186,8 @@ def secagg_epsilon(*, sigma: float, clip: float, clients: int, rounds: int = 1,
                 for s, c in sorted(counts.items())])
             eps, used = accounting._epsilon_and_method(event, 1, budget, method)
     relation = ("replace one client (sensitivity 2C)" if neighbours == "replace"
-                else "add or remove one client (sensitivity C)")
+                else "zero out one client's update (sensitivity C; its noise share stays "
+                     "in the sum)")
     details = {
         "sigma": float(sigma), "clip": clip, "clients": int(clients), "sensitivity": sensitivity,
         "survivors": dict(sorted(counts.items())) if len(counts) > 1 else

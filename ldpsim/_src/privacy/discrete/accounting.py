@@ -43,7 +43,12 @@ RDP curve ``ε(·)`` at integer orders ``α ≥ 2``:
 applied to the round's curve above. The guarantee is then the one Poisson sampling gives:
 neighbouring populations differ by one client (added or removed); the round's curve is taken
 under ``neighbours`` (``"replace"``'s doubled sensitivity is the conservative choice, and
-``"add-remove"`` the matching one). The noise is counted from ``survivors`` clients (default the
+``"add-remove"`` the matching one). Without sampling, ``"add-remove"`` is the relation the
+RDP curve covers only in its *zero-out* form: one client's update replaced by zero while its
+noise share stays in the sum (under true add/remove the share goes too, and the sum's
+variance changes by a factor s/(s−1), which the curve does not cover); the CLI names it so.
+With Poisson sampling the conservative noise floor below is what the analysis leans on.
+The noise is counted from ``survivors`` clients (default the
 expected cohort ``clients``): a deployment that samples must set it to the cohort size it can
 guarantee (e.g. a lower quantile of the Binomial cohort, less dropout).
 
