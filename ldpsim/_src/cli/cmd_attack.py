@@ -85,9 +85,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--data-dir", default=None, help="data folder (default $LDPSIM_DATA_DIR)")
     p.add_argument("--model", choices=("lenet5", "mlp", "logreg"), default="lenet5",
                    help="attacked model (default lenet5)")
-    p.add_argument("--epsilons", type=_floats, default=None,
+    p.add_argument("--epsilons", "--epsilon", dest="epsilons", type=_floats, default=None,
                    help="comma-separated epsilon grid, inf allowed (default inf,1000,100,50,10,1)")
-    p.add_argument("--mechanism", type=_names, default=["gaussian"],
+    p.add_argument("--mechanism", "--mechanisms", dest="mechanism", type=_names, default=["gaussian"],
                    help="comma-separated local randomizers of ldpsim's registry (default "
                         "gaussian; also laplace, and the report randomizers privunit2, "
                         "privunitg, duchi, whose reports the server decodes)")

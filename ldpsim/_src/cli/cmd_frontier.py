@@ -66,7 +66,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "unit vectors for every vector randomizer, beside its exact theory and the "
                     "order of the minimax lower bound.",
         epilog=_EPILOG, formatter_class=HelpFormatter)
-    p.add_argument("--mechanisms", default=None,
+    p.add_argument("--mechanisms", "--mechanism", dest="mechanisms", default=None,
                    help="comma-separated randomizers (default: every vector randomizer; with "
                         "--secagg: ddg,skellam)")
     p.add_argument("--epsilon", default=None,
