@@ -363,8 +363,9 @@ def run(args: argparse.Namespace) -> int:
                 else "(pure, delta 0)" if not spent else
                 f"at delta {spent:.3g} (pure composition; the float32 realisation's delta)")
     if not registry.mode(last["privacy_mode"]).user_level and math.isinf(last["epsilon"]):
-        print(f"privacy: none (epsilon inf: updates clipped to {last['clip']:g}, no noise, "
-              "nothing accounted)")
+        clipped = (f"updates clipped to {last['clip']:g}" if math.isfinite(last["clip"])
+                   else "updates not clipped")
+        print(f"privacy: none (epsilon inf: {clipped}, no noise, nothing accounted)")
     else:
         scale = (f"sigma {last['sigma']:.4g}" if not math.isnan(last["sigma"]) else
                  "a pure-epsilon report randomizer")
