@@ -51,6 +51,16 @@ REQUIRED_AXES = ("epsilon", "clients_per_round", "seed")
 ALIASES = {"seeds": "seed", "clients": "clients_per_round", "mechanisms": "mechanism"}
 #: The keys of a sweep file's ``[sweep]`` table.
 SWEEP_KEYS = ("name", "out", "plots")
+DELTA_RULES = ("1/population", "1/clients_per_round")
+#: Fingerprint format; bump when the meaning of a normalised config changes.
+FORMAT = 1
+#: Fixed settings that change how a run executes, not its results, so they are left out of
+#: the fingerprint (a sweep may be resumed after changing them): ``chunk_size`` (clients per
+#: vmapped chunk; the noise and the update sums do not depend on it, only float summation
+#: order does: SimulationConfig and ldpsim._src.fl.simulate), ``data_dir`` (where the verified
+#: copy of the dataset lives; the loaders check its SHA-256) and ``devices`` (how many devices
+#: the cohort is split over; keys come from client ids). They stay in the recorded config.
+EXECUTION_FIELDS = ("chunk_size", "data_dir", "devices")
 
 
 def unknown_names(names: Iterable[str], valid: Iterable[str]) -> str:
@@ -70,16 +80,6 @@ def _simulation_fields() -> set[str]:
     from ldpsim._src.fl.config import SimulationConfig
 
     return {f.name for f in dataclasses.fields(SimulationConfig)}
-DELTA_RULES = ("1/population", "1/clients_per_round")
-#: Fingerprint format; bump when the meaning of a normalised config changes.
-FORMAT = 1
-#: Fixed settings that change how a run executes, not its results, so they are left out of
-#: the fingerprint (a sweep may be resumed after changing them): ``chunk_size`` (clients per
-#: vmapped chunk; the noise and the update sums do not depend on it, only float summation
-#: order does: SimulationConfig and ldpsim._src.fl.simulate), ``data_dir`` (where the verified
-#: copy of the dataset lives; the loaders check its SHA-256) and ``devices`` (how many devices
-#: the cohort is split over; keys come from client ids). They stay in the recorded config.
-EXECUTION_FIELDS = ("chunk_size", "data_dir", "devices")
 
 
 def fingerprint_of(normalized: Mapping[str, Any]) -> str:
