@@ -157,3 +157,26 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path, capsys):
     assert "done    clients_per_round=5;epsilon=inf;seed=0" in text
     assert "dry run: 0 cells to run, 2 already in" in text
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
+
+
+def test_a_resumed_sweep_says_what_it_continues(tmp_path, capsys):
+    """The cells already in the results file, and a cell continuing from its checkpoint
+    (``<stem>.checkpoints/<config hash>/<round>``), are announced before the work."""
+    from ldpsim._src.cli.cmd_sweep import _announce_resume
+    from ldpsim._src.fl.checkpoint import config_hash
+    from ldpsim._src.sweep.config import SweepConfig
+    from ldpsim._src.sweep.engine import make_config
+
+    config = SweepConfig(base={"dataset": "synthetic", "population": 20, "rounds": 30},
+                         grid={"epsilon": [1, "inf"], "clients_per_round": [5], "seed": [0]})
+    cells = config.cells()
+    out = tmp_path / "r.csv"
+    _announce_resume(out, config, cells, len(cells), 0)
+    assert capsys.readouterr().err == ""                       # nothing to resume
+    (tmp_path / "r.checkpoints" / config_hash([make_config(dict(cells[0].params))])[:20]
+     / "20").mkdir(parents=True)
+    _announce_resume(out, config, cells, len(cells), 1)
+    err = capsys.readouterr().err
+    assert "resuming: 1 of 2 cells already in" in err
+    assert f"{cells[0].key} continues after round 20" in err
+    assert cells[1].key not in err

@@ -377,9 +377,14 @@ def run(args: argparse.Namespace) -> int:
                     "running cell of more than 10 rounds keeps its last finished round in "
                     f"{Path(out).with_suffix('.checkpoints')}; run the same command again to "
                     "resume: finished cells are skipped, a checkpointed one continues")
+    def start(total: int, skipped: int) -> None:
+        if not args.overwrite:
+            _announce_resume(out, config, cells, total, skipped)
+        manifest.start(total, skipped)
+
     with manifest:  # SIGINT/SIGTERM: main prints the note above, exit 130/143
         summary = run_sweep(config, out, overwrite=args.overwrite, progress=not args.no_progress,
-                            vmap_epsilon=args.vmap_epsilon, on_start=manifest.start,
+                            vmap_epsilon=args.vmap_epsilon, on_start=start,
                             on_cell=manifest.cell, workers=args.workers)
     print(f"ran {_count(summary.ran, 'cell')} ({summary.rows} rows), skipped {summary.skipped} finished, "
           f"in {summary.seconds:.1f} s -> {summary.path}"
@@ -398,6 +403,33 @@ def run(args: argparse.Namespace) -> int:
                 continue
             print(f"wrote {path}")
     return 0
+
+
+def _announce_resume(out: Path, config, cells, total: int, skipped: int) -> None:
+    """On a resumed sweep, say so: the cells ``out`` already holds, and each cell that
+    continues from a checkpoint (ldpsim._src.sweep.run keeps them in ``<stem>.checkpoints/``)."""
+    from ldpsim._src._checks import LdpsimError
+    from ldpsim._src.fl.checkpoint import config_hash, saved_round
+    from ldpsim._src.sweep.engine import make_config
+
+    if skipped:
+        print(f"ldpsim sweep: resuming: {skipped} of {_count(total, 'cell')} already in {out}",
+              file=sys.stderr)
+    folder = Path(out).with_name(Path(out).stem + ".checkpoints")
+    if not folder.is_dir():
+        return
+    done = _finished_cells(out, config)
+    for cell in cells:
+        if cell.key in done:
+            continue
+        try:
+            where = folder / config_hash([make_config(dict(cell.params))])[:20]
+        except (LdpsimError, TypeError, ValueError):
+            continue
+        last = saved_round(where)
+        if last:
+            print(f"ldpsim sweep: {cell.key} continues after round {last} (its checkpoint)",
+                  file=sys.stderr)
 
 
 def _finished_cells(out: Path, config) -> set[str]:
