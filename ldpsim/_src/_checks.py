@@ -78,3 +78,12 @@ def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
     if value not in choices:
         raise LdpsimError(f"{name} must be one of {', '.join(choices)}; got {value!r}")
     return value
+
+
+def suggestion(name: Any, valid: Any, *, cutoff: float = 0.75) -> str:
+    """``" (did you mean 'x'?)"`` for the valid name closest to ``name``
+    (:func:`difflib.get_close_matches`), or ``""`` when none is close."""
+    import difflib
+
+    close = difflib.get_close_matches(str(name), sorted(map(str, valid)), n=1, cutoff=cutoff)
+    return f" (did you mean {close[0]!r}?)" if close else ""

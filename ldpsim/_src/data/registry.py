@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 
-from ldpsim._src._checks import LdpsimError, check_choice
+from ldpsim._src._checks import LdpsimError, check_choice, suggestion
 from ldpsim._src.data._files import find_subdir, resolve_data_dir
 from ldpsim._src.data.dataset import Dataset
 from ldpsim._src.data import idx, leaf, shakespeare, synthetic, tfds
@@ -20,12 +20,9 @@ _SYNTH = re.compile(r"^synthetic\(\s*([0-9.eE+-]+)\s*,\s*([0-9.eE+-]+)\s*\)$")
 
 
 def _known_message(name: str) -> str:
-    import difflib
-
-    close = difflib.get_close_matches(str(name).lower().replace("-", "_"), KNOWN_DATASETS,
-                                      n=1, cutoff=0.75)
     return (
-        f"unknown dataset {name!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+        f"unknown dataset {name!r}" + suggestion(str(name).lower().replace("-", "_"),
+                                                 KNOWN_DATASETS)
         + f"; known: {', '.join(KNOWN_DATASETS)}, 'synthetic(ALPHA,BETA)', "
         f"or any TFDS image-classification dataset by name (needs `pip install 'ldpsim[tfds]'`)"
     )

@@ -41,7 +41,13 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ldpsim._src._checks import LdpsimError, check_choice, check_positive, check_positive_int
+from ldpsim._src._checks import (
+    LdpsimError,
+    check_choice,
+    check_positive,
+    check_positive_int,
+    suggestion,
+)
 from ldpsim._src.fl.config import MECHANISMS
 
 __all__ = ["EXECUTION_FIELDS", "Cell", "SweepConfig", "display_value", "fingerprint_of", "format_value", "load_run_config",
@@ -66,14 +72,8 @@ EXECUTION_FIELDS = ("chunk_size", "data_dir", "devices")
 def unknown_names(names: Iterable[str], valid: Iterable[str]) -> str:
     """``names`` for an error message, each with its likeliest meant name from ``valid``
     (``"neighbors (did you mean 'neighbours'?)"``)."""
-    import difflib
-
-    valid = sorted(valid)
-    out = []
-    for name in names:
-        close = difflib.get_close_matches(str(name), valid, n=1, cutoff=0.75)
-        out.append(f"{name} (did you mean {close[0]!r}?)" if close else str(name))
-    return ", ".join(out)
+    valid = list(valid)
+    return ", ".join(f"{name}{suggestion(name, valid)}" for name in names)
 
 
 def _simulation_fields() -> set[str]:
